@@ -1,0 +1,63 @@
+"""What every detector shares: building a finding from the catalog, and its examples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from traindoc import catalog
+from traindoc.findings import EvidenceValue, Finding
+
+
+@dataclass(frozen=True)
+class Example:
+    """A case a detector must get right, which is also its documentation.
+
+    ``source`` is a zoo script (``zoo/<name>.py``) or a golden event stream
+    (``golden/<name>.jsonl`` under tests/). ``fires_at`` is the step at which the detector
+    must first fire, ``-1`` for "fires, step unknown", or None when it must stay quiet.
+    """
+
+    source: str
+    fires_at: int | None
+
+
+def finding(
+    id_: str,
+    *,
+    message: str,
+    cause: str,
+    fix: str,
+    step: int | None = None,
+    evidence: Mapping[str, EvidenceValue] | None = None,
+    where: tuple[str, ...] | list[str] = (),
+) -> Finding:
+    """A finding whose severity and title come from the catalog entry of ``id_``."""
+    entry = catalog.get(id_)
+    return Finding(
+        id=id_,
+        severity=entry.severity,
+        title=entry.title,
+        message=message,
+        cause=cause,
+        fix=fix,
+        step=step,
+        evidence=dict(evidence or {}),
+        where=tuple(where),
+    )
+
+
+def fmt(x: float) -> str:
+    """A number for a message: 3 significant digits, scientific when tiny or huge."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+def names(items: list[str], limit: int = 5) -> str:
+    """``a, b, c and 4 more``."""
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

@@ -1,0 +1,272 @@
+"""The event vocabulary: the one language every source speaks and every detector reads.
+
+Live hooks, log readers, checkpoint readers and preflight probes all *produce* these events;
+detectors only *consume* them and never see hooks or file formats. The set is closed: a new
+kind of observation is a new class here, registered in ``EVENT_TYPES``.
+
+Every event names the ``signal`` it carries. A detector declares the signals it ``needs``; the
+engine routes events by signal and reports a detector as not applicable when the stream never
+carried one of its signals. ``Scalar`` events carry their own signal name (``loss``, ``lr``,
+``grad_norm``, ``val_acc`` ...), so a log column and a live measurement are the same signal.
+
+Steps are 0-based optimizer steps. ``None`` means "not known" (a checkpoint without a step).
+All fields are JSON-friendly so a recorded stream can be replayed offline (``traindoc analyze``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, Union
+
+# The signals a source may carry. Descriptions are used in "not applicable" reasons.
+SIGNALS: dict[str, str] = {
+    "loss": "the training loss per step",
+    "backward": "the value handed to backward() (live only)",
+    "params": "per-parameter gradient and update statistics on sampled steps",
+    "optimizer": "the optimizers, their classes, parameter groups and LRs",
+    "activations": "module outputs on sampled forward passes",
+    "clip": "calls of clip_grad_norm_",
+    "batch": "batches drawn from a DataLoader",
+    "classification": "a cross-entropy loss (number of classes)",
+    "cast": "casts of a model to a low-precision dtype",
+    "lr": "the learning rate per step",
+    "grad_norm": "the total gradient norm per step",
+}
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """First event of every stream: who produced it and what it can observe."""
+
+    source: str  # "live", "logs", "ckpt", "preflight"
+    script: str = ""
+    argv: tuple[str, ...] = ()
+    python: str = ""
+    torch: str = ""
+    started: float = 0.0  # unix time
+    rank: int = 0
+    world_size: int = 1
+    level: str = "standard"
+    signal: ClassVar[str] = "run"
+
+
+@dataclass(frozen=True)
+class ParamGroup:
+    index: int
+    lr: float
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]  # one per parameter, e.g. "torch.bfloat16"
+    numel: int
+    weight_decay: float = 0.0
+    momentum: float = 0.0  # SGD momentum or Adam beta1
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer as first seen at its first step (and again when its groups change)."""
+
+    step: int
+    index: int
+    cls: str  # class name, e.g. "AdamW"
+    groups: tuple[ParamGroup, ...]
+    signal: ClassVar[str] = "optimizer"
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """One number per step: the loss, the LR, a logged metric."""
+
+    step: int
+    name: str
+    value: float
+
+    @property
+    def signal(self) -> str:  # type: ignore[override]
+        return self.name
+
+
+@dataclass(frozen=True)
+class Backward:
+    """A value handed to backward(). ``constant`` is True when it has no autograd history
+    (a fresh tensor created with requires_grad=True): its gradient w.r.t. the model is zero."""
+
+    step: int
+    value: float
+    constant: bool
+    micro: int = 0  # index of this backward among those of the same optimizer step
+    where: str = ""  # file:line of the backward() call in the user's code
+    signal: ClassVar[str] = "backward"
+
+
+@dataclass(frozen=True)
+class ParamStats:
+    """One parameter held by an optimizer, measured on one sampled step.
+
+    ``grad`` is the gradient L2 norm before the step (None: no gradient). ``update`` is the
+    relative update ||dw||/||w|| of this step, ``unchanged`` the share of (sampled) elements with
+    a non-zero gradient that the step left bit-identical, ``moved`` the largest absolute change
+    of the sampled elements since the parameter was first seen. ``steps`` > 1 when the numbers
+    span several optimizer steps (a checkpoint diff).
+    """
+
+    step: int
+    name: str
+    dtype: str
+    numel: int
+    requires_grad: bool
+    norm: float
+    grad: float | None = None
+    update: float | None = None
+    unchanged: float | None = None
+    moved: float | None = None
+    spacing: float | None = None  # the dtype's spacing at the typical |w| (for underflow)
+    intended: float | None = None  # the optimizer's intended typical |update| per element
+    optimizer: int = 0
+    group: int = 0
+    steps: int = 1
+    signal: ClassVar[str] = "params"
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A module's output on a sampled forward pass.
+
+    ``nan``: the output held NaN. ``dead``: for ReLU-like modules, the share of units that were
+    never positive over all sampled batches so far (``batches`` of them). ``spread``: for the
+    model's output, the mean over features of the standard deviation across the batch;
+    ``scale`` the standard deviation of all its values; ``lo``/``hi`` its range.
+    """
+
+    step: int
+    module: str
+    type: str
+    nan: bool = False
+    dead: float | None = None
+    units: int = 0
+    batches: int = 0
+    spread: float | None = None
+    scale: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    is_output: bool = False
+    signal: ClassVar[str] = "activations"
+
+
+@dataclass(frozen=True)
+class Clip:
+    """A clip_grad_norm_ call: the total norm before clipping and the max_norm asked for."""
+
+    step: int
+    norm: float
+    max_norm: float
+    where: str = ""
+    signal: ClassVar[str] = "clip"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch drawn from a DataLoader iterator. ``iterator`` numbers the iterators created
+    (one per ``iter(loader)``), ``index`` is the batch's position within its iterator."""
+
+    step: int
+    loader: str
+    iterator: int
+    index: int
+    fingerprint: str
+    loader_len: int = -1
+    signal: ClassVar[str] = "batch"
+
+
+@dataclass(frozen=True)
+class Classification:
+    """A cross-entropy loss call: its number of classes and value."""
+
+    step: int
+    classes: int
+    value: float
+    fn: str = "cross_entropy"
+    signal: ClassVar[str] = "classification"
+
+
+@dataclass(frozen=True)
+class Cast:
+    """A model (or its parameters) cast to a dtype, with the user's call site."""
+
+    module: str
+    dtype: str
+    where: str = ""
+    signal: ClassVar[str] = "cast"
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """Last event: how many optimizer steps ran and how the run ended."""
+
+    steps: int
+    duration_s: float = 0.0
+    status: str = "ok"  # "ok", "exception", "exit", "interrupted"
+    signal: ClassVar[str] = "end"
+
+
+Event = Union[
+    RunStart, Optimizer, Scalar, Backward, ParamStats, Activation, Clip, Batch,
+    Classification, Cast, RunEnd,
+]
+
+EVENT_TYPES: dict[str, type] = {
+    "run_start": RunStart,
+    "optimizer": Optimizer,
+    "scalar": Scalar,
+    "backward": Backward,
+    "param_stats": ParamStats,
+    "activation": Activation,
+    "clip": Clip,
+    "batch": Batch,
+    "classification": Classification,
+    "cast": Cast,
+    "run_end": RunEnd,
+}
+_KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
+
+
+def to_dict(event: Event) -> dict[str, object]:
+    """A JSON-ready dict with the event's kind first."""
+    out: dict[str, object] = {"kind": _KIND_OF[type(event)]}
+    out.update(dataclasses.asdict(event))
+    return out
+
+
+def from_dict(data: dict[str, object]) -> Event:
+    """Inverse of ``to_dict``. Raises ValueError on an unknown kind or bad fields."""
+    kind = data.get("kind")
+    cls = EVENT_TYPES.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, object] = {}
+    for key, value in data.items():
+        if key == "kind":
+            continue
+        if key not in fields:
+            raise ValueError(f"event {kind!r} has no field {key!r}")
+        if cls is Optimizer and key == "groups":
+            value = tuple(ParamGroup(**_tupled(g)) for g in value)  # type: ignore[union-attr, arg-type]
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise ValueError(f"bad {kind!r} event: {exc}") from None
+
+
+def _tupled(d: dict[str, object]) -> dict[str, object]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+
+__all__ = [
+    "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar",
+    "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
+    "to_dict", "from_dict",
+]

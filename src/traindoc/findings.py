@@ -1,0 +1,53 @@
+"""Findings are plain data: what was observed (with numbers), the likely cause and the fix.
+
+Renderers (terminal, JSON, HTML, SARIF) read these; nothing here knows how they are shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
+# JSON-friendly evidence values: numbers measured in the run, names, short lists of them.
+EvidenceValue = Union[int, float, str, bool, None, list[Union[int, float, str]], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed failure.
+
+    ``message`` is the observation in one sentence with its numbers and the threshold crossed;
+    ``evidence`` holds the same numbers as data; ``where`` names the user's objects (parameter
+    or module names, ``file:line``). ``step`` is the first optimizer step (0-based) at which the
+    failure was observed, None when unknown (a checkpoint, a source file).
+    """
+
+    id: str
+    severity: Severity
+    title: str
+    message: str
+    cause: str
+    fix: str
+    step: int | None = None
+    evidence: dict[str, EvidenceValue] = field(default_factory=dict)
+    where: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "step": self.step,
+            "message": self.message,
+            "evidence": dict(self.evidence),
+            "cause": self.cause,
+            "fix": self.fix,
+            "where": list(self.where),
+        }
+
+
+def severity_rank(severity: str) -> int:
+    """0 for error, 1 for warning, 2 for info: sort key and --fail-on comparison."""
+    return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
