@@ -103,7 +103,8 @@ class Backward:
 class ParamStats:
     """One parameter held by an optimizer, measured on one sampled step.
 
-    ``grad`` is the gradient L2 norm before the step (None: no gradient). ``update`` is the
+    ``grad`` is the gradient L2 norm before the step; ``has_grad`` says whether the parameter
+    had a gradient at all (None: unknown, as in a checkpoint diff). ``update`` is the
     relative update ||dw||/||w|| of this step, ``unchanged`` the share of (sampled) elements with
     a non-zero gradient that the step left bit-identical, ``moved`` the largest absolute change
     of the sampled elements since the parameter was first seen. ``steps`` > 1 when the numbers
@@ -117,6 +118,7 @@ class ParamStats:
     requires_grad: bool
     norm: float
     grad: float | None = None
+    has_grad: bool | None = None
     update: float | None = None
     unchanged: float | None = None
     moved: float | None = None

@@ -1,0 +1,68 @@
+"""The command line: ``traindoc run|analyze|logs|ckpt|lint|explain|demo``.
+
+Each face lives in its own module and exposes ``add_arguments(parser)`` and ``run(args) -> int``;
+this file only wires them. A user mistake raises UsageError: one ``Error:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from traindoc import __version__
+from traindoc.errors import UsageError
+
+# name -> (module, one-line help). Modules must import fast (no torch at import time).
+FACES: dict[str, tuple[str, str]] = {
+    "run": ("traindoc.live.runner", "run a training script under observation (zero code changes)"),
+    "analyze": ("traindoc.analyze", "replay a recorded event stream (--record) through the detectors"),
+    "logs": ("traindoc.sources.logs.cli", "diagnose a finished run from its logs (CSV, TensorBoard, trainer_state.json, JSONL)"),
+    "ckpt": ("traindoc.sources.ckpt.cli", "inspect one checkpoint or diff two"),
+    "lint": ("traindoc.lint.cli", "find training mistakes in source code, without running it"),
+    "explain": ("traindoc.explain", "print the catalog entry of a failure id"),
+    "demo": ("traindoc.demo", "run three zoo cases and show the diagnosis"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors in our voice: ``Error: ...`` plus a hint, exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"Error: {message}\nTry '{self.prog} --help'.\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="traindoc", description="A training doctor for PyTorch.")
+    parser.add_argument("--version", action="version", version=f"traindoc {__version__}")
+    sub = parser.add_subparsers(dest="face", metavar="COMMAND", parser_class=_Parser)
+    for name, (module, help_) in FACES.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:  # a face not built into this install
+            continue
+        p = sub.add_parser(name, help=help_, description=help_)
+        mod.add_arguments(p)
+        p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._run(args))
+    except UsageError as exc:
+        sys.stderr.write(f"Error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Renderers: the same Report shown as terminal text, JSON, HTML or SARIF."""

@@ -1,0 +1,72 @@
+"""Report options shared by every face that produces a Report (run, analyze, logs, ckpt)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from traindoc import catalog
+from traindoc.config import Settings
+from traindoc.engine import Report
+from traindoc.errors import UsageError
+from traindoc.findings import severity_rank
+
+EXIT_FAIL_ON = 3
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
+    parser.add_argument("--html", metavar="PATH", help="write an HTML report to PATH")
+    parser.add_argument("--fail-on", choices=("error", "warning", "info"),
+                        help="exit 3 if a finding of this severity or worse exists (for CI)")
+    parser.add_argument("--ignore", metavar="ID,ID", default="", help="mute these failure ids")
+    parser.add_argument("--select", metavar="ID,ID", default="", help="run only these detectors")
+
+
+def id_list(text: str, option: str) -> tuple[str, ...]:
+    ids = tuple(i.strip() for i in text.split(",") if i.strip())
+    for i in ids:
+        try:
+            catalog.get(i)
+        except KeyError as exc:
+            raise UsageError(f"{option}: {exc.args[0]}") from None
+    return ids
+
+
+def detector_choice(args: argparse.Namespace, settings: Settings) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """(select, ignore) from the command line and pyproject settings."""
+    select = id_list(args.select, "--select") or settings.select
+    ignore = id_list(args.ignore, "--ignore") + tuple(settings.ignore)
+    return select, ignore
+
+
+def check_output_path(path: str | None, option: str) -> None:
+    """Fail before the run, not after it, when a report cannot be written."""
+    if not path or path == "-":
+        return
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: folder {parent} does not exist; create it first")
+
+
+def emit(report: Report, args: argparse.Namespace, settings: Settings | None = None) -> int:
+    """Render the terminal report, write the files asked for, return 0 or EXIT_FAIL_ON."""
+    from traindoc.report import json as json_report
+    from traindoc.report import text
+
+    text.render(report)
+    if args.json:
+        data = json_report.dumps(report)
+        if args.json == "-":
+            sys.stdout.write(data)
+        else:
+            Path(args.json).write_text(data, encoding="utf-8")
+    if getattr(args, "html", None):
+        from traindoc.report import html
+
+        Path(args.html).write_text(html.render(report), encoding="utf-8")
+    fail_on = args.fail_on or (settings.fail_on if settings else None)
+    if fail_on and report.worst() <= severity_rank(fail_on):
+        return EXIT_FAIL_ON
+    return 0
