@@ -8,4 +8,18 @@ not crash, proves each with numbers measured in the run, and says the fix.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing only: `import traindoc` stays free of torch
+    from traindoc.live.watch import Watch
+
 __version__ = "0.1.0"
+
+
+def watch(model: object = None, optimizer: object = None, **options: object) -> "Watch":
+    """Observe the training inside a ``with`` block (see ``traindoc.live.watch.Watch``)."""
+    from traindoc.live.watch import Watch
+
+    return Watch(model, optimizer, **options)  # type: ignore[arg-type]
+
+__all__ = ["__version__", "watch"]

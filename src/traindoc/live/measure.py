@@ -1,0 +1,127 @@
+"""Tensor maths of the live probes. Everything here runs under no_grad, reads and never writes
+the user's tensors, draws no random numbers, and returns device tensors (no sync): the session
+reads them back in one batched transfer per sampled step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+# Update statistics are estimated on at most this many evenly strided elements per parameter:
+# memory stays bounded (a few KB per parameter) whatever the model size.
+SAMPLE = 4096
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def strided(t: torch.Tensor) -> torch.Tensor:
+    """A fixed, evenly strided sample of ``t``'s elements (a view when possible)."""
+    flat = t.detach().reshape(-1)
+    stride = max(1, flat.numel() // SAMPLE)
+    return flat[::stride][:SAMPLE]
+
+
+def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """Per-tensor L2 norms in float32 (fp16 norms would overflow at 65504)."""
+    if not grads:
+        return torch.zeros(0)
+    same = all(g.dtype == torch.float32 and g.device == grads[0].device for g in grads)
+    if same:
+        try:
+            return torch.stack(torch._foreach_norm(grads))
+        except (RuntimeError, AttributeError):
+            pass
+    dev = grads[0].device
+    return torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32).to(dev) for g in grads])
+
+
+def spacing(dtype: torch.dtype, magnitude: float) -> float:
+    """The distance between adjacent representable numbers of ``dtype`` near ``magnitude``."""
+    if magnitude <= 0 or not math.isfinite(magnitude):
+        return math.nan
+    return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(magnitude))
+
+
+class StepSnapshot:
+    """A parameter's sampled elements before an optimizer step, to measure what it changed."""
+
+    __slots__ = ("before", "grad_nonzero")
+
+    def __init__(self, p: torch.Tensor) -> None:
+        self.before = strided(p).clone()
+        g = p.grad
+        self.grad_nonzero = strided(g) != 0 if g is not None else None
+
+    def after(self, p: torch.Tensor, init: torch.Tensor, drive: torch.Tensor | None) -> torch.Tensor:
+        """[relative update, unchanged share, max |w - w_init|, median |w|, median |drive|]
+        as float32, where ``drive`` is what an SGD-like step multiplies by the LR."""
+        now = strided(p)
+        before = self.before
+        delta = now.float() - before.float()
+        rel = torch.linalg.vector_norm(delta) / torch.linalg.vector_norm(before.float()).clamp_min(1e-30)
+        if self.grad_nonzero is not None:
+            active = self.grad_nonzero
+            same = (now == before) & active
+            unchanged = same.sum().float() / active.sum().clamp_min(1).float()
+        else:
+            unchanged = torch.tensor(float("nan"), device=now.device)
+        moved = (now.float() - init.float()).abs().max() if now.numel() else torch.zeros((), device=now.device)
+        zero = torch.zeros((), device=rel.device)
+        typical = now.float().abs().median() if now.numel() else zero
+        push = strided(drive).float().abs().median().to(rel.device) if drive is not None else zero + math.nan
+        return torch.stack([rel, unchanged.to(rel.device), moved.to(rel.device), typical.to(rel.device), push])
+
+
+def drive(optimizer: Any, p: torch.Tensor) -> torch.Tensor | None:
+    """What an SGD-family step multiplies by the LR (momentum buffer, else the gradient), so
+    the intended update is ``lr * |drive|``. Adam-family steps are about ``lr`` per element
+    (m/sqrt(v) ~ 1 for consistent gradients) and need no drive; others are unknown (None)."""
+    if type(optimizer).__name__ != "SGD":
+        return None
+    buf = optimizer.state.get(p, {}).get("momentum_buffer")
+    return buf if isinstance(buf, torch.Tensor) else p.grad
+
+
+def is_adam_family(optimizer: Any, p: torch.Tensor) -> bool:
+    return "exp_avg_sq" in optimizer.state.get(p, {})
+
+
+def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
+    """The floating tensors of a module output (a tensor, tuple, list, dict or ModelOutput)."""
+    out: list[torch.Tensor] = []
+    stack = [value]
+    while stack and len(out) < limit:
+        v = stack.pop(0)
+        if isinstance(v, torch.Tensor):
+            if v.is_floating_point() and v.numel():
+                out.append(v)
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v[:limit])
+        elif isinstance(v, dict):
+            stack.extend(list(v.values())[:limit])
+    return out
+
+
+def unit_activity(out: torch.Tensor) -> torch.Tensor | None:
+    """For a ReLU output: per unit, was it positive anywhere in this batch? (bool vector)
+
+    Units are features for (N, F) and (N, T, F), channels for (N, C, H, W).
+    """
+    if out.ndim == 2:
+        return (out > 0).any(dim=0)
+    if out.ndim == 3:
+        return (out > 0).flatten(0, 1).any(dim=0)
+    if out.ndim == 4:
+        return (out > 0).transpose(0, 1).flatten(1).any(dim=1)
+    return None
+
+
+def output_spread(out: torch.Tensor) -> torch.Tensor | None:
+    """[spread across the batch, overall std, min, max] of a model output (float32)."""
+    if out.ndim < 1 or out.shape[0] < 2:
+        return None
+    x = out.detach().float().reshape(out.shape[0], -1)
+    spread = x.std(dim=0).mean()
+    return torch.stack([spread, x.std(), x.min(), x.max()])

@@ -1,0 +1,247 @@
+"""The probes: how traindoc hooks into torch with zero changes to the user's script.
+
+Global optimizer step hooks, ``Tensor.backward`` / ``torch.autograd.backward``,
+``clip_grad_norm_`` (under both import paths), DataLoader iteration, ``F.cross_entropy``, the
+low-precision casts of ``nn.Module``, and global module forward hooks installed on sampled
+steps only. Every wrapper calls the original exactly as the user did and returns its result
+untouched; our own work runs in ``_guard`` so that an exception in traindoc disables that probe
+(reported once) and never reaches the user's script. Inside ``torch.compile`` tracing the probes
+do nothing, so compilation is never broken.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import threading
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils.data import dataloader as _dl
+
+from traindoc.live import measure
+from traindoc.live.session import Session
+
+_is_compiling = torch.compiler.is_compiling
+
+
+class Probes:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        self._patched: list[tuple[Any, str, Any]] = []
+        self._handles: list[Any] = []
+        self._forward: list[Any] = []
+        self._local = threading.local()
+        self._depth = 0
+        self._iterators = 0
+
+    # ---- install / uninstall -----------------------------------------------------------------
+    def install(self) -> None:
+        s = self.s
+        self._handles.append(register_optimizer_step_pre_hook(
+            lambda opt, a, k: self._guard("optimizer", s.on_step_pre, opt)))
+        self._handles.append(register_optimizer_step_post_hook(
+            lambda opt, a, k: self._guard("optimizer", s.on_step_post, opt)))
+        self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
+        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "backward", self._wrap_autograd_backward)
+        clip = torch.nn.utils.clip_grad
+        wrapped_clip = self._wrap_clip(clip.clip_grad_norm_)
+        for owner in (clip, torch.nn.utils):
+            self._patch(owner, "clip_grad_norm_", lambda orig, w=wrapped_clip: w)
+        self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+        self._patch(F, "cross_entropy", self._wrap_cross_entropy)
+        for method in ("to", "bfloat16", "half"):
+            self._patch(torch.nn.Module, method, self._wrap_cast)
+        s.on_sampling_change = self.set_forward_hooks
+        if s.level.activations and s.sampled:
+            self.set_forward_hooks(True)
+
+    def uninstall(self) -> None:
+        self.set_forward_hooks(False)
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for owner, name, orig in reversed(self._patched):
+            setattr(owner, name, orig)
+        self._patched.clear()
+        self.s.on_sampling_change = None
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        orig = getattr(owner, name)
+        self._patched.append((owner, name, orig))
+        setattr(owner, name, make(orig))
+
+    def _guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
+        if probe in self.s.failed or _is_compiling():
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # never let traindoc break the user's training
+            self.s.fail(probe, exc)
+
+    # ---- wrappers ------------------------------------------------------------------------------
+    def _wrap_optimizer_init(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig(opt, *args, **kwargs)
+            probes._guard("optimizer", probes.s.on_optimizer_created, opt)
+
+        return __init__
+
+    def _busy(self) -> bool:
+        return getattr(self._local, "busy", False)
+
+    def _wrap_backward(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            if probes._busy():
+                return orig(tensor, *args, **kwargs)
+            probes._guard("backward", probes.s.on_backward, tensor)
+            probes._local.busy = True
+            try:
+                return orig(tensor, *args, **kwargs)
+            finally:
+                probes._local.busy = False
+
+        return backward
+
+    def _wrap_autograd_backward(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if probes._busy():
+                return orig(tensors, *args, **kwargs)
+            single = tensors if isinstance(tensors, torch.Tensor) else (
+                tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
+            if isinstance(single, torch.Tensor):
+                probes._guard("backward", probes.s.on_backward, single)
+            probes._local.busy = True
+            try:
+                return orig(tensors, *args, **kwargs)
+            finally:
+                probes._local.busy = False
+
+        return backward
+
+    def _wrap_clip(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
+            total = orig(parameters, max_norm, *args, **kwargs)
+            probes._guard("clip", probes.s.on_clip, total, max_norm)
+            return total
+
+        return clip_grad_norm_
+
+    def _wrap_next(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def __next__(it: Any) -> Any:
+            batch = orig(it)
+            probes._guard("dataloader", probes._on_batch, it, batch)
+            return batch
+
+        return __next__
+
+    def _on_batch(self, it: Any, batch: Any) -> None:
+        index = int(getattr(it, "_num_yielded", 1)) - 1
+        if index == 0:
+            self._iterators += 1
+        if not self.s.measuring:
+            return
+        tensors = [t for t in _tensors(batch) if t.device.type == "cpu"]
+        if not tensors:
+            return
+        sample = measure.strided(tensors[0]).contiguous()
+        digest = hashlib.blake2b(sample.view(torch.uint8).numpy().tobytes(), digest_size=8)
+        digest.update(str(tuple(tensors[0].shape)).encode())
+        self.s.on_batch(it._dataset if hasattr(it, "_dataset") else it, self._iterators, index, digest.hexdigest())
+
+    def _wrap_cross_entropy(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def cross_entropy(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(input, target, *args, **kwargs)
+            if probes.s.measuring and not _is_compiling():
+                probes._guard("cross_entropy", probes._on_cross_entropy, input, out, args, kwargs)
+            return out
+
+        return cross_entropy
+
+    def _on_cross_entropy(self, input: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        reduction = kwargs.get("reduction", args[4] if len(args) > 4 else "mean")
+        if not torch.is_grad_enabled() or reduction != "mean" or out.numel() != 1:
+            return
+        classes = int(input.shape[1]) if input.ndim >= 2 else int(input.shape[0])
+        self.s.on_classification(classes, out)
+
+    def _wrap_cast(self, orig: Any) -> Any:
+        probes = self
+        name = orig.__name__
+
+        @functools.wraps(orig)
+        def cast(module: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(module, *args, **kwargs)
+            probes._guard("cast", probes._on_cast, module, name, args, kwargs)
+            return out
+
+        return cast
+
+    def _on_cast(self, module: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if name == "to":
+            dtype = torch._C._nn._parse_to(*args, **kwargs)[1]
+        else:
+            dtype = torch.bfloat16 if name == "bfloat16" else torch.float16
+        if dtype in measure.LOW_PRECISION:
+            self.s.on_cast(module, dtype)
+
+    # ---- forward hooks (sampled steps) ------------------------------------------------------
+    def set_forward_hooks(self, on: bool) -> None:
+        if on and not self._forward:
+            from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+            self._depth = 0
+            self._forward = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
+        elif not on and self._forward:
+            for h in self._forward:
+                h.remove()
+            self._forward = []
+
+    def _pre(self, module: Any, args: Any) -> None:
+        if _is_compiling():
+            return
+        if self._depth == 0 and torch.is_grad_enabled() and next(module.parameters(), None) is not None:
+            self._guard("forward", self.s.adopt_model, module)  # names before inner modules run
+        self._depth += 1
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if _is_compiling():
+            return
+        self._depth = max(0, self._depth - 1)
+        if not torch.is_grad_enabled():
+            return
+        with torch.no_grad():
+            self._guard("forward", self.s.on_module_output, module, output)
+            if self._depth == 0 and next(module.parameters(), None) is not None:
+                self._guard("forward", self.s.on_root_forward, module, output)
+
+
+def _tensors(batch: Any) -> list[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, (list, tuple)):
+        return [t for b in batch for t in _tensors(b)][:4]
+    if isinstance(batch, dict):
+        return [t for b in batch.values() for t in _tensors(b)][:4]
+    return []

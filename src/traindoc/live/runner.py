@@ -1,0 +1,107 @@
+"""``traindoc run script.py [args]``: run an unmodified script under observation.
+
+The script runs as with ``python script.py args``: same ``sys.argv``, ``__name__ == "__main__"``,
+``sys.path[0]``, stdout/stderr and exit code; the user's exceptions print their own traceback.
+The report goes to stderr at the end, also after an exception, ``sys.exit`` or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+
+from traindoc import config
+from traindoc.errors import UsageError
+from traindoc.report import output
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as `python -m MODULE`")
+    parser.add_argument("--level", choices=("cheap", "standard", "thorough"), default="standard",
+                        help="how much to measure (default standard)")
+    parser.add_argument("--record", metavar="PATH", help="write the event stream as JSONL (replay with `traindoc analyze`)")
+    output.add_report_options(parser)
+    parser.add_argument("target", nargs=argparse.REMAINDER, help="script.py and its own arguments")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.module:
+        target, script_args = args.module, list(args.target)
+    elif args.target:
+        target, script_args = args.target[0], list(args.target[1:])
+    else:
+        raise UsageError("nothing to run: give a script (`traindoc run train.py ...`) or `-m module`")
+    if not args.module:
+        path = Path(target)
+        if not path.is_file():
+            raise UsageError(f"{target}: no such file; give the training script's path")
+    settings = config.load(Path(target).resolve().parent if not args.module else None)
+    select, ignore = output.detector_choice(args, settings)
+    output.check_output_path(args.json, "--json")
+    output.check_output_path(args.record, "--record")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise UsageError("torch is not installed: `traindoc run` observes PyTorch training; install torch") from None
+    from traindoc.live.watch import Watch
+
+    argv0 = str(Path(target)) if not args.module else target
+    doc = Watch(level=args.level, select=select, ignore=ignore, record=args.record,
+                settings=settings, script=argv0, argv=script_args)
+    code, status = _execute(doc, target, script_args, is_module=bool(args.module))
+    report = doc.close(status)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return code
+    fail = output.emit(report, args, settings)
+    return code if code != 0 else fail
+
+
+def _execute(doc: object, target: str, script_args: list[str], *, is_module: bool) -> tuple[int, str]:
+    """Run the user's code inside the watch; return (exit code, status)."""
+    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else ""
+    sys.argv = [target if not is_module else target, *script_args]
+    if not is_module:
+        sys.path[0] = str(Path(target).resolve().parent)
+    else:
+        sys.path[0] = os.getcwd()
+    doc.__enter__()  # type: ignore[attr-defined]
+    try:
+        if is_module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+        return 0, "ok"
+    except SystemExit as exc:
+        return _exit_code(exc.code), "exit"
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130, "interrupted"
+    except BaseException as exc:  # the user's exception: print it as Python would
+        _print_user_traceback(exc, target)
+        return 1, "exception"
+    finally:
+        sys.argv = saved_argv
+        if sys.path:
+            sys.path[0] = saved_path0
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def _print_user_traceback(exc: BaseException, target: str) -> None:
+    """The traceback without runpy's and traindoc's frames, as ``python script.py`` shows it."""
+    tb = exc.__traceback__
+    ours = (os.path.dirname(runpy.__file__) + os.sep + "runpy.py", __file__)
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)

@@ -1,0 +1,116 @@
+"""``traindoc.watch()``: the live doctor from code (a notebook, a custom loop).
+
+    with traindoc.watch() as doc:          # or watch(model, optimizer) to name them
+        for x, y in loader: ...
+    doc.findings, doc.report()
+
+The same session and probes as ``traindoc run``; the probes are removed on exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import TracebackType
+from typing import Any, Iterable
+
+from traindoc import config
+from traindoc.engine import Report
+from traindoc.findings import Finding
+
+
+def _announce(f: Finding) -> None:
+    from traindoc.report.text import live_line
+
+    sys.stderr.write(live_line(f) + "\n")
+    sys.stderr.flush()
+
+
+class Watch:
+    """Observe the training that runs inside the ``with`` block."""
+
+    def __init__(
+        self,
+        model: Any = None,
+        optimizer: Any = None,
+        *,
+        level: str = "standard",
+        select: Iterable[str] | None = None,
+        ignore: Iterable[str] = (),
+        record: str | None = None,
+        announce: bool = True,
+        settings: config.Settings | None = None,
+        script: str = "",
+        argv: list[str] | None = None,
+    ) -> None:
+        from traindoc.live.session import LEVELS
+
+        if level not in LEVELS:
+            raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
+        self._model, self._optimizer = model, optimizer
+        self._options = dict(level=level, select=select, ignore=tuple(ignore), settings=settings)
+        self._record = record
+        # Only rank 0 talks: each rank observes itself, rank 0 reports (torchrun sets RANK).
+        self._announce = announce and int(os.environ.get("RANK", "0")) == 0
+        self._script = script or (sys.argv[0] if sys.argv else "")
+        self._argv = list(argv if argv is not None else sys.argv[1:])
+        self._report: Report | None = None
+        self.session: Any = None
+
+    def __enter__(self) -> "Watch":
+        from traindoc.live.probes import Probes
+        from traindoc.live.session import Session
+        from traindoc.record import Recorder
+
+        self._recorder = Recorder(self._record) if self._record else None
+        self.session = Session(
+            **self._options,  # type: ignore[arg-type]
+            sink=self._recorder, announce=_announce if self._announce else None,
+        )
+        self.session.start(self._script, self._argv)
+        if self._optimizer is not None:
+            self.session.on_optimizer_created(self._optimizer)
+        if self._model is not None:
+            self.session.adopt_model(self._model)
+        self._probes = Probes(self.session)
+        self._probes.install()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close(_status(ev))
+
+    def close(self, status: str = "ok") -> Report:
+        """Remove the probes and finish the report (idempotent)."""
+        if self._report is None:
+            self._probes.uninstall()
+            self._report = self.session.finish(status)
+            if self._recorder is not None:
+                self._recorder.close()
+        return self._report
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Findings so far (all of them once the block has exited)."""
+        if self._report is not None:
+            return list(self._report.findings)
+        return self.session.engine.findings if self.session else []
+
+    def report(self) -> Report:
+        if self._report is None:
+            raise RuntimeError("the report is ready when the `with traindoc.watch()` block exits")
+        return self._report
+
+
+def _status(ev: BaseException | None) -> str:
+    if ev is None:
+        return "ok"
+    if isinstance(ev, SystemExit):
+        return "exit"
+    if isinstance(ev, KeyboardInterrupt):
+        return "interrupted"
+    return "exception"
+
+
+def watch(model: Any = None, optimizer: Any = None, **options: Any) -> Watch:
+    """Observe training inside a ``with`` block; see ``Watch``."""
+    return Watch(model, optimizer, **options)

@@ -1,0 +1,1 @@
+"""The failure zoo: small plain-PyTorch training scripts, each failing (or not) in a known way."""
