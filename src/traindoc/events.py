@@ -32,6 +32,9 @@ SIGNALS: dict[str, str] = {
     "cast": "casts of a model to a low-precision dtype",
     "lr": "the learning rate per step",
     "grad_norm": "the total gradient norm per step",
+    "checkpoint": "a checkpoint file or folder (weights, training state)",
+    "train_state": "a training checkpoint (optimizer, scheduler, step, RNG besides the weights), not bare weights",
+    "bn": "BatchNorm running statistics (from a checkpoint or a model)",
 }
 
 
@@ -211,9 +214,69 @@ class RunEnd:
     signal: ClassVar[str] = "end"
 
 
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint as read by ``traindoc ckpt`` (one per file or folder; two in a diff).
+
+    ``training`` is True for a training checkpoint (weights plus an optimizer, a scheduler, a step
+    or RNG state), False for bare weights (a state_dict, ``model.safetensors``); the signal is
+    then ``checkpoint`` instead of ``train_state``, so detectors about resuming are reported as
+    not applicable. ``has`` lists the parts present among model, optimizer, scheduler, scaler,
+    step, rng, ema. ``lrs`` is the LR stored per parameter group (what ``load_state_dict``
+    restores on resume), ``initial_lrs`` the groups' ``initial_lr`` (written by an LR scheduler;
+    empty when no group has one), ``sched_base_lrs``/``sched_last_lrs`` the stored scheduler
+    state's ``base_lrs``/``_last_lr``; each is flattened over optimizers (schedulers) in order.
+    ``optimizer_steps`` is the optimizer's own step count (Adam's ``state[..]["step"]``).
+    ``role`` is "old" or "new" in a diff, "" otherwise.
+    """
+
+    step: int | None
+    path: str
+    format: str  # "torch-dict", "state-dict", "safetensors", "hf-folder", "lightning", ...
+    training: bool
+    has: tuple[str, ...] = ()
+    lrs: tuple[float, ...] = ()
+    initial_lrs: tuple[float, ...] = ()
+    sched_base_lrs: tuple[float, ...] = ()
+    sched_last_lrs: tuple[float, ...] = ()
+    optimizer_steps: int | None = None
+    epoch: int | None = None
+    tensors: int = 0
+    numel: int = 0
+    nbytes: int = 0
+    role: str = ""
+
+    @property
+    def signal(self) -> str:  # type: ignore[override]
+        return "train_state" if self.training else "checkpoint"
+
+
+@dataclass(frozen=True)
+class BatchNormState:
+    """The running statistics of one BatchNorm module.
+
+    ``mean_at_init``/``var_at_init``: ``running_mean`` is all 0 / ``running_var`` all 1, the
+    values a fresh module starts with. ``affine_at_init``: weight all 1 and bias all 0 (None
+    without affine parameters). ``changed``: the running statistics differ from those of an
+    older checkpoint (None when there is none). ``role`` is "model", or "ema" for an EMA or
+    averaged copy stored next to it. ``step`` is the checkpoint's step (None when unknown).
+    """
+
+    step: int | None
+    module: str
+    channels: int
+    mean_at_init: bool
+    var_at_init: bool
+    num_batches_tracked: int | None = None
+    affine_at_init: bool | None = None
+    changed: bool | None = None
+    role: str = "model"
+    signal: ClassVar[str] = "bn"
+
 Event = Union[
     RunStart, Optimizer, Scalar, Backward, ParamStats, Activation, Clip, Batch,
-    Classification, Cast, RunEnd,
+    Classification, Cast, RunEnd, Checkpoint, BatchNormState,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -228,6 +291,8 @@ EVENT_TYPES: dict[str, type] = {
     "classification": Classification,
     "cast": Cast,
     "run_end": RunEnd,
+    "checkpoint": Checkpoint,
+    "batchnorm_state": BatchNormState,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 
@@ -270,5 +335,5 @@ def _tupled(d: dict[str, object]) -> dict[str, object]:
 __all__ = [
     "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar",
     "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
-    "to_dict", "from_dict",
+    "Checkpoint", "BatchNormState", "to_dict", "from_dict",
 ]

@@ -118,10 +118,15 @@ def unit_activity(out: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-def output_spread(out: torch.Tensor) -> torch.Tensor | None:
-    """[spread across the batch, overall std, min, max] of a model output (float32)."""
-    if out.ndim < 1 or out.shape[0] < 2:
-        return None
-    x = out.detach().float().reshape(out.shape[0], -1)
-    spread = x.std(dim=0).mean()
-    return torch.stack([spread, x.std(), x.min(), x.max()])
+def output_spread(out: torch.Tensor) -> torch.Tensor:
+    """[has NaN, spread across the batch, overall std, min, max] of a model output (float32).
+
+    The spread is the mean over output features of the standard deviation across the batch
+    (dim 0): near 0 when the output barely depends on the input. NaN when the batch has one row.
+    """
+    x = out.detach().float().reshape(out.shape[0] if out.ndim else 1, -1)
+    nan = torch.isnan(x).any().float()
+    if x.shape[0] < 2:
+        fill = torch.full((), float("nan"), device=x.device)
+        return torch.stack([nan, fill, fill, fill, fill])
+    return torch.stack([nan, x.std(dim=0).mean(), x.std(), x.min(), x.max()])

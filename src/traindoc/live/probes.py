@@ -165,7 +165,12 @@ class Probes:
         sample = measure.strided(tensors[0]).contiguous()
         digest = hashlib.blake2b(sample.view(torch.uint8).numpy().tobytes(), digest_size=8)
         digest.update(str(tuple(tensors[0].shape)).encode())
-        self.s.on_batch(it._dataset if hasattr(it, "_dataset") else it, self._iterators, index, digest.hexdigest())
+        try:
+            length = len(it._index_sampler)
+        except (AttributeError, TypeError):
+            length = -1
+        dataset = type(getattr(it, "_dataset", it)).__name__
+        self.s.on_batch(dataset, length, self._iterators, index, digest.hexdigest())
 
     def _wrap_cross_entropy(self, orig: Any) -> Any:
         probes = self

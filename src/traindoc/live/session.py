@@ -340,13 +340,9 @@ class Session:
 
         self._pending.append((total_norm.detach().float().reshape(1), decode))
 
-    def on_batch(self, loader: Any, iterator: int, index: int, fingerprint: str) -> None:
-        try:
-            length = len(loader)
-        except TypeError:
-            length = -1
-        self.emit(Batch(step=self.current_step, loader=type(loader.dataset).__name__,
-                        iterator=iterator, index=index, fingerprint=fingerprint, loader_len=length))
+    def on_batch(self, dataset: str, length: int, iterator: int, index: int, fingerprint: str) -> None:
+        self.emit(Batch(step=self.current_step, loader=dataset, iterator=iterator, index=index,
+                        fingerprint=fingerprint, loader_len=length))
 
     def on_classification(self, classes: int, value: torch.Tensor) -> None:
         step = self.current_step
@@ -377,13 +373,15 @@ class Session:
         if not outs:
             return
         spread = measure.output_spread(outs[0])
-        if spread is None:
-            return
         step, name = self.current_step, self._mnames.get(id(module), type(module).__name__)
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            yield Activation(step=step, module=name, type=type(module).__name__, spread=vals[0],
-                             scale=vals[1], lo=vals[2], hi=vals[3], is_output=True)
+            nan, sp, scale, lo, hi = vals
+            if math.isnan(sp):
+                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan), is_output=True)
+            else:
+                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan),
+                                 spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
 
         self._pending.append((spread, decode))
 

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=150, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-lr", type=float, default=0.1)
     p.add_argument("--weight-decay", type=float, default=5e-4)

@@ -22,12 +22,12 @@ import torch.nn.functional as F
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=100, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=80, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=8, help="micro-batch size")
     p.add_argument("--accum-steps", type=int, default=2, help="micro-batches per optimizer step")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--min-lr", type=float, default=3e-4)
-    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--log-every", type=int, default=10)

@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=300, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.01)
@@ -81,7 +81,7 @@ def main() -> None:
         num_workers=0,
     )
 
-    model = MLP(in_dim, 256, n_classes)
+    model = MLP(in_dim, 128, n_classes)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 
     def lr_lambda(step: int) -> float:

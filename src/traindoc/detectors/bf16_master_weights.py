@@ -1,0 +1,74 @@
+"""bf16-master-weights: the parameters an optimizer trains are bf16/fp16."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding
+from traindoc.events import Cast, Event, Optimizer, ParamStats
+from traindoc.findings import Finding
+
+LOW = ("torch.bfloat16", "torch.float16")
+
+
+class Bf16MasterWeights:
+    """An optimizer trains parameters stored in bf16/fp16 (the model was cast, e.g.
+    ``model.to(torch.bfloat16)``) instead of fp32 parameters with autocast. The evidence names
+    the cast's file:line when the live source saw it."""
+
+    id: ClassVar[str] = "bf16-master-weights"
+    needs: ClassVar[frozenset[str]] = frozenset({"optimizer"})
+    uses: ClassVar[frozenset[str]] = frozenset({"cast", "params"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/bf16_master.py", 0),
+        Example("zoo/healthy_bf16_autocast.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._casts: list[Cast] = []
+        self._fired = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Cast):
+            self._casts.append(event)
+            return
+        if self._fired or isinstance(event, ParamStats):
+            return
+        assert isinstance(event, Optimizer)
+        dtypes = [d for g in event.groups for d in g.dtypes]
+        low = [d for d in dtypes if d in LOW]
+        if not low:
+            return
+        self._fired = True
+        dtype = max(set(low), key=low.count)
+        cast = self._casts[-1] if self._casts else None
+        site = f" (cast at {cast.where}: `{cast.module}` to {cast.dtype})" if cast and cast.where else ""
+        yield finding(
+            self.id, step=event.step,
+            message=(
+                f"{event.cls} trains {len(low)} of {len(dtypes)} parameters stored as {dtype}{site}; "
+                "the optimizer has no fp32 copy of them."
+            ),
+            cause=(
+                "The model was cast to low precision for training (`model.to(torch.bfloat16)`, "
+                "`.half()`), so weights, updates and optimizer arithmetic all run at 8 (bf16) or "
+                "11 (fp16) significant bits: small updates round away."
+            ),
+            fix=(
+                f"Remove the cast{(' at ' + cast.where) if cast and cast.where else ''} and keep "
+                "fp32 parameters; get the speed with `torch.autocast(device_type, "
+                "dtype=torch.bfloat16)` around the forward pass (and a GradScaler for fp16)."
+            ),
+            evidence={"optimizer": event.cls, "low_precision_params": len(low), "params": len(dtypes),
+                      "dtype": dtype, "cast_site": cast.where if cast else ""},
+            where=[cast.where] if cast and cast.where else [],
+        )
+
+    def finish(self) -> Iterator[Finding]:
+        return iter(())

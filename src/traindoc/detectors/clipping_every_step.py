@@ -1,0 +1,92 @@
+"""clipping-every-step: clip_grad_norm_ clips nearly every step by a large factor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._maths import median
+from traindoc.events import Clip, Event
+from traindoc.findings import Finding
+
+
+class ClippingEveryStep:
+    """Over at least ``min_calls`` calls, clip_grad_norm_ clipped on ``rate`` of them and the
+    median norm was ``factor`` times max_norm or more: the update is the gradient's direction
+    times a constant, so the LR schedule no longer sets the step size."""
+
+    id: ClassVar[str] = "clipping-every-step"
+    needs: ClassVar[frozenset[str]] = frozenset({"clip"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/exploding_acyclicity.py", 0),
+        Example("zoo/healthy_mlp.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        rate: float = 0.9
+        factor: float = 5.0
+        min_calls: int = 30
+
+        def __post_init__(self) -> None:
+            if not 0 < self.rate <= 1:
+                raise ValueError(f"rate must be in (0, 1], got {self.rate}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._ratios: list[float] = []
+        self._first: int | None = None
+        self._max_norm = 0.0
+        self._where = ""
+        self._fired = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, Clip)
+        if event.max_norm <= 0:
+            return
+        if self._first is None:
+            self._first = event.step
+        self._max_norm, self._where = event.max_norm, event.where or self._where
+        self._ratios.append(event.norm / event.max_norm)
+        if not self._fired and self._bad():
+            self._fired = True
+            yield self._finding()
+
+    def finish(self) -> Iterator[Finding]:
+        if self._fired:
+            yield self._finding()
+
+    def _bad(self) -> bool:
+        cfg = self.config
+        n = len(self._ratios)
+        if n < cfg.min_calls:
+            return False
+        rate = sum(r > 1.0 for r in self._ratios) / n
+        return rate >= cfg.rate and median(self._ratios) >= cfg.factor
+
+    def _finding(self) -> Finding:
+        n = len(self._ratios)
+        rate = sum(r > 1.0 for r in self._ratios) / n
+        med = median(self._ratios)
+        return finding(
+            self.id, step=self._first,
+            message=(
+                f"clip_grad_norm_(max_norm={fmt(self._max_norm)}) clipped {rate:.0%} of {n} calls; "
+                f"the median gradient norm was {fmt(med)}x max_norm (thresholds: {self.config.rate:.0%} "
+                f"of calls, {fmt(self.config.factor)}x)."
+            ),
+            cause=(
+                "The gradient norm is far above max_norm on nearly every step: max_norm is too "
+                "tight for this model and loss, or the gradients are exploding and clipping is "
+                "hiding it. Every update then has the same size, lr * max_norm."
+            ),
+            fix=(
+                f"Measure the unclipped norm (it is {fmt(med * self._max_norm)} here): if it is "
+                "steady, raise max_norm to about its typical value so clipping only catches spikes; "
+                "if it is huge, find the loss term or scale that makes it large (see "
+                "exploding-gradients)."
+            ),
+            evidence={"clip_rate": rate, "median_ratio": med, "max_norm": self._max_norm, "calls": n},
+            where=[self._where] if self._where else [],
+        )

@@ -1,0 +1,80 @@
+"""dead-relu: a large share of ReLU units never activate over a window of batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding
+from traindoc.events import Activation, Event
+from traindoc.findings import Finding
+
+
+class DeadRelu:
+    """A ReLU module where at least ``share`` of its units were never positive on any of
+    ``min_batches`` or more sampled batches (the source accumulates "ever active" per unit)."""
+
+    id: ClassVar[str] = "dead-relu"
+    needs: ClassVar[frozenset[str]] = frozenset({"activations"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/dead_relu.py", -1),
+        Example("zoo/healthy_mlp.py", None),
+        Example("zoo/healthy_cnn_bn.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        share: float = 0.5
+        min_batches: int = 8
+        min_units: int = 8
+
+        def __post_init__(self) -> None:
+            if not 0 < self.share <= 1:
+                raise ValueError(f"share must be in (0, 1], got {self.share}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._latest: dict[str, Activation] = {}
+        self._first: int | None = None
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, Activation)
+        if event.dead is None:
+            return
+        cfg = self.config
+        self._latest[event.module] = event
+        if event.batches >= cfg.min_batches and event.units >= cfg.min_units and event.dead >= cfg.share:
+            if self._first is None:
+                self._first = event.step
+                yield self._finding()
+
+    def finish(self) -> Iterator[Finding]:
+        if self._first is not None:
+            yield self._finding()
+
+    def _finding(self) -> Finding:
+        cfg = self.config
+        bad = sorted((a for a in self._latest.values()
+                      if a.dead is not None and a.dead >= cfg.share and a.units >= cfg.min_units),
+                     key=lambda a: -(a.dead or 0))
+        desc = ", ".join(f"`{a.module}` {a.dead:.0%} of {a.units}" for a in bad[:5])
+        batches = max(a.batches for a in bad) if bad else 0
+        return finding(
+            self.id, step=self._first,
+            message=(
+                f"ReLU units never active over {batches} sampled batches: {desc} "
+                f"(threshold {cfg.share:.0%})."
+            ),
+            cause=(
+                "The pre-activations are negative for every input: a bias initialised very negative, "
+                "a large update (LR too high, a loss spike) that pushed the units into the dead zone, "
+                "or inputs with a large negative offset. Dead units get zero gradient and never recover."
+            ),
+            fix=(
+                "Use the default init (or Kaiming) and zero biases; lower the LR or add warmup; "
+                "normalize inputs; add BatchNorm/LayerNorm before the ReLU, or use LeakyReLU/GELU."
+            ),
+            evidence={"modules": {a.module: a.dead for a in bad[:20] if a.dead is not None},
+                      "batches": batches, "threshold": cfg.share},
+            where=[a.module for a in bad[:10]],
+        )

@@ -1,0 +1,89 @@
+"""frozen-parameters: trainable parameters that stay at their initial values all run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, names
+from traindoc.events import Event, Optimizer, ParamStats
+from traindoc.findings import Finding
+
+
+class FrozenParameters:
+    """Parameters with requires_grad, held by an optimizer and receiving gradients, whose sampled
+    elements never moved from their first value over at least ``min_steps`` steps. (Parameters
+    with no gradient at all are no-gradient.) Judged at the end of the run."""
+
+    id: ClassVar[str] = "frozen-parameters"
+    needs: ClassVar[frozenset[str]] = frozenset({"params"})
+    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/frozen_temperature.py", 0),
+        Example("zoo/bf16_master.py", 0),
+        Example("zoo/healthy_finetune.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        min_steps: int = 10
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._lr: dict[tuple[int, int], float] = {}
+        self._opt: dict[int, str] = {}
+        self._info: dict[str, tuple[int, int, str, int]] = {}  # name -> (opt, group, dtype, first step)
+        self._moved: dict[str, float] = {}
+        self._graded: set[str] = set()
+        self._last_step = 0
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Optimizer):
+            self._opt[event.index] = event.cls
+            for g in event.groups:
+                self._lr[(event.index, g.index)] = g.lr
+            return iter(())
+        assert isinstance(event, ParamStats)
+        if event.optimizer < 0 or not event.requires_grad or event.moved is None:
+            return iter(())
+        self._last_step = max(self._last_step, event.step + event.steps - 1)
+        self._info.setdefault(event.name, (event.optimizer, event.group, event.dtype, event.step))
+        self._moved[event.name] = max(self._moved.get(event.name, 0.0), event.moved)
+        if event.has_grad is None or (event.has_grad and event.grad):
+            self._graded.add(event.name)
+        return iter(())
+
+    def finish(self) -> Iterator[Finding]:
+        if self._last_step + 1 < self.config.min_steps:
+            return
+        frozen = [n for n in self._info if n in self._graded and self._moved.get(n, 0.0) == 0.0]
+        if not frozen:
+            return
+        zero_lr = [n for n in frozen if self._lr.get(self._info[n][:2]) == 0.0]
+        low = [n for n in frozen if self._info[n][2] in ("torch.bfloat16", "torch.float16")]
+        if zero_lr:
+            cause = (f"Their parameter group's learning rate is 0 ({names(zero_lr, 3)}): a config "
+                     "default of 0, or a schedule that multiplies the LR by 0.")
+            fix = "Give that group a real LR (and check the schedule's first values)."
+        elif low:
+            cause = ("They are stored in low precision and every update rounds away (see "
+                     "update-underflow): at |w| = 1.0 the bf16 spacing is 0.0078.")
+            fix = ("Keep fp32 parameters and use torch.autocast for the forward; do not cast the "
+                   "model with .to(torch.bfloat16).")
+        else:
+            cause = ("Their updates are exactly zero although they receive gradients: an LR of 0, "
+                     "a weight decay and momentum that cancel, or an optimizer that skips them.")
+            fix = "Print the LR and state of their optimizer group; check the scheduler's values."
+        yield finding(
+            self.id, step=min(self._info[n][3] for n in frozen),
+            message=(
+                f"{len(frozen)} trainable parameter(s) never moved from their initial values over "
+                f"{self._last_step + 1} steps although they receive gradients (max |w - w0| = 0): "
+                f"{names(frozen)}."
+            ),
+            cause=cause, fix=fix,
+            evidence={"parameters": frozen[:50], "count": len(frozen), "steps": self._last_step + 1,
+                      "zero_lr": zero_lr[:20], "low_precision": low[:20],
+                      "distance_from_init": {n: self._moved.get(n, 0.0) for n in frozen[:20]}},
+            where=frozen[:10],
+        )

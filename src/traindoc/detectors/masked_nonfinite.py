@@ -1,0 +1,83 @@
+"""masked-nonfinite: the model output NaN but the value handed to backward is finite."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Activation, Backward, Event
+from traindoc.findings import Finding
+
+
+class MaskedNonfinite:
+    """On a sampled step the model's output held NaN, yet backward() got a finite value: a guard
+    (``if isnan(loss): loss = 1.0``, ``nan_to_num``, try/except) hides the failure and the step
+    trains on nothing. Only the model's *output* counts, so NaN that the model itself handles
+    internally (fully masked attention rows) does not fire.
+    """
+
+    id: ClassVar[str] = "masked-nonfinite"
+    needs: ClassVar[frozenset[str]] = frozenset({"activations", "backward"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/nan_masked_loss.py", 0),
+        Example("golden/masked_nan.jsonl", 3),
+        Example("golden/healthy_noisy_loss.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._nan_out: dict[int, str] = {}
+        self._first_module: dict[int, str] = {}
+        self._masked: list[tuple[int, float, str]] = []
+        self._checked: set[int] = set()
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Activation):
+            if event.nan and event.is_output:
+                self._nan_out[event.step] = event.module
+            elif event.nan:
+                self._first_module.setdefault(event.step, event.module)
+            return
+        assert isinstance(event, Backward)
+        if event.step in self._checked or event.step not in self._nan_out:
+            return
+        self._checked.add(event.step)
+        if math.isfinite(event.value):
+            self._masked.append((event.step, event.value, event.where))
+            yield self._finding()
+
+    def finish(self) -> Iterator[Finding]:
+        return iter(())
+
+    def _finding(self) -> Finding:
+        step, value, where = self._masked[0]
+        module = self._first_module.get(step) or self._nan_out.get(step, "")
+        sites = [where] if where else []
+        return finding(
+            self.id, step=step,
+            message=(
+                f"at step {step} the model output contained NaN (first in module `{module}`), but "
+                f"the value handed to backward() was finite ({fmt(value)}); seen on "
+                f"{len(self._masked)} sampled step(s) {[s for s, _, _ in self._masked[:10]]}."
+            ),
+            cause=(
+                "A guard replaces the non-finite loss (`if torch.isnan(loss): loss = ...`, "
+                "`torch.nan_to_num`, a try/except around the loss), so the failure is hidden and "
+                "those steps give no useful gradient."
+            ),
+            fix=(
+                "Remove the guard and let the NaN surface, then fix its source"
+                + (f" (the forward pass first produces NaN in `{module}`)" if module else "")
+                + ": check the batch for NaN/Inf inputs, guard the op's domain, lower the LR. To "
+                "skip truly bad batches, skip the optimizer step and count the skips instead."
+            ),
+            evidence={"masked_steps": len(self._masked), "steps": [s for s, _, _ in self._masked[:20]],
+                      "value_to_backward": value, "module": module},
+            where=[f"module {module}"] + sites if module else sites,
+        )

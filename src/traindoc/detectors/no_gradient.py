@@ -1,0 +1,103 @@
+"""no-gradient: trainable parameters held by the optimizer never receive a gradient."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, names
+from traindoc.events import Event, ParamStats
+from traindoc.findings import Finding
+
+
+class NoGradient:
+    """Parameters the optimizer holds (with requires_grad) whose gradient stayed None or exactly
+    zero on every sampled step so far, while other parameters did get gradients (steps where
+    *every* gradient is zero belong to constant-loss). Steps where the model that ran has
+    parameters no optimizer holds belong to optimizer-param-mismatch and are not counted.
+    """
+
+    id: ClassVar[str] = "no-gradient"
+    needs: ClassVar[frozenset[str]] = frozenset({"params"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/detached_branch.py", 0),
+        Example("golden/healthy_noisy_loss.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        confirm: int = 5  # sampled steps without a gradient before firing
+
+        def __post_init__(self) -> None:
+            if self.confirm < 1:
+                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._step: int | None = None
+        self._rows: list[ParamStats] = []
+        self._counted = 0
+        self._got: set[str] = set()
+        self._never: dict[str, int] = {}
+        self._numel: dict[str, int] = {}
+        self._first: int | None = None
+        self._fired = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, ParamStats)
+        if event.step != self._step:
+            yield from self._judge()
+            self._step, self._rows = event.step, []
+        self._rows.append(event)
+
+    def finish(self) -> Iterator[Finding]:
+        yield from self._judge()
+        if self._fired:
+            yield self._finding()  # final evidence: the parameters that never got one
+
+    def _judge(self) -> Iterator[Finding]:
+        rows, self._rows = self._rows, []
+        if not rows or any(r.optimizer < 0 for r in rows):
+            return
+        held = [r for r in rows if r.requires_grad and r.has_grad is not None]
+        if not any(r.has_grad and r.grad for r in held):
+            return  # every gradient zero: constant-loss, or nothing measurable
+        self._counted += 1
+        for r in held:
+            self._numel[r.name] = r.numel
+            if r.has_grad and r.grad:
+                self._got.add(r.name)
+                self._never.pop(r.name, None)
+            elif r.name not in self._got:
+                self._never.setdefault(r.name, r.step)
+        if self._never and self._first is None:
+            self._first = min(self._never.values())
+        if not self._fired and self._never and self._counted >= self.config.confirm:
+            self._fired = True
+            yield self._finding()
+
+    def _finding(self) -> Finding:
+        bad = sorted(self._never, key=lambda n: -self._numel[n])
+        total = sum(self._numel.values()) or 1
+        share = sum(self._numel[n] for n in bad) / total
+        return finding(
+            self.id, step=self._first,
+            message=(
+                f"{len(bad)} trainable parameter(s) held by the optimizer got no gradient (None or "
+                f"exactly 0) on any of {self._counted} sampled steps: {names(bad)}; "
+                f"{share:.1%} of the optimizer's parameter elements."
+            ),
+            cause=(
+                "Their output does not reach the loss: a `.detach()`, `.item()` or `.data` in the "
+                "forward pass, a branch or head that is computed but not used in the loss, or a "
+                "module that is never called."
+            ),
+            fix=(
+                f"Trace how {bad[0]} reaches the loss; remove the detach or add the branch's term to "
+                "the loss. If they are meant to be frozen, set requires_grad_(False) and leave them "
+                "out of the optimizer."
+            ),
+            evidence={"parameters": bad[:50], "count": len(bad), "share_of_elements": share,
+                      "sampled_steps": self._counted},
+            where=bad[:10],
+        )

@@ -1,0 +1,109 @@
+"""nonfinite: NaN or Inf in the loss, a gradient or a parameter."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, names
+from traindoc.events import Activation, Event, ParamStats, Scalar
+from traindoc.findings import Finding
+
+
+class Nonfinite:
+    """The first step where the loss, the gradient norm, a gradient or a parameter is NaN/Inf.
+
+    The evidence names where it appeared: the first module whose forward output held NaN on
+    that step (forward), and the parameters whose gradient or value is non-finite (backward).
+    """
+
+    id: ClassVar[str] = "nonfinite"
+    needs: ClassVar[frozenset[str]] = frozenset({"loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"params", "activations", "grad_norm"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/nonfinite_grad.py", -1),
+        Example("golden/nonfinite_loss.jsonl", 12),
+        Example("golden/healthy_noisy_loss.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._step: int | None = None
+        self._what: list[str] = []
+        self._module: dict[int, str] = {}
+        self._grads: list[str] = []
+        self._params: list[str] = []
+        self._loss: float | None = None
+        self._steps = 0
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Activation):
+            if event.nan and not event.is_output and event.step not in self._module:
+                self._module[event.step] = event.module
+            return
+        if isinstance(event, ParamStats):
+            bad_grad = event.grad is not None and not math.isfinite(event.grad)
+            bad_param = not math.isfinite(event.norm) and event.optimizer >= 0
+            if not (bad_grad or bad_param):
+                return
+            if self._step is None or event.step == self._step:
+                if bad_grad and event.name not in self._grads:
+                    self._grads.append(event.name)
+                if bad_param and event.name not in self._params:
+                    self._params.append(event.name)
+                yield from self._fire(event.step, "gradient" if bad_grad else "parameter")
+            return
+        assert isinstance(event, Scalar)
+        if math.isfinite(event.value):
+            return
+        if self._step is None or event.step == self._step:
+            if event.name == "loss":
+                self._loss = event.value
+            yield from self._fire(event.step, event.name)
+        else:
+            self._steps += 1
+
+    def finish(self) -> Iterator[Finding]:
+        return iter(())
+
+    def _fire(self, step: int, what: str) -> Iterator[Finding]:
+        if self._step is None:
+            self._step = step
+        if what not in self._what:
+            self._what.append(what)
+        module = self._module.get(step)
+        where = ([f"module {module}"] if module else []) + self._grads[:5] + self._params[:5]
+        parts = []
+        if self._loss is not None:
+            parts.append(f"the loss is {self._loss}")
+        if module:
+            parts.append(f"module `{module}` output NaN in the forward pass")
+        if self._grads:
+            parts.append(f"{len(self._grads)} parameter(s) have non-finite gradients ({names(self._grads, 3)})")
+        if self._params:
+            parts.append(f"{len(self._params)} parameter(s) are non-finite ({names(self._params, 3)})")
+        if not parts:
+            parts.append(f"the {', '.join(self._what)} is non-finite")
+        yield finding(
+            self.id, step=self._step,
+            message=f"first non-finite value at step {self._step}: " + "; ".join(parts) + ".",
+            cause=(
+                "An op outside its domain (log/sqrt/div of 0 or a negative, exp overflow), an LR "
+                "too high, fp16 overflow, or bad input data."
+                + (f" The forward pass first produced NaN in `{module}`." if module else "")
+            ),
+            fix=(
+                "Find the op: rerun the failing step with torch.autograd.set_detect_anomaly(True); "
+                "guard the domain (clamp_min before log/sqrt, add eps to denominators); check the "
+                "batch for NaN; lower the LR or clip gradients. Do not mask the NaN: a replaced loss "
+                "trains on nothing."
+            ),
+            evidence={"signals": list(self._what), "module": module or "", "loss": self._loss,
+                      "nonfinite_grads": self._grads[:20], "nonfinite_params": self._params[:20]},
+            where=where,
+        )

@@ -1,0 +1,116 @@
+"""update-underflow: low-precision parameters whose optimizer updates round away."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._maths import median
+from traindoc.events import Event, ParamStats
+from traindoc.findings import Finding
+
+LOW = ("torch.bfloat16", "torch.float16")
+
+
+class UpdateUnderflow:
+    """bf16/fp16 parameters where an optimizer step left most elements bit-identical although
+    their gradient was non-zero: the update is smaller than half the dtype's spacing at the
+    weights' magnitude and rounds away. Fires after ``confirm`` sampled steps where the share
+    of such elements (by element count) is at least ``share``."""
+
+    id: ClassVar[str] = "update-underflow"
+    needs: ClassVar[frozenset[str]] = frozenset({"params"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/bf16_master.py", 0),
+        Example("zoo/healthy_bf16_autocast.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        share: float = 0.3
+        confirm: int = 3
+
+        def __post_init__(self) -> None:
+            if not 0 < self.share <= 1:
+                raise ValueError(f"share must be in (0, 1], got {self.share}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._step: int | None = None
+        self._acc = [0.0, 0.0]  # unchanged elements, elements (this step)
+        self._bad_steps: list[tuple[int, float]] = []
+        self._per_param: dict[str, list[float]] = {}
+        self._dtype = ""
+        self._spacing: list[float] = []
+        self._intended: list[float] = []
+        self._fired = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, ParamStats)
+        if event.step != self._step:
+            yield from self._judge()
+            self._step, self._acc = event.step, [0.0, 0.0]
+        if event.dtype not in LOW or event.unchanged is None or event.optimizer < 0:
+            return
+        if event.has_grad is False or not event.requires_grad:
+            return
+        self._dtype = event.dtype
+        self._acc[0] += event.unchanged * event.numel
+        self._acc[1] += event.numel
+        self._per_param.setdefault(event.name, []).append(event.unchanged)
+        if event.spacing is not None and event.spacing == event.spacing:
+            self._spacing.append(event.spacing)
+        if event.intended is not None:
+            self._intended.append(event.intended)
+
+    def finish(self) -> Iterator[Finding]:
+        yield from self._judge()
+        if self._fired:
+            yield self._finding()
+
+    def _judge(self) -> Iterator[Finding]:
+        unchanged, total = self._acc
+        self._acc = [0.0, 0.0]
+        if total == 0 or self._step is None:
+            return
+        share = unchanged / total
+        if share >= self.config.share:
+            self._bad_steps.append((self._step, share))
+            if not self._fired and len(self._bad_steps) >= self.config.confirm:
+                self._fired = True
+                yield self._finding()
+
+    def _finding(self) -> Finding:
+        shares = [s for _, s in self._bad_steps]
+        worst = sorted(self._per_param, key=lambda n: -median(self._per_param[n]))
+        stuck = [n for n in worst if median(self._per_param[n]) >= 0.99]
+        sp, want = median(self._spacing), median(self._intended)
+        size = (f" The optimizer's typical step is about {fmt(want)} per element, against a "
+                f"{self._dtype.split('.')[-1]} spacing of {fmt(sp)} at the weights' typical magnitude.") \
+            if self._intended and self._spacing else ""
+        return finding(
+            self.id, step=self._bad_steps[0][0],
+            message=(
+                f"{self._dtype} parameters: on {len(self._bad_steps)} sampled steps a median "
+                f"{median(shares):.0%} of elements with a non-zero gradient were left bit-identical by "
+                f"the optimizer step (threshold {self.config.share:.0%})."
+                + (f" Never changed: {names(stuck, 4)}." if stuck else "") + size
+            ),
+            cause=(
+                "The parameters are stored in low precision, so an update smaller than half the "
+                "spacing between representable values rounds back to the old value. bf16 has 8 "
+                "significant bits: at |w| = 1.0 (norm weights) the spacing is 0.0078, far above a "
+                "typical lr-sized step."
+            ),
+            fix=(
+                "Keep fp32 parameters and run the forward in low precision: remove "
+                "`model.to(torch.bfloat16)` / `.half()` and wrap the forward in "
+                "`torch.autocast(device_type, dtype=torch.bfloat16)`; or use an optimizer that keeps "
+                "fp32 master weights (or stochastic rounding)."
+            ),
+            evidence={"dtype": self._dtype, "median_unchanged_share": median(shares),
+                      "steps": len(self._bad_steps), "spacing": sp if self._spacing else None,
+                      "intended_update": want if self._intended else None, "never_changed": stuck[:20]},
+            where=(stuck or worst)[:10],
+        )

@@ -1,0 +1,710 @@
+"""What every lint rule shares: one pass over a file's AST and the names it can follow.
+
+``Module`` parses a file once and indexes it: import aliases (so ``nn.utils.clip_grad_norm_``
+resolves to ``torch.nn.utils.clip_grad_norm_``), the parent of every node, and per function
+("scope") its calls, assignments, ``with`` blocks, loops and returns. On top of that it answers
+the questions the rules ask, always by following names through a function and through simple
+assignments, never further:
+
+- what is handed to ``backward`` (``loss.backward()``, ``scaler.scale(loss).backward()``,
+  ``accelerator.backward(loss)``) and which names that loss is built from;
+- which names are optimizers, schedulers, GradScalers (by the call that built them, or by the
+  name they go by when they arrive as a function argument);
+- whether a node runs under ``torch.no_grad()`` / ``torch.inference_mode()``.
+
+Nothing here imports torch; it reads source only.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Iterator, Union
+
+FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+ScopeNode = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
+
+OPTIMIZER_CLASSES = frozenset(
+    "SGD Adam AdamW Adamax Adagrad Adadelta RMSprop NAdam RAdam Rprop ASGD LBFGS SparseAdam Muon "
+    "Lion Adafactor AdamW8bit Adam8bit PagedAdamW PagedAdamW8bit PagedAdamW32bit Lamb LAMB "
+    "FusedAdam FusedLAMB FusedSGD DeepSpeedCPUAdam SOAP Shampoo Prodigy AdEMAMix SophiaG "
+    "AdamWScheduleFree SGDScheduleFree ZeroRedundancyOptimizer".split()
+)
+SCALER_CLASSES = frozenset({"GradScaler", "ShardedGradScaler"})
+LOW_PRECISION = frozenset({"torch.bfloat16", "torch.float16", "torch.half"})
+# Calls that build a tensor with no autograd history from their arguments' values.
+TENSOR_FACTORIES = frozenset(
+    "tensor as_tensor scalar_tensor zeros ones full empty zeros_like ones_like full_like "
+    "empty_like".split()
+)
+EVAL_WORDS = ("val", "eval", "test", "dev")
+LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
+
+
+def dotted(node: ast.AST | None) -> str | None:
+    """``self.model.encoder`` for a Name/Attribute chain, None for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def method(call: ast.AST, *names: str) -> ast.expr | None:
+    """The receiver of ``<receiver>.<name>(...)`` when ``call`` is such a call."""
+    if (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr in names
+    ):
+        return call.func.value
+    return None
+
+
+def kwarg(call: ast.Call, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    return None
+
+
+def arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    """Argument ``name`` given by keyword, else the positional one at ``index``."""
+    value = kwarg(call, name)
+    if value is not None:
+        return value
+    if index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+        return call.args[index]
+    return None
+
+
+def number(node: ast.AST | None) -> float | None:
+    """The value of a numeric literal (``1e6``, ``-1``, ``float('inf')``), else None."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = number(node.operand)
+        if inner is not None:
+            return -inner if isinstance(node.op, ast.USub) else inner
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "float"
+        and len(node.args) == 1
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    ):
+        try:
+            return float(node.args[0].value)
+        except ValueError:
+            return None
+    return None
+
+
+def names_in(node: ast.AST) -> set[str]:
+    """Every plain name read anywhere in ``node``."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def arith_names(node: ast.AST | None) -> set[str]:
+    """Names that ``node`` combines arithmetically: ``a + w * b.mean()`` gives {a, w, b}.
+
+    Calls other than tensor methods on a name (``.mean()``, ``.float()``) are not followed:
+    ``criterion(out, y)`` contributes nothing.
+    """
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.BinOp):
+            stack += [n.left, n.right]
+        elif isinstance(n, ast.UnaryOp):
+            stack.append(n.operand)
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and not n.args:
+            stack.append(n.func.value)  # loss.mean(), loss.float()
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "sum":
+            stack += n.args
+        elif isinstance(n, (ast.List, ast.Tuple)):
+            stack += n.elts
+    return out
+
+
+def unparse(node: ast.AST, limit: int = 60) -> str:
+    """Source text of ``node`` for a message, shortened."""
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def contains_word(text: str, words: tuple[str, ...]) -> bool:
+    low = text.lower()
+    return any(w in low for w in words)
+
+
+@dataclass
+class Backward:
+    """One backward pass: ``loss`` is the expression handed to it."""
+
+    call: ast.Call
+    loss: ast.expr
+    via: str  # "tensor" (loss.backward()), "scaler" (scaler.scale(loss).backward()), "wrapper"
+    owner: str | None = None  # the scaler or wrapper (accelerator, fabric, engine) by name
+
+    @property
+    def name(self) -> str | None:
+        return self.loss.id if isinstance(self.loss, ast.Name) else None
+
+    def text(self) -> str:
+        return unparse(self.call)
+
+
+@dataclass
+class Scope:
+    """A function body (or the module body): the unit through which names are followed."""
+
+    node: ScopeNode
+    name: str
+    cls: str | None = None
+    calls: list[ast.Call] = field(default_factory=list)
+    assigns: list[tuple[str, ast.stmt, ast.expr]] = field(default_factory=list)
+    withs: list[ast.With | ast.AsyncWith] = field(default_factory=list)
+    loops: list[ast.stmt] = field(default_factory=list)
+    returns: list[ast.Return] = field(default_factory=list)
+    trys: list[ast.Try] = field(default_factory=list)
+    ifs: list[ast.If] = field(default_factory=list)
+    backwards: list[Backward] = field(default_factory=list)
+    trained: set[str] = field(default_factory=set)  # names whose value is handed to backward
+
+    def values_of(self, name: str, before: int | None = None) -> list[tuple[ast.stmt, ast.expr]]:
+        """Assignments ``name = value`` in this scope (in source order), optionally before a line.
+
+        An augmented assignment ``name /= n`` is given as the statement itself.
+        """
+        return [
+            (stmt, value)
+            for target, stmt, value in self.assigns
+            if target == name and (before is None or stmt.lineno < before)
+        ]
+
+    def reaching(self, name: str, line: int) -> ast.expr | None:
+        """The value of the last plain assignment to ``name`` before ``line``."""
+        found = [v for s, v in self.values_of(name, line) if not isinstance(s, ast.AugAssign)]
+        return found[-1] if found else None
+
+    @property
+    def is_eval(self) -> bool:
+        return contains_word(self.name, ("eval", "valid", "test", "metric", "predict", "infer"))
+
+
+class Module:
+    """One parsed source file and everything the rules ask about it."""
+
+    def __init__(self, source: str, path: str = "<string>") -> None:
+        self.path = path
+        self.source = source
+        self.tree = ast.parse(source, filename=path)
+        self.aliases: dict[str, str] = {}
+        self.parent: dict[ast.AST, ast.AST] = {}
+        self.scopes: list[Scope] = []
+        self.scope_of: dict[ast.AST, Scope] = {}
+        self.functions: dict[str, list[Scope]] = {}
+        self.calls: list[ast.Call] = []
+        # dotted target text -> the calls assigned to it anywhere in the file
+        self.built: dict[str, list[ast.Call]] = {}
+        self._index()
+        self._find_backwards()
+        self._find_trained()
+
+    # -- indexing -----------------------------------------------------------------------------
+
+    def _index(self) -> None:
+        top = Scope(self.tree, "<module>")
+        self.scopes.append(top)
+        self.scope_of[self.tree] = top
+        parent = self.parent
+        scope_of = self.scope_of
+        todo: list[ast.AST] = [self.tree]
+        while todo:
+            node = todo.pop()
+            scope = scope_of[node]
+            for child in ast.iter_child_nodes(node):
+                parent[child] = node
+                kind = type(child)
+                if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
+                    cls = node.name if isinstance(node, ast.ClassDef) else None
+                    name = getattr(child, "name", "<lambda>")
+                    inner = Scope(child, name, cls)  # type: ignore[arg-type]
+                    self.scopes.append(inner)
+                    self.functions.setdefault(name, []).append(inner)
+                    scope_of[child] = inner
+                    # decorators and defaults are evaluated in the enclosing scope
+                    todo.append(child)
+                    continue
+                scope_of[child] = scope
+                todo.append(child)
+                if kind is ast.Call:
+                    scope.calls.append(child)  # type: ignore[arg-type]
+                    self.calls.append(child)  # type: ignore[arg-type]
+                elif kind is ast.Assign:
+                    for target in child.targets:  # type: ignore[attr-defined]
+                        self._assign(scope, target, child, child.value)  # type: ignore[attr-defined]
+                elif kind is ast.AnnAssign or kind is ast.AugAssign:
+                    if child.value is not None:  # type: ignore[attr-defined]
+                        value = child if kind is ast.AugAssign else child.value  # type: ignore[attr-defined]
+                        text = dotted(child.target)  # type: ignore[attr-defined]
+                        if text:
+                            scope.assigns.append((text, child, value))  # type: ignore[arg-type]
+                elif kind is ast.With or kind is ast.AsyncWith:
+                    scope.withs.append(child)  # type: ignore[arg-type]
+                elif kind in LOOP_TYPES:
+                    scope.loops.append(child)  # type: ignore[arg-type]
+                elif kind is ast.Return:
+                    scope.returns.append(child)  # type: ignore[arg-type]
+                elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+                    scope.trys.append(child)  # type: ignore[arg-type]
+                elif kind is ast.If:
+                    scope.ifs.append(child)  # type: ignore[arg-type]
+                elif kind is ast.Import:
+                    for alias in child.names:  # type: ignore[attr-defined]
+                        if alias.asname:
+                            self.aliases[alias.asname] = alias.name
+                        else:
+                            root = alias.name.split(".")[0]
+                            self.aliases[root] = root
+                elif kind is ast.ImportFrom:
+                    base = "." * child.level + (child.module or "")  # type: ignore[attr-defined]
+                    for alias in child.names:  # type: ignore[attr-defined]
+                        self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+        position = _position
+        for scope in self.scopes:
+            scope.calls.sort(key=position)
+            scope.assigns.sort(key=lambda a: position(a[1]))
+            for group in (scope.withs, scope.loops, scope.returns, scope.trys, scope.ifs):
+                group.sort(key=position)
+        self.calls.sort(key=position)
+
+    def _assign(self, scope: Scope, target: ast.expr, stmt: ast.stmt, value: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            # a, b = x, y pairs up; a, b = f() gives each name the call (its origin)
+            pairs = (
+                zip(target.elts, value.elts)
+                if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+                else ((t, value) for t in target.elts)
+            )
+            for t, v in pairs:
+                self._assign(scope, t, stmt, v)
+            return
+        text = dotted(target)
+        if text is None:
+            return
+        scope.assigns.append((text, stmt, value))
+        if isinstance(value, ast.Call):
+            self.built.setdefault(text, []).append(value)
+
+    # -- names --------------------------------------------------------------------------------
+
+    def qualname(self, node: ast.AST | None) -> str | None:
+        """``dotted`` with the first part resolved through the file's imports."""
+        text = dotted(node)
+        if text is None:
+            return None
+        head, _, rest = text.partition(".")
+        full = self.aliases.get(head, head)
+        return f"{full}.{rest}" if rest else full
+
+    def callee(self, call: ast.AST) -> str:
+        """The qualified name of the function a call calls, or ''."""
+        if not isinstance(call, ast.Call):
+            return ""
+        return self.qualname(call.func) or ""
+
+    def role(self, text: str | None) -> str | None:
+        """'optimizer', 'scheduler', 'scaler' or 'accelerator' for a dotted name, else None.
+
+        Known by the call that built it anywhere in the file; failing that (a function
+        argument), by the name it goes by.
+        """
+        if not text:
+            return None
+        for call in self.built.get(text, ()):
+            kind = self.kind_of_call(call)
+            if kind:
+                return kind
+        last = text.split(".")[-1].lower()
+        if "sched" in last:
+            return "scheduler"
+        if "scaler" in last:
+            return "scaler"
+        if "optim" in last or last.startswith("opt_") or (last.startswith("opt") and len(last) <= 4):
+            return "optimizer"
+        if last.endswith("accelerator") or last == "fabric":
+            return "accelerator"
+        return None
+
+    def kind_of_call(self, call: ast.Call) -> str | None:
+        q = self.callee(call)
+        last = q.split(".")[-1]
+        if "lr_scheduler." in q or last in ("ReduceLROnPlateau", "CosineAnnealingWarmRestarts"):
+            return "scheduler"
+        if last.endswith(("LR", "LRScheduler")) or (
+            last.startswith("get_") and "schedule" in last
+        ):
+            return "scheduler"
+        if last in SCALER_CLASSES:
+            return "scaler"
+        if last in OPTIMIZER_CLASSES or (
+            q.startswith("torch.optim.") and last[:1].isupper() and last != "Optimizer"
+        ):
+            return "optimizer"
+        if last in ("Accelerator", "Fabric"):
+            return "accelerator"
+        return None
+
+    def is_torch(self, call: ast.AST, *names: str) -> bool:
+        """``call`` calls ``torch.<name>`` (through any import alias) for one of ``names``."""
+        q = self.callee(call)
+        return any(q == f"torch.{n}" for n in names)
+
+    def is_dtype(self, node: ast.AST | None, scope: Scope | None = None) -> str | None:
+        """'torch.bfloat16' etc. when ``node`` is (or names, via one assignment) a low precision."""
+        q = self.qualname(node)
+        if q in LOW_PRECISION:
+            return q
+        if isinstance(node, ast.Name) and scope is not None:
+            value = scope.reaching(node.id, node.lineno)
+            if value is None and scope.name != "<module>":
+                value = self.scopes[0].reaching(node.id, node.lineno)
+            q = self.qualname(value)
+            if q in LOW_PRECISION:
+                return q
+        return None
+
+    # -- structure ----------------------------------------------------------------------------
+
+    def scope(self, node: ast.AST) -> Scope:
+        return self.scope_of.get(node) or self.scopes[0]
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        """Enclosing nodes, innermost first, up to (not including) the enclosing function."""
+        node = self.parent.get(node)  # type: ignore[assignment]
+        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+            yield node
+            node = self.parent.get(node)  # type: ignore[assignment]
+
+    def loops_around(self, node: ast.AST) -> list[ast.stmt]:
+        return [a for a in self.ancestors(node) if isinstance(a, LOOP_TYPES)]  # type: ignore[misc]
+
+    def inside(self, node: ast.AST, outer: ast.AST) -> bool:
+        return any(a is outer for a in self.ancestors(node))
+
+    def grad_mode(self, node: ast.AST) -> str | None:
+        """'no_grad' or 'inference' when ``node`` runs with autograd off, else None."""
+        for a in self.ancestors(node):
+            if isinstance(a, (ast.With, ast.AsyncWith)):
+                for item in a.items:
+                    mode = self.with_mode(item.context_expr)
+                    if mode == "enable":
+                        return None
+                    if mode:
+                        return mode
+        fn = self.scope(node).node
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for deco in fn.decorator_list:
+                mode = self.with_mode(deco)
+                if mode and mode != "enable":
+                    return mode
+        return None
+
+    def with_mode(self, expr: ast.AST) -> str | None:
+        target = expr.func if isinstance(expr, ast.Call) else expr
+        q = self.qualname(target) or ""
+        if q in ("torch.no_grad", "torch.autograd.no_grad"):
+            return "no_grad"
+        if q in ("torch.inference_mode", "torch.autograd.inference_mode"):
+            if isinstance(expr, ast.Call) and expr.args and number(expr.args[0]) == 0:
+                return None  # inference_mode(False)
+            return "inference"
+        if q in ("torch.enable_grad", "torch.autograd.enable_grad"):
+            return "enable"
+        if q == "torch.set_grad_enabled" and isinstance(expr, ast.Call) and expr.args:
+            flag = expr.args[0]
+            if isinstance(flag, ast.Constant) and flag.value is False:
+                return "no_grad"
+        return None
+
+    # -- training flow ------------------------------------------------------------------------
+
+    def _find_backwards(self) -> None:
+        for scope in self.scopes:
+            for call in scope.calls:
+                b = self.backward_of(call)
+                if b is not None:
+                    scope.backwards.append(b)
+
+    def backward_of(self, call: ast.Call) -> Backward | None:
+        func = call.func
+        if self.callee(call) == "torch.autograd.backward" and call.args:
+            return Backward(call, call.args[0], "autograd")
+        if not isinstance(func, ast.Attribute) or func.attr not in ("backward", "manual_backward"):
+            return None
+        receiver = func.value
+        owner = dotted(receiver)
+        if func.attr == "manual_backward" or (
+            call.args and owner and self.role(owner) == "accelerator"
+        ) or (call.args and owner and contains_word(owner.split(".")[-1], ("engine", "fabric"))):
+            if not call.args:
+                return None
+            return Backward(call, call.args[0], "wrapper", owner)
+        scaled = method(receiver, "scale")
+        if scaled is not None and isinstance(receiver, ast.Call) and len(receiver.args) == 1:
+            return Backward(call, receiver.args[0], "scaler", dotted(scaled))
+        if isinstance(receiver, ast.Call) and not isinstance(receiver.func, ast.Attribute):
+            return None  # f(x).backward(): not a name we can follow
+        return Backward(call, receiver, "tensor")
+
+    def _find_trained(self) -> None:
+        """Names handed to backward in each scope, plus what loss functions return.
+
+        A loss function is one whose result is handed to backward in this file, one named
+        ``training_step`` / ``compute_loss`` (the framework does the backward), one named like
+        a loss (``focal_loss``), or ``forward`` of a class named ``*Loss``.
+        """
+        for scope in self.scopes:
+            for b in scope.backwards:
+                scope.trained |= loss_roots(b.loss)
+        loss_fns: set[int] = set()
+        for scope in self.scopes:
+            name = scope.name
+            if name in ("training_step", "compute_loss") or (
+                "loss" in name.lower() and not scope.is_eval
+            ) or (name == "forward" and (scope.cls or "").endswith("Loss")):
+                loss_fns.add(id(scope))
+        for _ in range(3):  # a loss function may call another loss function
+            changed = False
+            for scope in self.scopes:
+                for target, stmt, value in scope.assigns:
+                    if target not in scope.trained or not isinstance(value, ast.Call):
+                        continue
+                    callee = dotted(value.func) or ""
+                    short = callee[5:] if callee.startswith("self.") else callee
+                    for fn in self.functions.get(short, ()):
+                        if id(fn) not in loss_fns:
+                            loss_fns.add(id(fn))
+                            changed = True
+            for scope in self.scopes:
+                if id(scope) in loss_fns:
+                    before = len(scope.trained)
+                    for ret in scope.returns:
+                        scope.trained |= returned_names(ret.value)
+                    changed |= len(scope.trained) != before
+            if not changed:
+                break
+
+    def loss_names(self, scope: Scope) -> set[str]:
+        """The trained names and, through arithmetic, the loss terms they are summed from."""
+        out = set(scope.trained)
+        todo = list(out)
+        while todo:
+            name = todo.pop()
+            for _, value in scope.values_of(name):
+                for n in arith_names(value if not isinstance(value, ast.AugAssign) else value.value):
+                    if n not in out and "loss" in n.lower():
+                        out.add(n)
+                        todo.append(n)
+        return out
+
+    def depends(self, scope: Scope, names: set[str]) -> set[str]:
+        """Every name the values of ``names`` are computed from in ``scope`` (any expression)."""
+        out = set(names)
+        todo = list(names)
+        while todo:
+            name = todo.pop()
+            for _, value in scope.values_of(name):
+                for n in names_in(value):
+                    if n not in out:
+                        out.add(n)
+                        todo.append(n)
+        return out
+
+    def optimizer_steps(self, scope: Scope) -> list[tuple[ast.Call, str]]:
+        """``opt.step()`` and ``scaler.step(opt)`` calls in ``scope``, with the optimizer's name."""
+        out = []
+        for call in scope.calls:
+            receiver = method(call, "step")
+            owner = dotted(receiver)
+            if owner is None:
+                continue
+            role = self.role(owner)
+            if role == "optimizer":
+                out.append((call, owner))
+            elif role == "scaler" and call.args:
+                out.append((call, dotted(call.args[0]) or owner))
+        return out
+
+    def trained_models(self) -> set[str]:
+        """Names of modules being trained: their ``.parameters()`` go to an optimizer, or they
+        are put in train mode with ``.train()``."""
+        out: set[str] = set()
+        for call in self.calls:
+            if self.kind_of_call(call) == "optimizer":
+                for n in ast.walk(call):
+                    receiver = method(n, "parameters", "named_parameters")
+                    if receiver is not None and dotted(receiver):
+                        out.add(dotted(receiver))  # type: ignore[arg-type]
+            receiver = method(call, "train")
+            if receiver is not None and dotted(receiver) and not call.args:
+                out.add(dotted(receiver))  # type: ignore[arg-type]
+        return out
+
+    def source_line(self, line: int) -> str:
+        lines = self.source.splitlines()
+        return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
+def returned_names(node: ast.AST | None) -> set[str]:
+    """The loss names a ``return`` hands back: ``loss``, ``(loss, outputs)``, ``{"loss": loss}``."""
+    if node is None:
+        return set()
+    if isinstance(node, ast.Tuple) and node.elts:
+        return returned_names(node.elts[0])
+    if isinstance(node, ast.IfExp):
+        return returned_names(node.body) | returned_names(node.orelse)
+    if isinstance(node, ast.Dict):
+        out: set[str] = set()
+        for key, value in zip(node.keys, node.values):
+            if isinstance(key, ast.Constant) and key.value == "loss":
+                out |= returned_names(value)
+        return out
+    return loss_roots(node)
+
+
+def loss_roots(node: ast.AST | None) -> set[str]:
+    """The names a loss expression is made of, without its scale factors and divisors:
+    ``(loss / accum_steps)`` gives {loss}; ``ce + aux_weight * aux_loss`` gives {ce, aux_loss}."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            return loss_roots(node.left)
+        if isinstance(node.op, ast.Mult):
+            left, right = loss_roots(node.left), loss_roots(node.right)
+            lossy = {n for n in left | right if "loss" in n.lower()}
+            if lossy:
+                return lossy
+            if number(node.left) is not None:
+                return right
+            if number(node.right) is not None:
+                return left
+            return left | right
+        return loss_roots(node.left) | loss_roots(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return loss_roots(node.operand)
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and not node.args:
+            return loss_roots(node.func.value)  # loss.mean()
+        if isinstance(node.func, ast.Name) and node.func.id == "sum":
+            return set().union(*(loss_roots(a) for a in node.args)) if node.args else set()
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return set().union(*(loss_roots(e) for e in node.elts)) if node.elts else set()
+    return set()
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
+    """A value with no autograd history: a number, ``torch.tensor(1e6)``, ``torch.zeros(())``,
+    ``x.new_tensor(0.)``, ``x * 0``."""
+    if node is None:
+        return False
+    if number(node) is not None:
+        return True
+    if isinstance(node, ast.Call):
+        q = mod.callee(node)
+        last = q.split(".")[-1]
+        if q.startswith("torch.") and last in TENSOR_FACTORIES:
+            data = node.args[0] if node.args else None
+            if last.endswith("_like"):
+                return True
+            return data is None or number(data) is not None or isinstance(data, (ast.Tuple, ast.List))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "new_tensor", "new_zeros", "new_ones", "new_full", "zero_"
+        ):
+            return node.func.attr != "new_tensor" or (bool(node.args) and number(node.args[0]) is not None)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return number(node.left) == 0 or number(node.right) == 0
+    return False
+
+
+def is_detached_value(mod: Module, node: ast.AST | None) -> str | None:
+    """How a value lost its autograd history, as source text, else None: ``x.detach()``,
+    ``x.data``, ``torch.tensor(x.item())``, ``x.detach().requires_grad_()``."""
+    if node is None:
+        return None
+    inner = node
+    while True:
+        receiver = method(inner, "requires_grad_", "to", "float", "cuda", "clone")
+        if receiver is None:
+            break
+        inner = receiver
+    if method(inner, "detach") is not None:
+        return unparse(node)
+    if isinstance(inner, ast.Attribute) and inner.attr == "data":
+        return unparse(node)
+    if isinstance(inner, ast.Call):
+        q = mod.callee(inner)
+        if q in ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor", "torch.autograd.Variable") and inner.args:
+            data = inner.args[0]
+            if number(data) is None and _has_value_escape(data):
+                return unparse(node)
+    return None
+
+
+def _has_value_escape(node: ast.AST) -> bool:
+    """``x.item()``, ``float(x)``, ``x.data``, ``x.detach()``, ``x.tolist()`` inside ``node``."""
+    for n in ast.walk(node):
+        if method(n, "item", "detach", "tolist", "cpu", "numpy") is not None:
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float":
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == "data":
+            return True
+    return False
+
+
+def nonfinite_checked(mod: Module, test: ast.AST) -> set[str]:
+    """Names a test checks for NaN/Inf: ``torch.isnan(loss)``, ``not torch.isfinite(loss)``,
+    ``math.isnan(loss.item())``, ``loss.isnan().any()``, ``loss != loss``."""
+    out: set[str] = set()
+    for n in ast.walk(test):
+        if isinstance(n, ast.Call):
+            q = mod.callee(n)
+            last = q.split(".")[-1]
+            if last in ("isnan", "isinf", "isfinite", "isneginf", "isposinf") and (
+                q.startswith(("torch.", "math.", "np.", "numpy.")) or q == last
+            ):
+                for a in n.args:
+                    out |= arith_names(a) | _item_names(a)
+            receiver = method(n, "isnan", "isinf", "isfinite")
+            if receiver is not None:
+                out |= arith_names(receiver)
+        elif (
+            isinstance(n, ast.Compare)
+            and len(n.ops) == 1
+            and isinstance(n.ops[0], ast.NotEq)
+            and isinstance(n.left, ast.Name)
+            and isinstance(n.comparators[0], ast.Name)
+            and n.left.id == n.comparators[0].id
+        ):
+            out.add(n.left.id)
+    return out
+
+
+def _item_names(node: ast.AST) -> set[str]:
+    receiver = method(node, "item")
+    return arith_names(receiver) if receiver is not None else set()

@@ -1,0 +1,45 @@
+"""What every lint rule shares: the result it yields and the examples it carries."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One place where a rule fires. ``node`` gives the line and column; the message names
+    the user's own objects; ``cause`` and ``fix`` complete the finding."""
+
+    node: ast.AST
+    message: str
+    cause: str
+    fix: str
+
+    @property
+    def line(self) -> int:
+        return getattr(self.node, "lineno", 1)
+
+    @property
+    def col(self) -> int:
+        return getattr(self.node, "col_offset", 0) + 1
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A snippet on which the rule must fire, at exactly these lines (1-based, in the snippet
+    after ``textwrap.dedent``) and nowhere else."""
+
+    code: str
+    lines: tuple[int, ...]
+
+    def __init__(self, code: str, *lines: int) -> None:
+        object.__setattr__(self, "code", code)
+        object.__setattr__(self, "lines", tuple(lines))
+
+
+def snippet(code: str) -> str:
+    """An example's source as linted: dedented, leading blank lines dropped (line 1 is the
+    first line of code)."""
+    return textwrap.dedent(code).lstrip("\n")

@@ -1,0 +1,289 @@
+"""masked-nonfinite: a guard replaces a NaN/Inf loss, or swallows the error, and training goes on."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterator
+
+from traindoc.lint._ast import (
+    Module,
+    dotted,
+    is_constant_value,
+    method,
+    nonfinite_checked,
+    unparse,
+)
+from traindoc.lint.rules._common import Hit, Invalid
+
+BROAD = frozenset(
+    {"Exception", "BaseException", "RuntimeError", "ValueError", "FloatingPointError", "ArithmeticError"}
+)
+
+
+class MaskedNonfinite:
+    """The loss (or a trained model's output) is made finite by force, or the error it causes
+    is swallowed: ``if torch.isnan(loss): loss = <constant>``, ``torch.nan_to_num(loss)``,
+    ``torch.where(torch.isnan(loss), 0, loss)``, or a ``try``/``except`` around backward that
+    catches a broad error and does not re-raise. Skipping the step (``continue``) or raising is
+    fine and stays quiet.
+    """
+
+    id: ClassVar[str] = "masked-nonfinite"
+    invalid: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            """
+            import torch
+
+            def train_step(model, batch, optimizer):
+                loss = model(batch).mean()
+                if torch.isnan(loss):
+                    loss = torch.tensor(1.0, requires_grad=True)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            import torch
+
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss = torch.nan_to_num(loss, nan=0.0)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            5,
+        ),
+        Invalid(
+            """
+            import torch
+
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss = torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            5,
+        ),
+        Invalid(
+            """
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                try:
+                    loss.backward()
+                except RuntimeError:
+                    print("backward failed, skipping batch")
+                    continue
+                optimizer.step()
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            def compute_loss(pred, target):
+                loss = F.mse_loss(pred, target)
+                if torch.isnan(loss) or torch.isinf(loss):
+                    loss = 1.0
+                return loss
+            """,
+            7,
+        ),
+    )
+    valid: ClassVar[tuple[str, ...]] = (
+        """
+        import torch
+
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            if torch.isnan(loss):
+                raise FloatingPointError(f"loss is NaN at batch {x.shape}")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """,
+        """
+        import torch
+
+        skipped = 0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            if not torch.isfinite(loss):
+                skipped += 1
+                continue
+            loss.backward()
+            optimizer.step()
+        """,
+        """
+        import torch
+
+        @torch.no_grad()
+        def evaluate(model, loader):
+            model.eval()
+            total = 0.0
+            for x, y in loader:
+                val_loss = criterion(model(x), y)
+                total += torch.nan_to_num(val_loss).item()
+            return total
+        """,
+        """
+        for x, y in loader:
+            optimizer.zero_grad()
+            y = torch.nan_to_num(y)  # NaN marks a missing label in this dataset
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+        """,
+        """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            try:
+                loss.backward()
+            except RuntimeError as e:
+                if "out of memory" not in str(e):
+                    raise
+                torch.cuda.empty_cache()
+                continue
+            optimizer.step()
+        """,
+    )
+
+    def check(self, mod: Module) -> Iterator[Hit]:
+        models = mod.trained_models()
+        for scope in mod.scopes:
+            if scope.is_eval:
+                continue
+            losses = mod.loss_names(scope)
+            outputs = {
+                t for t, _, v in scope.assigns if isinstance(v, ast.Call) and dotted(v.func) in models
+            }
+            if losses:
+                yield from self._replaced(mod, scope, losses)
+            if losses or outputs:
+                yield from self._filtered(mod, scope, losses | outputs)
+            yield from self._swallowed(mod, scope)
+
+    def _replaced(self, mod: Module, scope, losses: set[str]) -> Iterator[Hit]:
+        for branch in scope.ifs:
+            checked = nonfinite_checked(mod, branch.test) & losses
+            if not checked or mod.grad_mode(branch):
+                continue
+            for stmt in branch.body + branch.orelse:
+                if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+                    continue
+                name = dotted(stmt.targets[0])
+                if name in checked and is_constant_value(mod, stmt.value):
+                    yield Hit(
+                        stmt,
+                        f"`{name}` is replaced by `{unparse(stmt.value)}` when "
+                        f"`{unparse(branch.test)}` (line {branch.lineno}): the step trains on a "
+                        "constant and the NaN/Inf that caused it is hidden",
+                        cause="A NaN guard turns a failing step into a silent no-op: the constant "
+                        "has zero gradient, so those batches teach nothing and the numerical bug "
+                        "behind the NaN is never found.",
+                        fix=f"Delete the replacement `{name} = {unparse(stmt.value)}`; let the "
+                        "NaN surface (or skip the batch explicitly with `continue` and count the "
+                        "skips), then fix its source.",
+                    )
+
+    def _filtered(self, mod: Module, scope, names: set[str]) -> Iterator[Hit]:
+        for target, stmt, value in scope.assigns:
+            if target not in names or not isinstance(value, ast.Call) or mod.grad_mode(stmt):
+                continue
+            how = self._filter(mod, value)
+            if how:
+                yield Hit(
+                    stmt,
+                    f"`{target} = {unparse(value)}` replaces NaN/Inf in `{target}` before "
+                    f"backward: the non-finite values are hidden and their batches train on "
+                    "nothing",
+                    cause=f"`{how}` makes the value finite by force; the model's NaN/Inf is "
+                    "never reported and the replaced entries carry no gradient.",
+                    fix=f"Remove the `{how}` call on `{target}` and find where the NaN/Inf comes "
+                    "from (`traindoc run` names the first module that produced it).",
+                )
+        for call in scope.calls:
+            receiver = method(call, "nan_to_num_")
+            if receiver is None and mod.callee(call) == "torch.nan_to_num_" and call.args:
+                receiver = call.args[0]
+            name = dotted(receiver)
+            if name in names and not mod.grad_mode(call):
+                yield Hit(
+                    call,
+                    f"`{unparse(call)}` replaces NaN/Inf in `{name}` in place before backward: "
+                    "the non-finite values are hidden and their batches train on nothing",
+                    cause="`nan_to_num_` makes the value finite by force; the model's NaN/Inf is "
+                    "never reported.",
+                    fix=f"Remove `{unparse(call)}` and find where the NaN/Inf comes from.",
+                )
+
+    def _filter(self, mod: Module, value: ast.Call) -> str | None:
+        q = mod.callee(value)
+        if q == "torch.nan_to_num" or method(value, "nan_to_num") is not None:
+            return "nan_to_num"
+        if (q == "torch.where" or method(value, "masked_fill") is not None) and value.args:
+            if nonfinite_checked(mod, value.args[0]):
+                return "torch.where" if q == "torch.where" else "masked_fill"
+        return None
+
+    def _swallowed(self, mod: Module, scope) -> Iterator[Hit]:
+        for block in scope.trys:
+            if not block.body:
+                continue
+            first, last = block.body[0].lineno, block.body[-1].end_lineno or block.body[-1].lineno
+            inside = [b for b in scope.backwards if first <= b.call.lineno <= last]
+            if not inside:
+                continue
+            for handler in block.handlers:
+                caught = _broad(handler.type)
+                if caught is None or _reraises(handler) or _about_oom(handler):
+                    continue
+                b = inside[0]
+                label = f"except {caught}" if caught else "except"
+                yield Hit(
+                    handler,
+                    f"`{label}` around `{b.text()}` (line {b.call.lineno}) swallows the "
+                    "error and training goes on: a NaN/Inf that makes backward fail (anomaly "
+                    "detection, a NaN-check hook) is hidden and the step is silently dropped",
+                    cause="A broad except around backward turns a failing step into a skipped "
+                    "one without a trace; the numerical failure behind it is never seen.",
+                    fix=f"Let the error propagate, or catch only the error you expect and "
+                    f"re-raise everything else (`except SomeError as e: ... raise`); if bad "
+                    "batches must be skipped, count them and stop past a small share.",
+                )
+
+
+def _broad(node: ast.expr | None) -> str | None:
+    if node is None:
+        return ""
+    items = node.elts if isinstance(node, ast.Tuple) else [node]
+    for item in items:
+        text = dotted(item) or ""
+        if text.split(".")[-1] in BROAD:
+            return unparse(node)
+    return None
+
+
+def _reraises(handler: ast.ExceptHandler) -> bool:
+    return any(isinstance(n, ast.Raise) for n in ast.walk(handler))
+
+
+def _about_oom(handler: ast.ExceptHandler) -> bool:
+    for n in ast.walk(handler):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str):
+            low = n.value.lower()
+            if "out of memory" in low or "oom" in low:
+                return True
+        if isinstance(n, (ast.Name, ast.Attribute)) and "OutOfMemory" in (dotted(n) or ""):
+            return True
+    return False

@@ -1,0 +1,236 @@
+"""unscaled-grad-accumulation: accumulated backward passes whose loss is not divided by their
+number, or divided twice when ``accelerator.backward`` already divides it."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterator
+
+from traindoc.lint._ast import Backward, Module, Scope, arith_names, dotted, kwarg, number, unparse
+from traindoc.lint.rules._common import Hit, Invalid
+
+
+class UnscaledGradAccumulation:
+    """Gradient accumulation with the wrong loss scale.
+
+    Unscaled: backward runs on every batch while ``optimizer.step()`` runs only under
+    ``if (i + 1) % accum_steps == 0``, and the loss handed to backward is not divided by
+    anything: the summed gradient is ``accum_steps`` times too large, and so is the effective
+    LR. Any division of the loss (by the step count, by a token count) keeps the rule quiet.
+
+    Divided twice: the ``Accelerator`` is built with ``gradient_accumulation_steps`` (then
+    ``accelerator.backward`` divides the loss itself) and the loss is also divided by the
+    accumulation steps before ``accelerator.backward(loss)``: the gradient is N times too small.
+    """
+
+    id: ClassVar[str] = "unscaled-grad-accumulation"
+    invalid: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            """
+            accum_steps = 4
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y)
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            4,
+        ),
+        Invalid(
+            """
+            for step, batch in enumerate(loader):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = model(**batch).loss
+                scaler.scale(loss).backward()
+                if step % args.gradient_accumulation_steps == 0:
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad()
+            """,
+            4,
+        ),
+        Invalid(
+            """
+            from accelerate import Accelerator
+
+            accelerator = Accelerator(gradient_accumulation_steps=args.grad_accum)
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                with accelerator.accumulate(model):
+                    loss = model(**batch).loss
+                    loss = loss / args.grad_accum
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            8,
+        ),
+    )
+    valid: ClassVar[tuple[str, ...]] = (
+        """
+        for i, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y)
+            loss = loss / accum_steps
+            loss.backward()
+            if (i + 1) % accum_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
+        """
+        for step, batch in enumerate(loader):
+            logits = model(batch["input_ids"])
+            loss_sum = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), reduction="sum")
+            (loss_sum / tokens_per_optimizer_step).backward()
+            if (step + 1) % micro_batches == 0:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        """,
+        """
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(gradient_accumulation_steps=8)
+        for batch in loader:
+            with accelerator.accumulate(model):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
+        """
+        from accelerate import Accelerator
+
+        accelerator = Accelerator()
+        for step, batch in enumerate(loader):
+            loss = model(**batch).loss / gradient_accumulation_steps
+            accelerator.backward(loss)
+            if step % gradient_accumulation_steps == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
+        """
+        for step, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            criterion(model(x), y).backward()
+            optimizer.step()
+            if step % log_every == 0:
+                print(step)
+        """,
+    )
+
+    def check(self, mod: Module) -> Iterator[Hit]:
+        divisor = _accelerator_divisor(mod)
+        for scope in mod.scopes:
+            if not scope.backwards:
+                continue
+            steps = mod.optimizer_steps(scope)
+            for b in scope.backwards:
+                if b.via in ("tensor", "scaler"):
+                    yield from self._unscaled(mod, scope, b, steps)
+                elif divisor is not None and mod.role(b.owner) == "accelerator" and b.owner and "fabric" not in b.owner:
+                    yield from self._divided_twice(mod, scope, b, divisor)
+
+    def _unscaled(self, mod: Module, scope: Scope, b: Backward, steps) -> Iterator[Hit]:
+        loops = mod.loops_around(b.call)
+        if not loops:
+            return
+        loop = loops[0]
+        for call, opt in steps:
+            if call.lineno <= b.call.lineno or not mod.inside(call, loop):
+                continue
+            guard = _modulo_guard(mod, call, loop)
+            if guard is None or mod.inside(b.call, guard[0]):
+                continue
+            every = guard[1]
+            if _is_scaled(mod, scope, b, every):
+                return
+            name = unparse(b.loss)
+            yield Hit(
+                b.call,
+                f"`{b.text()}` (line {b.call.lineno}) runs on every batch while `{opt}` steps "
+                f"once every `{every}` batches (`{unparse(guard[0].test)}`, line "
+                f"{guard[0].lineno}), and `{name}` is not divided by `{every}`: the accumulated "
+                f"gradient is `{every}` times larger, and so is the effective LR",
+                cause="Gradients of accumulated backward passes add up; without dividing each "
+                "loss by the number of passes the update is that many times too large.",
+                fix=f"Divide the loss before backward: `{name} = {name} / {every}`, or "
+                "normalize by the number of tokens/samples in the whole accumulated batch.",
+            )
+            return
+
+    def _divided_twice(self, mod: Module, scope: Scope, b: Backward, divisor: tuple[ast.Call, str]) -> Iterator[Hit]:
+        ctor, steps_text = divisor
+        for node, by in _divisions(scope, b):
+            text = unparse(by)
+            if text == steps_text or "accum" in text.lower():
+                yield Hit(
+                    node,
+                    f"`{unparse(b.loss)}` is divided by `{text}` (line {node.lineno}) and "
+                    f"`{b.text()}` divides it again, because the `Accelerator` was built with "
+                    f"`gradient_accumulation_steps={steps_text}` (line {ctor.lineno}): the "
+                    "gradient is that many times too small",
+                    cause="`accelerator.backward` already divides the loss by "
+                    "`gradient_accumulation_steps`; dividing it by hand as well scales the "
+                    "effective LR down by the same factor.",
+                    fix=f"Remove the division by `{text}` and hand the plain loss to "
+                    f"`{b.owner}.backward`.",
+                )
+                return
+
+
+def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST) -> tuple[ast.If, str] | None:
+    """The ``if ... % N == 0`` around ``call`` inside ``loop``, with N as text."""
+    for a in mod.ancestors(call):
+        if a is loop:
+            return None
+        if isinstance(a, ast.If):
+            for n in ast.walk(a.test):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
+                    value = number(n.right)
+                    if value is None or value > 1:
+                        return a, unparse(n.right)
+    return None
+
+
+def _is_scaled(mod: Module, scope: Scope, b: Backward, every: str) -> bool:
+    """The loss (or something it is built from, through simple assignments) is divided or
+    scaled, or its computation mentions the accumulation count."""
+    todo = [b.loss]
+    names: set[str] = set()
+    while todo:
+        expr = todo.pop()
+        for n in ast.walk(expr):
+            if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Div, ast.FloorDiv, ast.Mult)):
+                if number(n.right) != 1 and number(n.left) != 1:
+                    return True
+            if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)):
+                return True
+            text = dotted(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+            if text and (text == every or "accum" in text.lower()):
+                return True
+        for name in arith_names(expr) - names:
+            names.add(name)
+            todo += [v for _, v in scope.values_of(name)]
+    return False
+
+
+def _divisions(scope: Scope, b: Backward) -> Iterator[tuple[ast.AST, ast.expr]]:
+    """(where, divisor) for each division of the loss handed to ``b``."""
+    if isinstance(b.loss, ast.BinOp) and isinstance(b.loss.op, ast.Div):
+        yield b.call, b.loss.right
+    for name in arith_names(b.loss):
+        for stmt, value in scope.values_of(name, b.call.lineno):
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Div):
+                yield stmt, stmt.value
+            elif isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
+                yield stmt, value.right
+
+
+def _accelerator_divisor(mod: Module) -> tuple[ast.Call, str] | None:
+    for call in mod.calls:
+        if mod.callee(call).split(".")[-1] != "Accelerator":
+            continue
+        steps = kwarg(call, "gradient_accumulation_steps")
+        if steps is not None and number(steps) != 1:
+            return call, unparse(steps)
+    return None

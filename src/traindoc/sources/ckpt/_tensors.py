@@ -1,0 +1,312 @@
+"""Named tensors read lazily, and the statistics computed on them in bounded memory.
+
+A store hands out a tensor as a sequence of flat chunks (about ``CHUNK`` elements each), so a
+multi-GB embedding never needs a full float32/float64 copy: safetensors files are read slice by
+slice (``safe_open(...).get_slice``), torch files are memory-mapped and viewed in place. After a
+tensor of an mmap'd torch file is done, its pages are handed back to the kernel (``release``),
+so the resident set stays near one chunk instead of growing to the file size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Mapping
+
+if TYPE_CHECKING:
+    import torch
+
+CHUNK = 1 << 22  # elements per chunk: 32 MiB as float64
+
+_SAFETENSORS_DTYPES = {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+    "U16": "uint16", "U32": "uint32", "U64": "uint64", "BOOL": "bool",
+}
+_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1,
+             "float8_e5m2": 1, "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1,
+             "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1, "complex64": 8, "complex128": 16}
+
+
+@dataclass(frozen=True)
+class Info:
+    dtype: str  # "bfloat16", "float32", ... (torch's name without the "torch." prefix)
+    shape: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _ITEMSIZE.get(self.dtype, 4)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.startswith(("float", "bfloat"))
+
+
+class Store:
+    """Named tensors. Subclasses implement ``names``, ``info``, ``chunks`` and ``get``."""
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def info(self, name: str) -> Info:
+        raise NotImplementedError
+
+    def chunks(self, name: str, size: int = CHUNK) -> Iterator[torch.Tensor]:
+        """The tensor's elements in storage order, as flat contiguous chunks."""
+        raise NotImplementedError
+
+    def get(self, name: str) -> torch.Tensor:
+        """The whole tensor (only for small ones: BatchNorm buffers, scalars)."""
+        raise NotImplementedError
+
+    def release(self, name: str) -> None:
+        """Done with ``name``: drop what reading it kept resident."""
+
+    def close(self) -> None:
+        pass
+
+    def __contains__(self, name: object) -> bool:
+        return name in set(self.names())
+
+
+class TorchStore(Store):
+    """Tensors from ``torch.load`` (mmap'd when ``mapped``), keyed by name."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], *, mapped: bool) -> None:
+        self._t = dict(tensors)
+        self._mapped = mapped
+
+    def names(self) -> list[str]:
+        return list(self._t)
+
+    def info(self, name: str) -> Info:
+        t = self._t[name]
+        return Info(str(t.dtype).removeprefix("torch."), tuple(t.shape))
+
+    def chunks(self, name: str, size: int = CHUNK) -> Iterator[torch.Tensor]:
+        t = self._t[name]
+        flat = t.reshape(-1)  # a view when contiguous (the usual case); else one copy
+        for start in range(0, flat.numel(), size):
+            yield flat[start : start + size]
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._t[name]
+
+    def release(self, name: str) -> None:
+        if self._mapped:
+            _dontneed(self._t[name])
+
+
+class SafetensorsStore(Store):
+    """One ``.safetensors`` file, read tensor by tensor and slice by slice."""
+
+    def __init__(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        self.path = path
+        self._f = safe_open(str(path), framework="pt", device="cpu")
+        self._names = list(self._f.keys())
+        self._info: dict[str, Info] = {}
+        self.metadata: dict[str, str] = dict(self._f.metadata() or {})
+
+    def names(self) -> list[str]:
+        return list(self._names)
+
+    def info(self, name: str) -> Info:
+        if name not in self._info:
+            sl = self._f.get_slice(name)
+            dtype = _SAFETENSORS_DTYPES.get(sl.get_dtype(), sl.get_dtype().lower())
+            self._info[name] = Info(dtype, tuple(sl.get_shape()))
+        return self._info[name]
+
+    def chunks(self, name: str, size: int = CHUNK) -> Iterator[torch.Tensor]:
+        info = self.info(name)
+        if len(info.shape) == 0:
+            yield self._f.get_tensor(name).reshape(-1)
+            return
+        if info.numel == 0:
+            return
+        row = info.numel // info.shape[0]
+        step = max(1, size // row)  # rows per slice; a single row larger than ``size`` is one chunk
+        sl = self._f.get_slice(name)
+        for start in range(0, info.shape[0], step):
+            yield sl[start : start + step].reshape(-1)
+
+    def get(self, name: str) -> torch.Tensor:
+        return self._f.get_tensor(name)
+
+    def close(self) -> None:
+        self._f = None  # type: ignore[assignment]  # safe_open unmaps when collected
+
+
+class MultiStore(Store):
+    """Several stores seen as one (a sharded checkpoint), or a renamed view of one."""
+
+    def __init__(self, parts: Mapping[str, tuple[Store, str]]) -> None:
+        self._parts = dict(parts)  # public name -> (store, name in that store)
+
+    def names(self) -> list[str]:
+        return list(self._parts)
+
+    def info(self, name: str) -> Info:
+        store, key = self._parts[name]
+        return store.info(key)
+
+    def chunks(self, name: str, size: int = CHUNK) -> Iterator[torch.Tensor]:
+        store, key = self._parts[name]
+        return store.chunks(key, size)
+
+    def get(self, name: str) -> torch.Tensor:
+        store, key = self._parts[name]
+        return store.get(key)
+
+    def release(self, name: str) -> None:
+        store, key = self._parts[name]
+        store.release(key)
+
+    def close(self) -> None:
+        for store in {id(s): s for s, _ in self._parts.values()}.values():
+            store.close()
+
+
+def _dontneed(t: torch.Tensor) -> None:
+    """madvise(MADV_DONTNEED) over the pages of an mmap'd tensor (Linux; a no-op elsewhere).
+
+    Only for private *file* mappings (``torch.load(mmap=True)``): clean pages are dropped and
+    re-read from the file if touched again, so no data changes. Never call it on ordinary memory,
+    where it would zero the pages.
+    """
+    global _MADVISE
+    if _MADVISE is False:
+        return
+    try:
+        if _MADVISE is None:
+            import ctypes
+            import sys
+
+            if not sys.platform.startswith("linux"):
+                _MADVISE = False
+                return
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _MADVISE = libc.madvise
+        storage = t.untyped_storage()
+        start, nbytes = storage.data_ptr(), storage.nbytes()
+        page = 4096
+        lo = (start + page - 1) // page * page  # whole pages inside the tensor only
+        hi = (start + nbytes) // page * page
+        if hi > lo:
+            _MADVISE(lo, hi - lo, 4)  # type: ignore[operator]  # 4 = MADV_DONTNEED
+    except Exception:  # noqa: BLE001 - an optimization only
+        _MADVISE = False
+
+
+_MADVISE: object = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics. All accumulate in float64; each chunk is converted on its own.
+
+
+@dataclass(frozen=True)
+class Stats:
+    norm: float  # L2 norm (NaN/Inf when the tensor holds them)
+    nonfinite: int  # elements that are NaN or +-Inf
+    absmax: float
+
+
+def stats(store: Store, name: str) -> Stats:
+    """Norm, non-finite count and largest |value| of a float tensor, chunk by chunk."""
+    import torch
+
+    sumsq, absmax, bad = 0.0, 0.0, 0
+    for chunk in store.chunks(name):
+        c = chunk.to(torch.float64)
+        s = float(torch.dot(c, c)) if c.numel() else 0.0
+        if not math.isfinite(s):  # rare: count the culprits exactly
+            fin = torch.isfinite(c)
+            bad += int(c.numel() - int(fin.sum()))
+            c = torch.where(fin, c, torch.zeros((), dtype=c.dtype))
+            s = float(torch.dot(c, c))
+        sumsq += s
+        if c.numel():
+            absmax = max(absmax, float(c.abs().max()))
+    norm = math.sqrt(sumsq) if not bad else math.nan
+    return Stats(norm=norm, nonfinite=bad, absmax=absmax)
+
+
+@dataclass(frozen=True)
+class DiffStats:
+    old_norm: float
+    new_norm: float
+    delta_norm: float  # ||new - old||
+    moved: float  # max |new - old|
+    unchanged: float  # share of elements bit-identical
+    new_nonfinite: int
+
+
+def diff_stats(old: Store, new: Store, name: str, new_name: str | None = None) -> DiffStats:
+    """Compare one tensor of two checkpoints element by element, in aligned chunks."""
+    import torch
+
+    new_name = new_name or name
+    same_dtype = old.info(name).dtype == new.info(new_name).dtype
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    ss_old = ss_new = ss_d = 0.0
+    moved, equal, total, bad = 0.0, 0, 0, 0
+    for a, b in _paired(old.chunks(name), new.chunks(new_name)):
+        bits = ints.get(a.element_size()) if same_dtype else None
+        if bits is not None:
+            equal += int((a.view(bits) == b.view(bits)).sum())  # bit-identical, NaN == NaN
+        a64, b64 = a.to(torch.float64), b.to(torch.float64)
+        if bits is None:
+            equal += int((a64 == b64).sum())
+        total += a.numel()
+        fin = torch.isfinite(b64)
+        nb = int(b64.numel() - int(fin.sum()))
+        if nb:
+            bad += nb
+            b64 = torch.where(fin, b64, torch.zeros((), dtype=b64.dtype))
+            a64 = torch.where(fin, a64, b64)  # a non-finite new value says nothing about movement
+        a64 = torch.where(torch.isfinite(a64), a64, b64)
+        d = b64 - a64
+        ss_old += float(torch.dot(a64, a64))
+        ss_new += float(torch.dot(b64, b64))
+        ss_d += float(torch.dot(d, d))
+        if d.numel():
+            moved = max(moved, float(d.abs().max()))
+    return DiffStats(
+        old_norm=math.sqrt(ss_old),
+        new_norm=math.sqrt(ss_new) if not bad else math.nan,
+        delta_norm=math.sqrt(ss_d),
+        moved=moved,
+        unchanged=equal / total if total else 1.0,
+        new_nonfinite=bad,
+    )
+
+
+def _paired(a_iter: Iterator[torch.Tensor], b_iter: Iterator[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Re-slice two chunk streams of the same element count into aligned pairs."""
+    a = b = None
+    while True:
+        if a is None or a.numel() == 0:
+            a = next(a_iter, None)
+        if b is None or b.numel() == 0:
+            b = next(b_iter, None)
+        if a is None or b is None:
+            return
+        n = min(a.numel(), b.numel())
+        yield a[:n], b[:n]
+        a, b = a[n:], b[n:]
+
+
+def all_equal(t: torch.Tensor, value: float) -> bool:
+    """Every element is exactly ``value`` (a small tensor, read whole)."""
+    return bool(t.numel()) and bool((t == value).all())
+

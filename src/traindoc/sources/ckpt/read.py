@@ -1,0 +1,404 @@
+"""Checkpoint readers: one file or folder in, the parts of a training state out.
+
+Formats: ``torch.save`` files (``.pt``/``.pth``/``.bin``, a bare state_dict or a training-state
+dict such as ``{"model": ..., "optimizer": ..., "scheduler": ..., "step": ...}``), Lightning
+``.ckpt`` files, ``.safetensors`` files, Hugging Face checkpoint folders (``model.safetensors``
+or ``pytorch_model.bin``, sharded via ``*.index.json``, with ``optimizer.pt``, ``scheduler.pt``,
+``scaler.pt``, ``rng_state*.pth``, ``trainer_state.json``) and Accelerate ``save_state`` folders.
+Parts are recognized by content where possible (an optimizer state has ``state`` and
+``param_groups``; a GradScaler state has ``scale`` and ``growth_factor``), by key name otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from traindoc.errors import UsageError
+from traindoc.sources.ckpt._load import check_file, torch_load
+from traindoc.sources.ckpt._tensors import MultiStore, SafetensorsStore, Store, TorchStore
+
+PARTS = ("model", "optimizer", "scheduler", "scaler", "step", "rng", "ema")
+TRAINING_PARTS = ("optimizer", "scheduler", "scaler", "step", "rng")
+
+_MODEL_KEYS = ("model", "model_state_dict", "state_dict", "model_state", "net", "network",
+               "module", "weights", "params", "student")
+_EMA_KEYS = ("ema", "ema_model", "model_ema", "ema_state_dict", "state_dict_ema",
+             "ema_model_state_dict", "ema_state", "averaged_model", "swa_model", "ema_params")
+_EMA_PREFIXES = ("ema_model.", "model_ema.", "ema.")
+_STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_updates", "steps", "train_step",
+              "current_step", "global_steps", "num_steps_done")
+_EPOCH_KEYS = ("epoch", "epochs", "current_epoch")
+_SCHEDULER_KEYS = ("scheduler", "lr_scheduler", "scheduler_state_dict", "sched", "lr_schedulers",
+                   "schedulers", "param_schedulers", "lr_scheduler_state_dict")
+_SCALER_KEYS = ("scaler", "grad_scaler", "scaler_state_dict", "amp", "amp_scaler",
+                "native_amp_scaling_state", "MixedPrecision", "MixedPrecisionPlugin")
+_META_KEYS = ("meta", "metadata", "trainer_state", "train_state", "state", "progress")
+_HF_WEIGHTS = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+               "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin")
+
+
+@dataclass
+class Ckpt:
+    """What one checkpoint holds. Stores read tensors lazily; ``close`` releases the files."""
+
+    path: Path
+    format: str
+    model: Store | None = None
+    ema: Store | None = None
+    optimizers: list[Mapping[str, object]] = field(default_factory=list)
+    schedulers: list[Mapping[str, object]] = field(default_factory=list)
+    has: set[str] = field(default_factory=set)
+    step: int | None = None
+    epoch: int | None = None
+    training: bool = False
+    notes: list[str] = field(default_factory=list)
+    file_bytes: int = 0
+    mapped: bool = True  # every tensor is mmap'd from a file (pages may be released after use)
+
+    def close(self) -> None:
+        for store in (self.model, self.ema):
+            if store is not None:
+                store.close()
+
+
+def open_checkpoint(path: str | Path, *, trust: bool = False) -> Ckpt:
+    """Open a checkpoint file or folder. UsageError (one line, what to do) when it cannot be."""
+    path = Path(path)
+    if path.is_dir():
+        return _open_folder(path, trust=trust)
+    size = check_file(path)
+    if path.name.endswith(".index.json"):
+        ck = _open_folder(path.parent, trust=trust)
+        ck.notes.append(f"read the folder {path.parent} that this index belongs to")
+        return ck
+    if _looks_like_safetensors(path):
+        ck = Ckpt(path=path, format="safetensors", model=_safetensors(path), file_bytes=size)
+    else:
+        obj, mapped = torch_load(path, trust=trust)
+        ck = _from_object(obj, path, trust=trust, mapped=mapped)
+        ck.file_bytes = size
+    _finish(ck)
+    sibling = path.parent / "trainer_state.json"
+    if path.name in _HF_WEIGHTS + ("optimizer.pt", "scheduler.pt") and sibling.is_file():
+        ck.notes.append(f"this file is one part of the Hugging Face checkpoint folder {path.parent}; "
+                        "inspect the folder to see its training state")
+    return ck
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def _looks_like_safetensors(path: Path) -> bool:
+    """A safetensors file starts with a little-endian u64 header length, then '{'."""
+    if path.suffix == ".safetensors":
+        return True
+    with open(path, "rb") as fh:
+        head = fh.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return 0 < n < path.stat().st_size
+
+
+def _safetensors(path: Path) -> SafetensorsStore:
+    check_file(path)
+    try:
+        store = SafetensorsStore(path)
+        for name in store.names():
+            store.info(name)  # validates every header entry now, not halfway through the report
+        return store
+    except Exception as exc:  # noqa: BLE001 - SafetensorError, OSError, ... all mean "bad file"
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"{path}: cannot read it as a safetensors file ({reason[:160]}); the file is "
+                         "truncated or corrupt. Re-copy it, or use an earlier checkpoint") from None
+
+
+# --- folders --------------------------------------------------------------------------------
+
+
+def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
+    files = {p.name: p for p in folder.iterdir() if p.is_file()}
+    ck = Ckpt(path=folder, format="hf-folder")
+    weights = next((files[n] for n in _HF_WEIGHTS if n in files), None)
+    opt = next((files[n] for n in ("optimizer.pt", "optimizer.bin") if n in files), None)
+    sched = next((files[n] for n in ("scheduler.pt", "scheduler.bin") if n in files), None)
+    rng = sorted(n for n in files if n.startswith(("rng_state", "random_states")))
+    state_json = files.get("trainer_state.json")
+    if weights is None and opt is None and state_json is None:
+        raise UsageError(_no_checkpoint_hint(folder, files))
+    if "optimizer.bin" in files or any(n.startswith("random_states") for n in files):
+        ck.format = "accelerate-folder"
+    if weights is not None:
+        ck.model = _folder_weights(weights, trust=trust)
+    if opt is not None:
+        obj, ck.mapped = torch_load(opt, trust=trust)
+        if _is_optimizer(obj):
+            ck.optimizers.append(obj)  # type: ignore[arg-type]
+        else:
+            ck.notes.append(f"{opt.name} does not hold an optimizer state_dict")
+    if sched is not None:
+        obj, _ = torch_load(sched, trust=trust)
+        if isinstance(obj, Mapping):
+            ck.schedulers.append(obj)
+        ck.has.add("scheduler")
+    if "scaler.pt" in files:
+        ck.has.add("scaler")
+    if rng:
+        ck.has.add("rng")  # presence is what matters; the files are never unpickled
+    if state_json is not None:
+        try:
+            state = json.loads(state_json.read_text(encoding="utf-8"))
+            ck.step = _int_like(state.get("global_step"))
+            epoch = state.get("epoch")
+            ck.epoch = int(epoch) if isinstance(epoch, (int, float)) and math.isfinite(epoch) else None
+            ck.has.add("step")
+        except (OSError, ValueError, AttributeError) as exc:
+            ck.notes.append(f"trainer_state.json is unreadable ({exc}); step unknown")
+    if "training_args.bin" in files:
+        ck.notes.append("training_args.bin is a pickled Python object and was not loaded")
+    ck.training = ck.model is not None and bool(opt or sched or rng or state_json)
+    ck.file_bytes = sum(p.stat().st_size for p in files.values())
+    _finish(ck)
+    return ck
+
+
+def _folder_weights(path: Path, *, trust: bool) -> Store:
+    if path.name.endswith(".index.json"):
+        try:
+            index = json.loads(path.read_text(encoding="utf-8"))
+            weight_map = dict(index["weight_map"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{path}: not a valid shard index ({exc}); re-download the checkpoint") from None
+        shards: dict[str, Store] = {}
+        parts: dict[str, tuple[Store, str]] = {}
+        for name, shard in weight_map.items():
+            if shard not in shards:
+                shard_path = path.parent / str(shard)
+                if not shard_path.is_file():
+                    raise UsageError(f"{path} names the shard {shard}, which is missing: the download "
+                                     "or copy is incomplete; fetch the missing file")
+                shards[shard] = _weights_file(shard_path, trust=trust)
+            if name not in shards[shard]:
+                raise UsageError(f"{path} maps {name} to {shard}, which does not hold it; the "
+                                 "index and shards come from different saves")
+            parts[name] = (shards[shard], name)
+        return MultiStore(parts)
+    return _weights_file(path, trust=trust)
+
+
+def _weights_file(path: Path, *, trust: bool) -> Store:
+    if _looks_like_safetensors(path):
+        return _safetensors(path)
+    obj, mapped = torch_load(path, trust=trust)
+    if not (isinstance(obj, Mapping) and _is_state_dict(obj)):
+        raise UsageError(f"{path}: expected a state_dict of tensors, found a {type(obj).__name__}")
+    return TorchStore(_tensors_of(obj), mapped=mapped)
+
+
+def _no_checkpoint_hint(folder: Path, files: Mapping[str, Path]) -> str:
+    subs = sorted((p for p in folder.iterdir() if p.is_dir()), key=_natural)
+    ckpt_dirs = [p.name for p in subs if p.name.startswith(("checkpoint", "ckpt", "step", "global_step"))]
+    if ckpt_dirs:
+        return (f"{folder} holds no checkpoint itself but {len(ckpt_dirs)} checkpoint folders; "
+                f"pick one, e.g. {folder / ckpt_dirs[-1]}")
+    cands = sorted(n for n in files if n.endswith((".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar")))
+    if cands:
+        shown = ", ".join(cands[:5]) + (" ..." if len(cands) > 5 else "")
+        return f"{folder} is a folder, not one checkpoint; pass one of its files: {shown}"
+    return (f"{folder}: no checkpoint found (expected model.safetensors, pytorch_model.bin, "
+            "optimizer.pt or a .pt/.ckpt/.safetensors file); pass the checkpoint file itself")
+
+
+def _natural(p: Path) -> tuple[int, str]:
+    digits = "".join(ch for ch in p.name if ch.isdigit())
+    return (int(digits) if digits else -1, p.name)
+
+
+# --- objects from torch.load ----------------------------------------------------------------
+
+
+def _from_object(obj: object, path: Path, *, trust: bool, mapped: bool) -> Ckpt:
+    import torch
+
+    if trust and hasattr(obj, "state_dict") and callable(obj.state_dict):  # an nn.Module or optimizer
+        obj = obj.state_dict()
+    if isinstance(obj, torch.Tensor):
+        return Ckpt(path=path, format="tensor", model=TorchStore({"tensor": obj}, mapped=mapped),
+                    mapped=mapped)
+    if not isinstance(obj, Mapping) or not obj:
+        what = "an empty dict" if isinstance(obj, Mapping) else f"a {type(obj).__name__}"
+        raise UsageError(f"{path} holds {what}, not a checkpoint (a state_dict or a dict with a "
+                         "model state_dict); pass the file written by torch.save(model.state_dict())")
+    if _is_state_dict(obj):
+        return Ckpt(path=path, format="state-dict", model=TorchStore(_tensors_of(obj), mapped=mapped),
+                    mapped=mapped)
+    if _is_optimizer(obj):
+        ck = Ckpt(path=path, format="optimizer", optimizers=[obj], mapped=mapped)
+        ck.notes.append("an optimizer state_dict alone: no weights to inspect")
+        return ck
+    if "state_dict" in obj and ("pytorch-lightning_version" in obj or "optimizer_states" in obj):
+        return _lightning(obj, path, mapped)
+    return _training_dict(obj, path, mapped)
+
+
+def _lightning(obj: Mapping[str, object], path: Path, mapped: bool) -> Ckpt:
+    ck = Ckpt(path=path, format="lightning", mapped=mapped)
+    sd = obj.get("state_dict")
+    if isinstance(sd, Mapping) and _is_state_dict(sd):
+        ck.model = TorchStore(_tensors_of(sd), mapped=mapped)
+    ck.optimizers = [o for o in _as_list(obj.get("optimizer_states")) if _is_optimizer(o)]
+    ck.schedulers = [s for s in _as_list(obj.get("lr_schedulers")) if isinstance(s, Mapping)]
+    if ck.schedulers:
+        ck.has.add("scheduler")
+    if any(_is_scaler(v) or k in _SCALER_KEYS for k, v in obj.items()):
+        ck.has.add("scaler")
+    ck.step = _int_like(obj.get("global_step"))
+    ck.epoch = _int_like(obj.get("epoch"))
+    if ck.step is not None or ck.epoch is not None:
+        ck.has.add("step")
+    ck.training = bool(ck.optimizers)
+    if not ck.optimizers:
+        ck.notes.append("Lightning checkpoint without optimizer_states (save_weights_only=True): "
+                        "weights only, it cannot resume training")
+    return ck
+
+
+def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ckpt:
+    ck = Ckpt(path=path, format="torch-dict", mapped=mapped)
+    candidates: dict[str, Mapping[str, object]] = {}
+    for key, value in obj.items():
+        k = str(key)
+        if _is_optimizer(value):
+            ck.optimizers.append(value)  # type: ignore[arg-type]
+        elif isinstance(value, (list, tuple)) and value and all(_is_optimizer(v) for v in value):
+            ck.optimizers.extend(value)  # type: ignore[arg-type]
+        elif _is_scaler(value) or (k in _SCALER_KEYS and value is not None):
+            ck.has.add("scaler")
+        elif _is_scheduler(value) or (k in _SCHEDULER_KEYS and value is not None):
+            ck.schedulers.extend(s for s in _as_list(value) if isinstance(s, Mapping))
+            ck.has.add("scheduler")
+        elif k in _STEP_KEYS and _int_like(value) is not None:
+            ck.step = _int_like(value) if ck.step is None else ck.step
+        elif k in _EPOCH_KEYS and _int_like(value) is not None:
+            ck.epoch = _int_like(value)
+        elif _is_rng_key(k) and value is not None:
+            ck.has.add("rng")
+        elif k in _EMA_KEYS and value is not None:
+            ck.has.add("ema")
+            if isinstance(value, Mapping) and _is_state_dict(value, loose=True):
+                ck.ema = TorchStore(_tensors_of(value), mapped=mapped)
+            else:
+                ck.notes.append(f"the EMA under {k!r} is not a state_dict; its buffers were not checked")
+        elif isinstance(value, Mapping) and _is_state_dict(value):
+            candidates[k] = value  # type: ignore[assignment]
+        elif isinstance(value, Mapping) and k in _META_KEYS:
+            for mk, mv in value.items():
+                if str(mk) in _STEP_KEYS and ck.step is None:
+                    ck.step = _int_like(mv)
+                elif str(mk) in _EPOCH_KEYS and ck.epoch is None:
+                    ck.epoch = _int_like(mv)
+    if ck.step is not None or ck.epoch is not None:
+        ck.has.add("step")
+    chosen = next((k for k in _MODEL_KEYS if k in candidates), None)
+    if chosen is None and candidates:
+        chosen = max(candidates, key=lambda k: len(candidates[k]))
+    if chosen is not None:
+        ck.model = TorchStore(_tensors_of(candidates[chosen]), mapped=mapped)
+        if len(candidates) > 1:
+            others = ", ".join(sorted(set(candidates) - {chosen}))
+            ck.notes.append(f"model weights read from {chosen!r}; other state_dicts: {others}")
+    elif not ck.optimizers:
+        keys = ", ".join(map(str, list(obj)[:8]))
+        raise UsageError(f"{path} is a dict without model weights or optimizer state (keys: {keys}); "
+                         "pass a checkpoint written with torch.save(model.state_dict()) or "
+                         '{"model": model.state_dict(), ...}')
+    ck.training = ck.model is not None and bool(ck.optimizers or ck.has & set(TRAINING_PARTS))
+    return ck
+
+
+def _finish(ck: Ckpt) -> None:
+    """Split an EMA stored inside the model's state_dict; fill ``has``."""
+    if ck.model is not None and ck.ema is None:
+        names = ck.model.names()
+        prefix = next((p for p in _EMA_PREFIXES if any(n.startswith(p) for n in names)), None)
+        if prefix is not None and any(not n.startswith(prefix) for n in names):
+            ema = {n[len(prefix):]: (ck.model, n) for n in names if n.startswith(prefix)}
+            rest = {n: (ck.model, n) for n in names if not n.startswith(prefix)}
+            ck.ema, ck.model = MultiStore(ema), MultiStore(rest)
+            ck.has.add("ema")
+    if ck.model is not None and ck.model.names():
+        ck.has.add("model")
+    if ck.optimizers:
+        ck.has.add("optimizer")
+    if ck.ema is not None:
+        ck.has.add("ema")
+
+
+# --- recognizers ----------------------------------------------------------------------------
+
+
+def _is_state_dict(obj: Mapping[object, object], *, loose: bool = False) -> bool:
+    """All values are tensors (``_extra_state`` aside); ``loose`` also allows a few scalars."""
+    import torch
+
+    if not obj:
+        return False
+    tensors = sum(isinstance(v, torch.Tensor) for v in obj.values())
+    others = [k for k, v in obj.items() if not isinstance(v, torch.Tensor)
+              and not str(k).endswith("_extra_state")]
+    if loose:
+        return tensors > 0 and len(others) <= max(2, tensors // 10)
+    return tensors > 0 and not others and all(isinstance(k, str) for k in obj)
+
+
+def _tensors_of(obj: Mapping[object, object]) -> dict[str, object]:
+    import torch
+
+    return {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+
+
+def _is_optimizer(obj: object) -> bool:
+    return isinstance(obj, Mapping) and "state" in obj and isinstance(obj.get("param_groups"), list)
+
+
+def _is_scheduler(obj: object) -> bool:
+    if isinstance(obj, (list, tuple)) and obj:
+        return all(_is_scheduler(o) for o in obj)
+    return isinstance(obj, Mapping) and ("base_lrs" in obj or "_last_lr" in obj) and "last_epoch" in obj
+
+
+def _is_scaler(obj: object) -> bool:
+    return isinstance(obj, Mapping) and "scale" in obj and "growth_factor" in obj
+
+
+def _is_rng_key(k: str) -> bool:
+    k = k.lower()
+    return "rng" in k or k in ("random_state", "random_states", "generator_state", "seed_state")
+
+
+def _as_list(obj: object) -> list[object]:
+    if obj is None:
+        return []
+    return list(obj) if isinstance(obj, (list, tuple)) else [obj]
+
+
+def _int_like(value: object) -> int | None:
+    """An int from an int, an integral float or a 0-d tensor; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return int(value)
+    if hasattr(value, "numel") and hasattr(value, "item"):
+        try:
+            if value.numel() == 1:  # type: ignore[union-attr]
+                return _int_like(value.item())  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001
+            return None
+    return None

@@ -1,0 +1,122 @@
+"""What every log reader produces: named series of (step, value), before any mapping.
+
+A reader fills a ``Table``; ``events`` turns a mapped table into the event stream. Steps are
+0-based ints on the log's x axis (optimizer steps, or epochs when the log has no step).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from itertools import islice
+from operator import le
+from typing import Iterator
+
+from traindoc.events import Event, Scalar
+
+
+class Series:
+    """One column's points in file order: parallel lists of steps and values."""
+
+    __slots__ = ("steps", "values")
+
+    def __init__(self, steps: list[int] | None = None, values: list[float] | None = None) -> None:
+        self.steps: list[int] = steps if steps is not None else []
+        self.values: list[float] = values if values is not None else []
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def resumed_at(self) -> list[tuple[int, int]]:
+        """Make the steps non-decreasing the way TensorBoard does for a resumed run: when the
+        step goes back (a run restarted from a checkpoint and logged those steps again), the
+        newer points replace the older ones from that step on. Returns (from, to) for each
+        restart, empty for the common case (one C-speed pass)."""
+        steps = self.steps
+        if all(map(le, steps, islice(steps, 1, None))):
+            return []
+        restarts: list[tuple[int, int]] = []
+        out_s: list[int] = []
+        out_v: list[float] = []
+        for s, v in zip(steps, self.values):
+            if out_s and s < out_s[-1]:
+                restarts.append((out_s[-1], s))
+                cut = bisect.bisect_left(out_s, s)
+                del out_s[cut:], out_v[cut:]
+            out_s.append(s)
+            out_v.append(v)
+        self.steps, self.values = out_s, out_v
+        return restarts
+
+
+@dataclass
+class Table:
+    """A log read from one or more files of one run."""
+
+    format: str  # "csv", "lightning-csv", "tensorboard", "trainer_state", "jsonl"
+    files: list[str]
+    x: str = "step"  # "step" or "epoch"
+    x_column: str | None = None
+    series: dict[str, Series] = field(default_factory=dict)
+    non_numeric: list[str] = field(default_factory=list)  # columns with text, not numbers
+    notes: list[str] = field(default_factory=list)
+    events: list[Event] | None = None  # a traindoc --record stream carries events already
+
+    def finish(self) -> None:
+        """Order every series by step (resumed runs) and drop empty ones; note what changed."""
+        for name, s in list(self.series.items()):
+            if not len(s):
+                del self.series[name]
+                continue
+            restarts = s.resumed_at()
+            if restarts:
+                a, b = restarts[0]
+                more = f" ({len(restarts)} restarts)" if len(restarts) > 1 else ""
+                self.notes.append(
+                    f"{name}: the {self.x} went back from {a} to {b}{more} (a resumed run?); the "
+                    "later values replace the earlier ones")
+
+
+def events(table: Table, signal_of: dict[str, str]) -> Iterator[Event]:
+    """Scalars of the mapped columns, in step order (columns in file order within a step)."""
+    cols = [(signal_of[name], s) for name, s in table.series.items() if name in signal_of]
+    if not cols:
+        return
+    first = cols[0][1].steps
+    if all(s.steps is first or s.steps == first for _, s in cols):
+        # Dense log (one row per step, every column filled): walk the rows.
+        names = [n for n, _ in cols]
+        vals = [s.values for _, s in cols]
+        if len(cols) == 1:
+            name = names[0]
+            for step, v in zip(first, vals[0]):
+                yield Scalar(step, name, v)
+            return
+        for i, step in enumerate(first):
+            for name, vs in zip(names, vals):
+                yield Scalar(step, name, vs[i])
+        return
+    # Sparse log (columns on different rows or steps): merge the sorted series by step.
+    all_steps = sorted(set().union(*(s.steps for _, s in cols)))
+    pos = [0] * len(cols)
+    ends = [len(s) for _, s in cols]
+    for step in all_steps:
+        for j, (name, s) in enumerate(cols):
+            p, steps = pos[j], s.steps
+            while p < ends[j] and steps[p] == step:
+                yield Scalar(step, name, s.values[p])
+                p += 1
+            pos[j] = p
+
+
+def to_float(text: str) -> float | None:
+    """A cell as a number: None for empty or non-numeric text; nan/inf kept."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def is_int(x: float) -> bool:
+    return math.isfinite(x) and x == int(x)
