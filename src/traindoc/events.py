@@ -238,6 +238,7 @@ class Checkpoint:
     has: tuple[str, ...] = ()
     lrs: tuple[float, ...] = ()
     initial_lrs: tuple[float, ...] = ()
+    max_lrs: tuple[float, ...] = ()  # OneCycleLR's per-group ``max_lr`` (the LR users configure)
     sched_base_lrs: tuple[float, ...] = ()
     sched_last_lrs: tuple[float, ...] = ()
     optimizer_steps: int | None = None

@@ -10,6 +10,7 @@ from typing import Iterable, Mapping
 
 from traindoc.detectors.bad_initial_loss import BadInitialLoss
 from traindoc.detectors.bf16_master_weights import Bf16MasterWeights
+from traindoc.detectors.checkpoint_incomplete import CheckpointIncomplete
 from traindoc.detectors.clipping_every_step import ClippingEveryStep
 from traindoc.detectors.constant_loss import ConstantLoss
 from traindoc.detectors.dead_relu import DeadRelu
@@ -18,12 +19,14 @@ from traindoc.detectors.exploding_gradients import ExplodingGradients
 from traindoc.detectors.frozen_param_updated import FrozenParamUpdated
 from traindoc.detectors.frozen_parameters import FrozenParameters
 from traindoc.detectors.loss_spike import LossSpike
+from traindoc.detectors.lr_overridden_by_checkpoint import LrOverriddenByCheckpoint
 from traindoc.detectors.masked_nonfinite import MaskedNonfinite
 from traindoc.detectors.no_gradient import NoGradient
 from traindoc.detectors.nonfinite import Nonfinite
 from traindoc.detectors.optimizer_param_mismatch import OptimizerParamMismatch
 from traindoc.detectors.repeated_batch import RepeatedBatch
 from traindoc.detectors.saturated_outputs import SaturatedOutputs
+from traindoc.detectors.stale_bn_eval import StaleBnEval
 from traindoc.detectors.stalled_loss import StalledLoss
 from traindoc.detectors.tiny_updates import TinyUpdates
 from traindoc.detectors.update_underflow import UpdateUnderflow
@@ -51,6 +54,10 @@ DETECTORS: tuple[type, ...] = (
     # the training loop
     Bf16MasterWeights,
     RepeatedBatch,
+    # checkpoints and resume
+    CheckpointIncomplete,
+    StaleBnEval,
+    LrOverriddenByCheckpoint,
 )
 
 

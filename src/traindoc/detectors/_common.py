@@ -13,8 +13,8 @@ from traindoc.findings import EvidenceValue, Finding
 class Example:
     """A case a detector must get right, which is also its documentation.
 
-    ``source`` is a zoo script (``zoo/<name>.py``) or a golden event stream
-    (``golden/<name>.jsonl`` under tests/). ``fires_at`` is the step at which the detector
+    ``source`` is a zoo script (``zoo/<name>.py``) or a golden event stream (a ``.jsonl``
+    path under tests/, e.g. ``golden/loss_spike.jsonl``). ``fires_at`` is the step at which the detector
     must first fire, ``-1`` for "fires, step unknown", or None when it must stay quiet.
     """
 

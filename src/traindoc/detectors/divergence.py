@@ -23,7 +23,7 @@ class Divergence:
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/divergence.py", -1),
-        Example("golden/diverging_loss.jsonl", 20),
+        Example("golden/diverging_loss.jsonl", 23),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 

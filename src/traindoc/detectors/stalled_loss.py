@@ -27,7 +27,7 @@ class StalledLoss:
 
     @dataclass(frozen=True)
     class Config:
-        improvement: float = 0.01
+        improvement: float = 0.05
         smooth: int = 10
         min_steps: int = 50
         early_steps: int = 500

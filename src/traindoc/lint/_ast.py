@@ -708,3 +708,56 @@ def nonfinite_checked(mod: Module, test: ast.AST) -> set[str]:
 def _item_names(node: ast.AST) -> set[str]:
     receiver = method(node, "item")
     return arith_names(receiver) if receiver is not None else set()
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None]]:
+    """(call, object, path) for each ``torch.save(obj, path)`` in the file."""
+    for call in mod.calls:
+        if mod.callee(call) == "torch.save":
+            yield call, arg(call, 0, "obj"), arg(call, 1, "f")
+
+
+def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:
+    """Follow a name to the value of its last assignment before ``at`` in the same function."""
+    while depth and isinstance(node, ast.Name):
+        value = mod.scope(at).reaching(node.id, getattr(at, "lineno", 0))
+        if value is None:
+            return node
+        node, depth = value, depth - 1
+    return node
+
+
+def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | None:
+    """The file name a path expression always ends in (``ckpt.pt`` for
+    ``os.path.join(out_dir, "ckpt.pt")`` or ``f"{out}/last.pt"``), None when it varies
+    (``f"ckpt_{epoch}.pt"``) or cannot be followed (a function argument)."""
+    node = resolve(mod, path, at)
+    if node is None or isinstance(node, ast.Name):
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.rsplit("/", 1)[-1] or None
+    if isinstance(node, ast.JoinedStr):
+        tail = node.values[-1] if node.values else None
+        if isinstance(tail, ast.Constant) and isinstance(tail.value, str):
+            if "/" in tail.value:
+                return tail.value.rsplit("/", 1)[-1] or None
+            if len(node.values) == 1:
+                return tail.value
+        return None
+    if isinstance(node, ast.Call):
+        q = mod.callee(node)
+        if q.endswith(("path.join", "Path", "PurePath")) and node.args:
+            return fixed_filename(mod, node.args[-1], at)
+        if method(node, "joinpath") is not None and node.args:
+            return fixed_filename(mod, node.args[-1], at)
+        return None
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div):
+            return fixed_filename(mod, node.right, at)
+        if isinstance(node.op, ast.Add) and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str):
+            text = node.right.value
+            return text.rsplit("/", 1)[-1] if "/" in text and not text.endswith("/") else None
+    return None

@@ -287,24 +287,15 @@ class Session:
         return self._pnames.get(id(p)) or f"param{tuple(p.shape)}"
 
     def _name_params(self, opt: Any) -> None:
-        """Name the optimizer's parameters from the model that holds them: the forward roots
-        seen so far, else the nn.Modules in the calling frames (the user's training loop)."""
+        """Name the optimizer's parameters after the module (forward roots seen so far, or an
+        nn.Module in the user's frames) that holds the most of them."""
         ids = {id(p) for g in opt.param_groups for p in g["params"]}
-        if ids <= self._pnames.keys():
-            return
-        candidates = [r() for r in self._roots.values()]
-        frame = sys._getframe(1)
-        while frame is not None:
-            for value in list(frame.f_locals.values()):
-                if isinstance(value, torch.nn.Module):
-                    candidates.append(value)
-            frame = frame.f_back  # type: ignore[assignment]
-        for module in candidates:
-            if module is None:
-                continue
-            for name, p in module.named_parameters(remove_duplicate=False):
-                if id(p) in ids and id(p) not in self._pnames:
-                    self._pnames[id(p)] = name
+        candidates = [r() for r in self._roots.values()] + _frame_modules(sys._getframe(1))
+        best = max((m for m in candidates if m is not None),
+                   key=lambda m: (sum(id(p) in ids for p in m.parameters()), sum(1 for _ in m.parameters())),
+                   default=None)
+        if best is not None:
+            self._name_from(getattr(best, "_orig_mod", best), override=True)
         for gi, g in enumerate(opt.param_groups):
             for pi, p in enumerate(g["params"]):
                 self._pnames.setdefault(id(p), f"group{gi}.param{pi}{list(p.shape)}")
@@ -357,15 +348,22 @@ class Session:
 
     # ---- forward (sampled steps only) --------------------------------------------------------
     def adopt_model(self, module: Any) -> None:
-        """A model being trained: name its modules and parameters."""
+        """A model being trained: name its modules and parameters after the largest model in
+        the user's frames that contains it (so ``model.backbone(x)`` called directly still
+        gives ``backbone.0.weight``, not ``0.weight``)."""
         if id(module) in self._roots or len(self._roots) >= 8:
             return
         self._roots[id(module)] = weakref.ref(module)
-        inner = getattr(module, "_orig_mod", module)  # torch.compile's wrapper
-        for name, m in inner.named_modules():
-            self._mnames.setdefault(id(m), name or type(inner).__name__)
-        for name, p in inner.named_parameters():
-            self._pnames.setdefault(id(p), name)
+        owner = _largest_container(module, _frame_modules(sys._getframe(1)))
+        self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
+
+    def _name_from(self, model: Any, override: bool = False) -> None:
+        for name, m in model.named_modules():
+            if override or id(m) not in self._mnames:
+                self._mnames[id(m)] = name or type(model).__name__
+        for name, p in model.named_parameters(remove_duplicate=False):
+            if override or id(p) not in self._pnames:
+                self._pnames[id(p)] = name
 
     def on_root_forward(self, module: Any, output: Any) -> None:
         self.adopt_model(module)
@@ -456,3 +454,23 @@ class Session:
                 self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(self._grad_sq[step])))
         self._grad_sq.clear()
         self._clipped = {s for s in self._clipped if s > self.step}
+
+
+def _frame_modules(frame: Any) -> list[Any]:
+    """The nn.Modules among the local variables of ``frame`` and its callers."""
+    found: list[Any] = []
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, torch.nn.Module) and all(value is not f for f in found):
+                found.append(value)
+        frame = frame.f_back
+    return found
+
+
+def _largest_container(module: Any, candidates: list[Any]) -> Any:
+    best, size = module, sum(1 for _ in module.modules())
+    for cand in candidates:
+        n = sum(1 for _ in cand.modules())
+        if n > size and any(m is module for m in cand.modules()):
+            best, size = cand, n
+    return best

@@ -1,1 +1,51 @@
-"""The failure zoo: small plain-PyTorch training scripts, each failing (or not) in a known way."""
+"""The failure zoo: tiny CPU training scripts that really fail (and healthy twins).
+
+Each script is plain PyTorch, written the way people write training code, and never imports
+traindoc. Its docstring ends with a ``traindoc-expect:`` line listing the failure ids that
+``traindoc run`` must report as warning or error (``id@N``: first at step N); an empty list
+means a healthy run that must stay quiet. The end-to-end tests, the demo and the docs read it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    path: Path
+    expect: dict[str, int | None]  # id -> first step (None: any step)
+    summary: str
+
+    @property
+    def healthy(self) -> bool:
+        return not self.expect
+
+
+def _parse(path: Path) -> Case:
+    text = path.read_text(encoding="utf-8")
+    match = re.search(r"^traindoc-expect:(.*)$", text, re.M)
+    if match is None:
+        raise ValueError(f"{path.name}: no traindoc-expect line")
+    expect: dict[str, int | None] = {}
+    for token in match.group(1).split():
+        id_, _, step = token.partition("@")
+        expect[id_] = int(step) if step else None
+    doc = re.search(r'"""(.*?)\n', text)
+    return Case(path.stem, path, expect, doc.group(1).strip() if doc else "")
+
+
+def cases() -> list[Case]:
+    folder = Path(str(resources.files(__name__)))
+    return [_parse(p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def case(name: str) -> Case:
+    for c in cases():
+        if c.name == name:
+            return c
+    raise KeyError(name)

@@ -1,0 +1,119 @@
+"""checkpoint-incomplete: a training checkpoint lacks state needed to resume exactly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding
+from traindoc.events import Checkpoint, Event
+from traindoc.findings import Finding
+
+# What each part restores on resume (for the message).
+EFFECT = {
+    "optimizer": "Adam moments / momentum restart from zero (a loss spike after resume)",
+    "scheduler": "the LR schedule restarts (warmup again, or a jump)",
+    "step": "the step/epoch counter restarts (schedules, logging and data position)",
+    "scaler": "the fp16 GradScaler restarts at 65536 and skips the first steps",
+    "rng": "data order, dropout and augmentation differ from an uninterrupted run",
+}
+OPTIONAL = ("scaler", "rng")
+
+
+class CheckpointIncomplete:
+    """A training checkpoint (weights plus some training state) misses optimizer state, the LR
+    scheduler (judged only when the optimizer's groups carry ``initial_lr``, which an LR
+    scheduler writes: a run without a scheduler needs none) or the step/epoch. GradScaler and RNG
+    state are listed when absent but fire only when named in ``required`` (from a checkpoint
+    traindoc cannot tell whether fp16 AMP was used or whether a bit-exact resume matters). Bare
+    weights files (a state_dict, ``model.safetensors``) are not resume checkpoints: the detector
+    is reported not applicable to them."""
+
+    id: ClassVar[str] = "checkpoint-incomplete"
+    needs: ClassVar[frozenset[str]] = frozenset({"train_state"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
+        Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
+        Example("ckpt/golden/complete_training.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        required: tuple[str, ...] = ("optimizer", "scheduler", "step")
+
+        def __post_init__(self) -> None:
+            unknown = [r for r in self.required if r not in EFFECT]
+            if unknown:
+                raise ValueError(f"required must name parts among {', '.join(EFFECT)}, got {unknown}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._bad: list[tuple[Checkpoint, list[str], list[str]]] = []
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, Checkpoint)
+        if not event.training:
+            return iter(())
+        missing = []
+        for part in self.config.required:
+            if part in event.has:
+                continue
+            if part == "scheduler" and not event.initial_lrs:
+                continue  # no scheduler was attached to the optimizer: nothing to restore
+            missing.append(part)
+        if missing:
+            absent = [p for p in OPTIONAL if p not in event.has and p not in missing]
+            self._bad.append((event, missing, absent))
+        return iter(())
+
+    def finish(self) -> Iterator[Finding]:
+        if not self._bad:
+            return
+        ck, missing, absent = self._bad[0]
+        at = f" (step {ck.step})" if ck.step is not None else ""
+        why = "; ".join(f"no {m}: {EFFECT[m]}" for m in missing)
+        sched_note = (" Its optimizer groups carry initial_lr, so an LR scheduler was in use."
+                      if "scheduler" in missing else "")
+        also = (f" Also absent: {', '.join(absent)} (needed for fp16 AMP / a bit-exact resume)."
+                if absent else "")
+        more = f" {len(self._bad) - 1} more checkpoint(s) are incomplete too." if len(self._bad) > 1 else ""
+        yield finding(
+            self.id, step=ck.step,
+            message=(
+                f"{ck.path}{at} is a training checkpoint holding {', '.join(ck.has)} but no "
+                f"{', '.join(missing)}: {why}.{sched_note}{also}{more}"
+            ),
+            cause=(
+                "The save call stores only some of the objects the training loop needs back: "
+                "typically torch.save(model.state_dict()) or a dict written before the scheduler, "
+                "scaler or step counter was added."
+                + _format_cause(ck.format)
+            ),
+            fix=(
+                "Save the whole state and write it atomically: torch.save({'model': "
+                "model.state_dict(), 'optimizer': optimizer.state_dict(), 'scheduler': "
+                "scheduler.state_dict(), 'scaler': scaler.state_dict(), 'step': step, 'rng': "
+                "torch.get_rng_state()}, path + '.tmp'); os.replace(path + '.tmp', path)."
+                + _format_fix(ck.format)
+            ),
+            evidence={"path": ck.path, "format": ck.format, "present": list(ck.has),
+                      "missing": missing, "also_absent": absent, "step": ck.step,
+                      "incomplete_checkpoints": [c.path for c, _, _ in self._bad]},
+            where=[c.path for c, _, _ in self._bad][:8],
+        )
+
+
+def _format_cause(fmt: str) -> str:
+    if fmt == "hf-folder":
+        return " A Hugging Face Trainer folder without optimizer.pt/scheduler.pt comes from save_only_model=True."
+    if fmt == "lightning":
+        return " A Lightning checkpoint without optimizer_states comes from save_weights_only=True."
+    return ""
+
+
+def _format_fix(fmt: str) -> str:
+    if fmt == "hf-folder":
+        return " With the Hugging Face Trainer, keep save_only_model=False for checkpoints you resume from."
+    if fmt == "lightning":
+        return " With Lightning, use ModelCheckpoint(save_weights_only=False) for resumable checkpoints."
+    return ""

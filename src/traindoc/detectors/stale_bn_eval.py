@@ -1,0 +1,104 @@
+"""stale-bn-eval: BatchNorm running statistics that were never updated in a trained model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, names
+from traindoc.events import BatchNormState, Event
+from traindoc.findings import Finding
+
+
+class StaleBnEval:
+    """BatchNorm modules whose running statistics are still at their initial values (running_mean
+    all 0 and running_var all 1, num_batches_tracked 0) although the model around them was
+    trained: the module's affine weight or bias moved, the training model's statistics for the
+    same module moved (an EMA copy), or, without affine parameters, the checkpoint is past step 0.
+    From two checkpoints it also catches an EMA copy whose statistics stayed bit-identical while
+    the model's changed (its buffers are never copied or averaged). A fresh, untrained model has
+    initial statistics everywhere and stays quiet; so does ``num_batches_tracked == 0`` with moved
+    statistics, because evaluation reads only running_mean and running_var."""
+
+    id: ClassVar[str] = "stale-bn-eval"
+    needs: ClassVar[frozenset[str]] = frozenset({"bn"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("ckpt/golden/ema_stale_bn.jsonl", 500),
+        Example("ckpt/golden/ema_frozen_bn_diff.jsonl", 500),
+        Example("ckpt/golden/healthy_bn_ema.jsonl", None),
+        Example("ckpt/golden/fresh_bn_model.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._seen: dict[tuple[str, str], BatchNormState] = {}
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, BatchNormState)
+        self._seen[(event.role, event.module)] = event
+        return iter(())
+
+    def finish(self) -> Iterator[Finding]:
+        stale: list[tuple[BatchNormState, str]] = []
+        for (role, module), e in self._seen.items():
+            twin = self._seen.get(("model", module)) if role != "model" else None
+            if e.mean_at_init and e.var_at_init:
+                if e.affine_at_init is False:
+                    stale.append((e, "its affine weight/bias moved"))
+                elif twin is not None and not (twin.mean_at_init and twin.var_at_init):
+                    stale.append((e, "the model's statistics for it moved"))
+                elif e.affine_at_init is None and e.step is not None and e.step > 0:
+                    stale.append((e, f"the checkpoint is at step {e.step}"))
+            elif role != "model" and e.changed is False and twin is not None and twin.changed:
+                stale.append((e, "they did not change between the checkpoints while the model's did"))
+        if not stale:
+            return
+        roles = sorted({e.role for e, _ in stale})
+        role = "ema" if "ema" in roles else roles[0]
+        group = [(e, why) for e, why in stale if e.role == role]
+        total = sum(1 for (r, _) in self._seen if r == role)
+        mods = [e.module for e, _ in group]
+        first = group[0][0]
+        nbt = sorted({e.num_batches_tracked for e, _ in group if e.num_batches_tracked is not None})
+        frozen_copy = all(not (e.mean_at_init and e.var_at_init) for e, _ in group)
+        if frozen_copy:
+            what = "kept the same running statistics between the two checkpoints while the model's changed"
+        else:
+            what = ("still hold their initial running statistics (running_mean all 0, running_var all 1"
+                    + (f", num_batches_tracked {nbt[0]}" if len(nbt) == 1 else "") + ")")
+        copy = "the EMA/averaged copy" if role == "ema" else "the model"
+        yield finding(
+            self.id, step=first.step,
+            message=(
+                f"{len(group)} of {total} BatchNorm modules of {copy} {what} although "
+                f"{group[0][1]}: {names(mods)}. Evaluated in eval mode, these layers normalize "
+                "with statistics that do not describe the data."
+            ),
+            cause=(
+                "An EMA copy that averages only parameters (`for e, p in zip(ema.parameters(), "
+                "model.parameters())`) or AveragedModel(use_buffers=False) without update_bn: "
+                "its BatchNorm buffers keep the values of the copy made at step 0."
+                if role == "ema" else
+                "The BatchNorm layers never ran in train mode: the model stayed in eval mode "
+                "while training (model.eval() not undone, or BN layers frozen with .eval()), or "
+                "the model was rebuilt from a state_dict without its buffers."
+            ),
+            fix=(
+                "Average buffers too: AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999), "
+                "use_buffers=True); or copy them after each EMA update: `for e, b in "
+                "zip(ema.buffers(), model.buffers()): e.copy_(b)`; or run "
+                "torch.optim.swa_utils.update_bn(train_loader, ema) before evaluating. Until then "
+                "evaluate the live model."
+                if role == "ema" else
+                "Call model.train() before the training steps (and model.eval() only around "
+                "evaluation); save and load the full state_dict, buffers included."
+            ),
+            evidence={"role": role, "modules": mods[:50], "stale": len(group), "batchnorm_modules": total,
+                      "num_batches_tracked": [int(x) for x in nbt][:5], "reason": group[0][1],
+                      "other_roles": [r for r in roles if r != role]},
+            where=mods[:10],
+        )

@@ -1,0 +1,117 @@
+"""``[tool.traindoc]`` in the nearest pyproject.toml above a linted file.
+
+    [tool.traindoc]
+    select = ["masked-nonfinite", "constant-loss"]   # only these ids (default: all)
+    ignore = ["checkpoint-not-atomic"]                # never these
+    per-file-ignores = { "tests/*" = ["missing-zero-grad"] }
+
+The same keys in a ``[tool.traindoc.lint]`` table apply to lint only and win over the shared
+ones (``select`` in ``[tool.traindoc]`` may name detectors that have no lint rule; those are
+simply not lint's). Patterns in ``per-file-ignores`` are globs matched against the file's path
+relative to the pyproject.toml's directory.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:  # Python 3.11+
+    import tomllib
+except ImportError:  # pragma: no cover - Python 3.10 without tomli reads no config
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ImportError:
+        tomllib = None  # type: ignore[assignment]
+
+
+class ConfigError(ValueError):
+    """A pyproject.toml that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    root: Path | None = None  # the directory of the pyproject.toml it came from
+    select: tuple[str, ...] | None = None
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = field(default_factory=tuple)
+
+    def ignored_for(self, path: Path) -> set[str]:
+        """Ids ignored for ``path`` by ``per-file-ignores``."""
+        if not self.per_file_ignores or self.root is None:
+            return set()
+        try:
+            rel = path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            rel = path.as_posix()
+        out: set[str] = set()
+        for pattern, ids in self.per_file_ignores:
+            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern):
+                out |= set(ids)
+        return out
+
+
+_cache: dict[Path, Config] = {}
+
+
+def for_path(path: Path) -> Config:
+    """The config that applies to ``path``: the nearest pyproject.toml above it with a
+    ``[tool.traindoc]`` table, or the defaults."""
+    start = path.resolve()
+    directory = start if start.is_dir() else start.parent
+    if directory in _cache:
+        return _cache[directory]
+    config = Config()
+    for folder in [directory, *directory.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            found = _read(candidate)
+            if found is not None:
+                config = found
+                break
+    _cache[directory] = config
+    return config
+
+
+def _read(path: Path) -> Config | None:
+    if tomllib is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from None
+    table = data.get("tool", {}).get("traindoc")
+    if not isinstance(table, dict):
+        return None
+    lint = table.get("lint", {})
+    if not isinstance(lint, dict):
+        raise ConfigError(f"{path}: [tool.traindoc.lint] must be a table")
+    merged = {**{k: v for k, v in table.items() if k != "lint"}, **lint}
+    select = merged.get("select")
+    per_file = merged.get("per-file-ignores", {})
+    if not isinstance(per_file, dict):
+        raise ConfigError(f"{path}: per-file-ignores must be a table of pattern = [ids]")
+    return Config(
+        root=path.parent.resolve(),
+        select=None if select is None else _ids(path, "select", select),
+        ignore=_ids(path, "ignore", merged.get("ignore", [])),
+        per_file_ignores=tuple(
+            (str(pattern).replace(os.sep, "/"), _ids(path, f"per-file-ignores.{pattern}", ids))
+            for pattern, ids in per_file.items()
+        ),
+    )
+
+
+def _ids(path: Path, key: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: [tool.traindoc] {key} must be a list of failure ids")
+    return tuple(value)
+
+
+def clear_cache() -> None:
+    _cache.clear()

@@ -1,0 +1,231 @@
+"""Run the lint rules over files: parse once, run every selected rule, turn hits into findings.
+
+A file that does not parse, cannot be read, or makes a rule crash becomes a ``LintError`` for
+that file; the other files (and the other rules) still run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tokenize
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Literal
+
+from traindoc import catalog
+from traindoc.detectors._common import finding
+from traindoc.findings import Finding, severity_rank
+from traindoc.lint import config as config_mod
+from traindoc.lint._ast import Module
+from traindoc.lint.rules import RULES
+
+SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
+     "node_modules", "site-packages", "build", "dist", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+)
+SUPPRESS = re.compile(r"#\s*traindoc:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
+
+
+class UsageError(ValueError):
+    """Bad input from the user (a path that does not exist, an unknown id): exit code 2."""
+
+
+@dataclass(frozen=True)
+class LintFinding:
+    """A catalog finding and where in the source it was found (1-based line and column)."""
+
+    finding: Finding
+    path: str
+    line: int
+    col: int
+
+    def to_dict(self) -> dict[str, object]:
+        out = self.finding.to_dict()
+        out.update(path=self.path, line=self.line, col=self.col)
+        return out
+
+
+@dataclass(frozen=True)
+class LintError:
+    path: str
+    line: int | None
+    message: str
+    kind: Literal["parse", "read", "internal"]
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"Error: {where}: {self.message}"
+
+
+@dataclass
+class LintResult:
+    findings: list[LintFinding] = field(default_factory=list)
+    errors: list[LintError] = field(default_factory=list)
+    files: int = 0  # files read and parsed
+
+    @property
+    def exit_code(self) -> int:
+        """1 when there are findings; else 2 when some file could not be linted; else 0."""
+        if self.findings:
+            return 1
+        return 2 if self.errors else 0
+
+
+def lint_source(
+    source: str,
+    path: str = "<string>",
+    *,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] = (),
+) -> tuple[list[LintFinding], list[LintError]]:
+    """Lint one file's text. ``select``/``ignore`` choose rules by id."""
+    try:
+        mod = Module(source, path)
+    except SyntaxError as e:
+        msg = f"cannot parse: {e.msg}"
+        return [], [LintError(path, e.lineno, msg, "parse")]
+    except ValueError as e:  # source with NUL bytes
+        return [], [LintError(path, None, f"cannot parse: {e}", "parse")]
+    chosen = None if select is None else set(select)
+    muted = set(ignore)
+    suppressed = _suppressions(source)
+    found: dict[tuple[str, int, int], LintFinding] = {}
+    errors: list[LintError] = []
+    for cls in RULES:
+        id_ = cls.id  # type: ignore[attr-defined]
+        if id_ in muted or (chosen is not None and id_ not in chosen):
+            continue
+        try:
+            hits = list(cls().check(mod))
+        except Exception as e:  # a crashing rule is a result, not a crash of the run
+            errors.append(
+                LintError(path, None, f"internal error in lint rule {id_}: {type(e).__name__}: {e} "
+                          "(please report this with the file)", "internal")
+            )
+            continue
+        for hit in hits:
+            ids = suppressed.get(hit.line)
+            if ids is not None and (not ids or id_ in ids):
+                continue
+            key = (id_, hit.line, hit.col)
+            if key not in found:
+                f = finding(id_, message=hit.message, cause=hit.cause, fix=hit.fix,
+                            where=(f"{path}:{hit.line}",))
+                found[key] = LintFinding(f, path, hit.line, hit.col)
+    return sorted(found.values(), key=lambda f: (f.line, f.col, f.finding.id)), errors
+
+
+def lint_paths(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    select: Iterable[str] | None = None,
+    ignore: Iterable[str] = (),
+    use_config: bool = True,
+) -> LintResult:
+    """Lint files and directories (recursively, ``*.py``). ``select`` given here replaces the
+    config's; ``ignore`` adds to it."""
+    cli_select = None if select is None else tuple(select)
+    cli_ignore = tuple(ignore)
+    _check_ids(cli_select or ())
+    _check_ids(cli_ignore)
+    result = LintResult()
+    for file in iter_files(paths):
+        shown = display_path(file)
+        cfg = config_mod.for_path(file) if use_config else config_mod.Config()
+        _check_ids(cfg.select or (), where=cfg.root)
+        _check_ids(cfg.ignore, where=cfg.root)
+        chosen = cli_select if cli_select is not None else cfg.select
+        muted = set(cli_ignore) | set(cfg.ignore) | cfg.ignored_for(file)
+        try:
+            with tokenize.open(file) as f:  # honours a coding cookie
+                source = f.read()
+        except (OSError, UnicodeDecodeError, SyntaxError) as e:
+            result.errors.append(LintError(shown, None, f"cannot read: {e}", "read"))
+            continue
+        findings, errors = lint_source(source, shown, select=chosen, ignore=muted)
+        if not any(e.kind == "parse" for e in errors):
+            result.files += 1
+        result.findings += findings
+        result.errors += errors
+    return result
+
+
+def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+    """Every file to lint, in a stable order; UsageError for a path that does not exist."""
+    given = [Path(p) for p in paths]
+    for p in given:
+        if not p.exists():
+            raise UsageError(f"path '{p}' does not exist")
+    seen: set[Path] = set()
+    for p in given:
+        if p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        file = Path(root) / name
+                        if file.resolve() not in seen:
+                            seen.add(file.resolve())
+                            yield file
+        elif p.resolve() not in seen:
+            seen.add(p.resolve())
+            yield p
+
+
+def display_path(path: Path) -> str:
+    """The path relative to the working directory when it is below it, else absolute."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
+
+
+def _suppressions(source: str) -> dict[int, set[str]]:
+    """line -> ids silenced on it by ``# traindoc: ignore[id, ...]`` (empty set: all)."""
+    if "traindoc" not in source:
+        return {}
+    out: dict[int, set[str]] = {}
+    for number, text in enumerate(source.splitlines(), 1):
+        if "#" not in text:
+            continue
+        for m in SUPPRESS.finditer(text):
+            ids = {i.strip() for i in (m.group(1) or "").split(",") if i.strip()}
+            if number in out and (not out[number] or not ids):
+                out[number] = set()
+            else:
+                out.setdefault(number, set()).update(ids)
+    return out
+
+
+def _check_ids(ids: Iterable[str], where: Path | None = None) -> None:
+    for id_ in ids:
+        try:
+            catalog.get(id_)
+        except KeyError as e:
+            origin = f" (in {where / 'pyproject.toml'})" if where else ""
+            raise UsageError(f"{e.args[0]}{origin}") from None
+
+
+def summary(result: LintResult) -> str:
+    """``3 findings in 2 files (2 error, 1 warning)``."""
+    n = len(result.findings)
+    if not n:
+        checked = f"{result.files} file" + ("s" if result.files != 1 else "")
+        return f"No findings ({checked} checked)."
+    files = len({f.path for f in result.findings})
+    counts: dict[str, int] = {}
+    for f in sorted(result.findings, key=lambda f: severity_rank(f.finding.severity)):
+        counts[f.finding.severity] = counts.get(f.finding.severity, 0) + 1
+    parts = ", ".join(f"{c} {s}" for s, c in counts.items())
+    return (
+        f"{n} finding{'s' if n != 1 else ''} in {files} file{'s' if files != 1 else ''} ({parts})"
+    )
+
+
+def lint_ids() -> list[str]:
+    return [cls.id for cls in RULES]  # type: ignore[attr-defined]
+
+
+def titles() -> dict[str, str]:
+    return {id_: catalog.get(id_).title for id_ in lint_ids()}

@@ -1,0 +1,186 @@
+"""checkpoint-incomplete: a training checkpoint lacks state needed to resume exactly."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterator
+
+from traindoc.lint._ast import Module, dotted, fixed_filename, kwarg, method, resolve, torch_saves
+from traindoc.lint.rules._common import Hit, Invalid
+
+STEP_KEYS = ("step", "epoch", "iter", "update", "tokens", "samples_seen")
+
+
+class CheckpointIncomplete:
+    """A dict saved with ``torch.save`` holds the model and some training state (the optimizer
+    or the step), so it is meant for resuming, but lacks a piece this file uses: the
+    optimizer, an LR scheduler, a GradScaler, or the step/epoch counter. A resumed run then
+    restarts the schedule, the loss scale or the counters. A weights-only save
+    (``{"model": model.state_dict()}``) is an export and stays quiet.
+    """
+
+    id: ClassVar[str] = "checkpoint-incomplete"
+    invalid: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            """
+            import torch
+
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-4, total_steps=10000)
+            scaler = torch.amp.GradScaler("cuda")
+            for step, batch in enumerate(loader):
+                train_step(model, batch, optimizer, scheduler, scaler)
+                if step % 1000 == 0:
+                    checkpoint = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+                    torch.save(checkpoint, f"ckpt_{step}.pt")
+            """,
+            9,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def save(model, optimizer, path):
+                torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}, "last.pt")
+            """,
+            4,
+        ),
+    )
+    valid: ClassVar[tuple[str, ...]] = (
+        """
+        import torch
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-4, total_steps=10000)
+        scaler = torch.amp.GradScaler("cuda")
+        checkpoint = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "step": step,
+        }
+        checkpoint["scaler"] = scaler.state_dict()
+        torch.save(checkpoint, f"ckpt_{step}.pt")
+        """,
+        """
+        import torch
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        torch.save({"model": model.state_dict()}, "weights.pt")
+        torch.save(model.state_dict(), "model.pt")
+        """,
+        """
+        import torch
+
+        def save(state, path):
+            torch.save({**state, "step": state["step"]}, path)
+        """,
+    )
+
+    def check(self, mod: Module) -> Iterator[Hit]:
+        saves = list(torch_saves(mod))
+        if not saves:
+            return
+        uses = self._uses(mod)
+        for call, obj, path in saves:
+            found = self._dict(mod, obj, call)
+            if found is None:
+                continue
+            node, keys, receivers = found
+            have = {part for part in ("model", "optimizer", "scheduler", "scaler", "step") if _has(part, keys, receivers, mod)}
+            if "model" not in have or not ({"optimizer", "step"} & have):
+                continue
+            missing = []
+            for part in ("optimizer", "scheduler", "scaler"):
+                if part in uses and part not in have:
+                    missing.append(f"`{uses[part]}.state_dict()`")
+            if "step" not in have and fixed_filename(mod, path, call) is not None:
+                missing.append("the step/epoch counter")
+            if not missing:
+                continue
+            listed = ", ".join(f"`{k}`" for k in keys)
+            lacks = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
+            yield Hit(
+                node,
+                f"The checkpoint saved at line {call.lineno} (keys {listed}) lacks {lacks}: a "
+                "resumed run restarts that state from scratch (the LR schedule from its first "
+                "value, the GradScaler from its initial scale, the step counter from 0)",
+                cause="Only part of the training state is saved, so resuming does not continue "
+                "the same run.",
+                fix="Add the missing entries to the checkpoint dict and restore them on resume "
+                "with `load_state_dict` (e.g. `\"scheduler\": scheduler.state_dict()`, "
+                "`\"scaler\": scaler.state_dict()`, `\"step\": step`).",
+            )
+
+    def _dict(self, mod: Module, obj: ast.expr | None, call: ast.Call):
+        """(node, keys, receivers of .state_dict() values) of the dict saved, or None."""
+        name = obj.id if isinstance(obj, ast.Name) else None
+        node = resolve(mod, obj, call, depth=1)
+        if not isinstance(node, ast.Dict):
+            return None
+        keys: list[str] = []
+        receivers: list[str] = []
+        for key, value in zip(node.keys, node.values):
+            if key is None or not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                return None  # **spread or computed keys: cannot know what is in it
+            keys.append(key.value)
+            receivers.append(dotted(method(value, "state_dict")) or "")
+        if name:
+            scope = mod.scope(call)
+            for stmt in _subscript_sets(mod, scope, name, call.lineno):
+                keys.append(stmt[0])
+                receivers.append(stmt[1])
+        return node, keys, receivers
+
+    def _uses(self, mod: Module) -> dict[str, str]:
+        """The optimizer, scheduler and GradScaler this file builds, by name."""
+        out: dict[str, str] = {}
+        for text, calls in mod.built.items():
+            for call in calls:
+                kind = mod.kind_of_call(call)
+                if kind in ("optimizer", "scheduler", "scaler") and kind not in out:
+                    enabled = kwarg(call, "enabled")
+                    if kind == "scaler" and isinstance(enabled, ast.Constant) and enabled.value is False:
+                        continue
+                    out[kind] = text
+        return out
+
+
+def _has(part: str, keys: list[str], receivers: list[str], mod: Module) -> bool:
+    for key, receiver in zip(keys, receivers):
+        low = key.lower()
+        role = mod.role(receiver) if receiver else None
+        if part == "model" and (("model" in low or "state_dict" in low or low in ("net", "weights", "params")) and "optim" not in low and "sched" not in low and "scaler" not in low):
+            return True
+        if part == "optimizer" and ("optim" in low or low in ("opt",) or role == "optimizer"):
+            return True
+        if part == "scheduler" and ("sched" in low or role == "scheduler"):
+            return True
+        if part == "scaler" and ("scaler" in low or low == "amp" or role == "scaler"):
+            return True
+        if part == "step" and (any(k in low for k in STEP_KEYS) or low == "it"):
+            return True
+    return False
+
+
+def _subscript_sets(mod: Module, scope, name: str, before: int) -> Iterator[tuple[str, str]]:
+    """(key, receiver) for ``name["key"] = value`` and ``name.update(key=value)`` in scope."""
+    for stmt in ast.walk(scope.node):
+        if isinstance(stmt, ast.Assign) and stmt.lineno < before:
+            for t in stmt.targets:
+                if (
+                    isinstance(t, ast.Subscript)
+                    and dotted(t.value) == name
+                    and isinstance(t.slice, ast.Constant)
+                    and isinstance(t.slice.value, str)
+                ):
+                    yield t.slice.value, dotted(method(stmt.value, "state_dict")) or ""
+        elif isinstance(stmt, ast.Call) and dotted(method(stmt, "update")) == name and stmt.lineno < before:
+            for kw in stmt.keywords:
+                if kw.arg:
+                    yield kw.arg, dotted(method(kw.value, "state_dict")) or ""
+            for a in stmt.args:
+                if isinstance(a, ast.Dict):
+                    for k, v in zip(a.keys, a.values):
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                            yield k.value, dotted(method(v, "state_dict")) or ""

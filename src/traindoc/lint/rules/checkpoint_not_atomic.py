@@ -1,0 +1,120 @@
+"""checkpoint-not-atomic: a resume checkpoint is overwritten in place with ``torch.save``."""
+
+from __future__ import annotations
+
+import ast
+from typing import ClassVar, Iterator
+
+from traindoc.lint._ast import Module, fixed_filename, method, torch_saves, unparse
+from traindoc.lint.rules._common import Hit, Invalid
+
+RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
+TEMP_WORDS = ("tmp", "temp", ".part", "partial")
+
+
+class CheckpointNotAtomic:
+    """``torch.save`` writes straight to a fixed file name that is overwritten each time and
+    read back to resume (``last.pt``, ``ckpt.pt``, ``checkpoint.pt``, or a path this file also
+    ``torch.load``s), with no ``os.replace``/``os.rename`` in the same function. A crash or
+    preemption mid-write leaves a truncated file and nothing to resume from. Per-epoch names
+    (``ckpt_{epoch}.pt``) and one-off exports (``model_final.pt``) stay quiet.
+    """
+
+    id: ClassVar[str] = "checkpoint-not-atomic"
+    invalid: ClassVar[tuple[Invalid, ...]] = (
+        Invalid(
+            """
+            import os
+            import torch
+
+            def save(model, optimizer, step, out_dir):
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+                torch.save(state, os.path.join(out_dir, "last_checkpoint.pt"))
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            import torch
+
+            ckpt_path = f"{args.out_dir}/model.pt"
+            if args.resume:
+                model.load_state_dict(torch.load(ckpt_path)["model"])
+            for epoch in range(args.epochs):
+                train_one_epoch(model, optimizer, loader)
+                torch.save({"model": model.state_dict(), "epoch": epoch}, ckpt_path)
+            """,
+            8,
+        ),
+    )
+    valid: ClassVar[tuple[str, ...]] = (
+        """
+        import os
+        import torch
+
+        def save(state, out_dir):
+            path = os.path.join(out_dir, "last_checkpoint.pt")
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
+        """,
+        """
+        import torch
+
+        for epoch in range(epochs):
+            train_one_epoch(model, optimizer, loader)
+            torch.save({"model": model.state_dict(), "epoch": epoch}, f"checkpoints/epoch_{epoch:03d}.pt")
+        """,
+        """
+        import torch
+
+        train(model, optimizer, loader)
+        torch.save(model.state_dict(), "model_final.pt")
+        """,
+        """
+        import torch
+
+        def save_checkpoint(state, path):
+            torch.save(state, path)
+        """,
+    )
+
+    def check(self, mod: Module) -> Iterator[Hit]:
+        saves = list(torch_saves(mod))
+        if not saves:
+            return
+        loaded = self._loaded_paths(mod)
+        for call, _, path in saves:
+            name = fixed_filename(mod, path, call)
+            if not name or any(w in name.lower() for w in TEMP_WORDS):
+                continue
+            resumed = path is not None and unparse(path, 400) in loaded
+            if not resumed and not any(w in name.lower() for w in RESUME_WORDS):
+                continue
+            if self._renames(mod, call):
+                continue
+            yield Hit(
+                call,
+                f"`{unparse(call)}` (line {call.lineno}) overwrites `{name}` in place: a crash "
+                f"or preemption mid-write leaves a truncated `{name}` and no checkpoint to "
+                "resume from",
+                cause="`torch.save` to the final path is not atomic; the previous checkpoint is "
+                "destroyed before the new one is complete.",
+                fix=f"Save to a temporary file next to it and rename: `torch.save(obj, tmp)` "
+                f"then `os.replace(tmp, path)` (atomic on the same filesystem).",
+            )
+
+    def _renames(self, mod: Module, call: ast.Call) -> bool:
+        for c in mod.scope(call).calls:
+            q = mod.callee(c)
+            if q in ("os.replace", "os.rename", "shutil.move") or q.startswith("tempfile."):
+                return True
+            if method(c, "replace", "rename") is not None and len(c.args) == 1:
+                return True  # Path(tmp).replace(path)
+        return False
+
+    def _loaded_paths(self, mod: Module) -> set[str]:
+        out = set()
+        for c in mod.calls:
+            if mod.callee(c) == "torch.load" and c.args:
+                out.add(unparse(c.args[0], 400))
+        return out

@@ -1,0 +1,42 @@
+"""End to end: every zoo case under `traindoc run --json`.
+
+A failing case must report exactly its expected warning/error ids (at the expected step where
+given), a healthy case none; and the trained parameters must be bit-identical with and without
+traindoc (the observer-only guarantee).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from traindoc import zoo
+from conftest import python, traindoc
+
+CASES = zoo.cases()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
+    report, bare, watched = tmp_path / "r.json", tmp_path / "bare.pt", tmp_path / "watched.pt"
+    ran = traindoc("run", "--json", str(report), str(case.path), "--save", str(watched))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["disabled"] == [], data["disabled"]
+    found = {f["id"]: f["step"] for f in data["findings"] if f["severity"] in ("error", "warning")}
+    assert set(found) == set(case.expect), f"{case.name}: got {found}\n{ran.stderr[-4000:]}"
+    for id_, step in case.expect.items():
+        if step is not None:
+            assert found[id_] == step, f"{id_} fired at step {found[id_]}, expected {step}"
+    for f in data["findings"]:  # every finding carries its evidence, cause and fix
+        assert f["evidence"] and f["cause"] and f["fix"] and f["message"], f
+
+    plain = python(str(case.path), "--save", str(bare))
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    a, b = torch.load(bare), torch.load(watched)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), f"{case.name}: {k} differs with traindoc watching"
