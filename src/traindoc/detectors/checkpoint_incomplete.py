@@ -35,6 +35,7 @@ class CheckpointIncomplete:
         Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
         Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
         Example("ckpt/golden/complete_training.jsonl", None),
+        Example("ckpt/golden/bare_weights.jsonl", None),
     )
 
     @dataclass(frozen=True)

@@ -23,7 +23,7 @@ class StaleBnEval:
     id: ClassVar[str] = "stale-bn-eval"
     needs: ClassVar[frozenset[str]] = frozenset({"bn"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("ckpt/golden/ema_stale_bn.jsonl", 500),
+        Example("ckpt/golden/ema_stale_bn.jsonl", 8),
         Example("ckpt/golden/ema_frozen_bn_diff.jsonl", 500),
         Example("ckpt/golden/healthy_bn_ema.jsonl", None),
         Example("ckpt/golden/fresh_bn_model.jsonl", None),
@@ -54,7 +54,7 @@ class StaleBnEval:
                 elif e.affine_at_init is None and e.step is not None and e.step > 0:
                     stale.append((e, f"the checkpoint is at step {e.step}"))
             elif role != "model" and e.changed is False and twin is not None and twin.changed:
-                stale.append((e, "they did not change between the checkpoints while the model's did"))
+                stale.append((e, "its statistics did not change between the checkpoints while the model's did"))
         if not stale:
             return
         roles = sorted({e.role for e, _ in stale})
@@ -66,17 +66,18 @@ class StaleBnEval:
         nbt = sorted({e.num_batches_tracked for e, _ in group if e.num_batches_tracked is not None})
         frozen_copy = all(not (e.mean_at_init and e.var_at_init) for e, _ in group)
         if frozen_copy:
-            what = "kept the same running statistics between the two checkpoints while the model's changed"
+            what = ("kept bit-identical running statistics between the two checkpoints while the "
+                    "model's changed")
         else:
             what = ("still hold their initial running statistics (running_mean all 0, running_var all 1"
-                    + (f", num_batches_tracked {nbt[0]}" if len(nbt) == 1 else "") + ")")
+                    + (f", num_batches_tracked {nbt[0]}" if len(nbt) == 1 else "") + f") although {group[0][1]}")
         copy = "the EMA/averaged copy" if role == "ema" else "the model"
         yield finding(
             self.id, step=first.step,
             message=(
-                f"{len(group)} of {total} BatchNorm modules of {copy} {what} although "
-                f"{group[0][1]}: {names(mods)}. Evaluated in eval mode, these layers normalize "
-                "with statistics that do not describe the data."
+                f"{len(group)} of {total} BatchNorm modules of {copy} {what}: {names(mods)}. "
+                "Evaluated in eval mode, these layers normalize with statistics that do not "
+                "describe the data."
             ),
             cause=(
                 "An EMA copy that averages only parameters (`for e, p in zip(ema.parameters(), "

@@ -153,13 +153,14 @@ class Backward:
     loss: ast.expr
     via: str  # "tensor" (loss.backward()), "scaler" (scaler.scale(loss).backward()), "wrapper"
     owner: str | None = None  # the scaler or wrapper (accelerator, fabric, engine) by name
+    shown: str = ""  # the call as written in the source
 
     @property
     def name(self) -> str | None:
         return self.loss.id if isinstance(self.loss, ast.Name) else None
 
     def text(self) -> str:
-        return unparse(self.call)
+        return self.shown or unparse(self.call)
 
 
 @dataclass
@@ -215,6 +216,7 @@ class Module:
         self.calls: list[ast.Call] = []
         # dotted target text -> the calls assigned to it anywhere in the file
         self.built: dict[str, list[ast.Call]] = {}
+        self._lines: list[str] | None = None
         self._index()
         self._find_backwards()
         self._find_trained()
@@ -443,6 +445,7 @@ class Module:
             for call in scope.calls:
                 b = self.backward_of(call)
                 if b is not None:
+                    b.shown = self.text(call)
                     scope.backwards.append(b)
 
     def backward_of(self, call: ast.Call) -> Backward | None:
@@ -560,9 +563,27 @@ class Module:
                 out.add(dotted(receiver))  # type: ignore[arg-type]
         return out
 
-    def source_line(self, line: int) -> str:
-        lines = self.source.splitlines()
-        return lines[line - 1] if 0 < line <= len(lines) else ""
+    def text(self, node: ast.AST | None, limit: int = 80) -> str:
+        """The source text of ``node`` as the user wrote it (``1e6``, not ``1000000.0``),
+        on one line and shortened, for a message."""
+        if node is None:
+            return ""
+        if self._lines is None:
+            self._lines = self.source.splitlines(keepends=True)
+        try:
+            start, end = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined,operator]
+            first, last = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            if start == end:
+                raw = self._lines[start].encode()[first:last].decode()
+            else:
+                parts = [self._lines[start].encode()[first:].decode()]
+                parts += self._lines[start + 1 : end]
+                parts.append(self._lines[end].encode()[:last].decode())
+                raw = "".join(parts)
+            text = " ".join(raw.split())
+        except (AttributeError, IndexError, TypeError, UnicodeDecodeError):
+            text = ast.unparse(node)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def returned_names(node: ast.AST | None) -> set[str]:

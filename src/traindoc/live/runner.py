@@ -20,7 +20,8 @@ from traindoc.report import output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module, as `python -m MODULE`")
+    parser.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE ...",
+                        help="run a module, as `python -m MODULE args`")
     parser.add_argument("--level", choices=("cheap", "standard", "thorough"), default="standard",
                         help="how much to measure (default standard)")
     parser.add_argument("--record", metavar="PATH", help="write the event stream as JSONL (replay with `traindoc analyze`)")
@@ -30,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.module:
-        target, script_args = args.module, list(args.target)
+        target, script_args = args.module[0], list(args.module[1:])
+    elif args.module is not None:
+        raise UsageError("-m needs a module name: `traindoc run -m mypkg.train ...`")
     elif args.target:
         target, script_args = args.target[0], list(args.target[1:])
     else:
@@ -101,7 +104,7 @@ def _exit_code(code: object) -> int:
 def _print_user_traceback(exc: BaseException, target: str) -> None:
     """The traceback without runpy's and traindoc's frames, as ``python script.py`` shows it."""
     tb = exc.__traceback__
-    ours = (os.path.dirname(runpy.__file__) + os.sep + "runpy.py", __file__)
+    ours = (runpy.__file__, __file__, "<frozen runpy>")
     while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb)

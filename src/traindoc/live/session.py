@@ -59,13 +59,25 @@ _OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIR = os.path.dirname(os.__file__)
 
 
+_ZOO_DIR = os.path.join(_OUR_DIR, "zoo")
+
+
+def _is_user_file(fn: str) -> bool:
+    if fn.startswith("<") or fn.startswith(_TORCH_DIR):
+        return False
+    if fn.startswith(_OUR_DIR):
+        return fn.startswith(_ZOO_DIR)  # the zoo scripts are user code
+    return not (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn)
+
+
 def user_site(depth: int = 2) -> str:
     """``file:line`` of the innermost frame outside torch, traindoc and the stdlib."""
     frame = sys._getframe(depth)
     while frame is not None:
         fn = frame.f_code.co_filename
-        if not (fn.startswith((_TORCH_DIR, _OUR_DIR)) or (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn) or fn.startswith("<")):
-            return f"{os.path.relpath(fn) if not os.path.relpath(fn).startswith('..') else fn}:{frame.f_lineno}"
+        if _is_user_file(fn):
+            rel = os.path.relpath(fn)
+            return f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""
 

@@ -49,10 +49,12 @@ class MLP(nn.Module):
 
 
 def make_data(n: int, gen: torch.Generator):
-    """Intensity features in [0, 1]: noisy class prototypes, clipped."""
+    """Intensity features in [0, 1]: noisy class prototypes, clipped; 10% label noise."""
     prototypes = torch.rand(N_CLASSES, IN_DIM, generator=gen)
     y = torch.randint(0, N_CLASSES, (n,), generator=gen)
     x = (prototypes[y] + 0.3 * torch.randn(n, IN_DIM, generator=gen)).clamp(0.0, 1.0)
+    flip = torch.rand(n, generator=gen) < 0.1
+    y[flip] = torch.randint(0, N_CLASSES, (int(flip.sum()),), generator=gen)
     return x, y
 
 

@@ -41,7 +41,7 @@ class Regressor(nn.Module):
 
 
 def target_fn(x: torch.Tensor) -> torch.Tensor:
-    return torch.sin(math.pi * x[:, 0]) * torch.cos(0.5 * math.pi * x[:, 1]) + 0.3 * x[:, 1]
+    return 2.0 * torch.sin(math.pi * x[:, 0]) * torch.cos(0.5 * math.pi * x[:, 1]) + 0.5 * x[:, 1]
 
 
 def main() -> None:
@@ -49,7 +49,7 @@ def main() -> None:
     torch.manual_seed(0)
 
     x = 2 * torch.rand(512, 2) - 1  # inputs in [-1, 1]^2
-    y = target_fn(x) + 0.02 * torch.randn(512)
+    y = target_fn(x) + 0.05 * torch.randn(512)
     x_test = 2 * torch.rand(256, 2) - 1
     y_test = target_fn(x_test)
 
@@ -75,7 +75,7 @@ def main() -> None:
     model.eval()
     with torch.no_grad():
         test_mse = loss_fn(model(x_test), y_test).item()
-    print(f"test mse {test_mse:.6f} (noise floor {0.02 ** 2:.6f})")
+    print(f"test mse {test_mse:.6f} (noise variance {0.05 ** 2:.6f})")
 
     if args.save:
         torch.save(model.state_dict(), args.save)

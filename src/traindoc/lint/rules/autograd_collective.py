@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, arith_names, is_constant_value, is_detached_value, method, unparse
+from traindoc.lint._ast import Module, Scope, arith_names, dotted, is_constant_value, is_detached_value, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 # collective -> index of the tensor argument it works on in place
@@ -111,16 +111,23 @@ class AutogradCollective:
                 why = self._requires_grad(mod, scope, tensor, call.lineno)
                 if why is None:
                     continue
+                value = scope.reaching(tensor, call.lineno)
+                source = dotted(method(value, "clone")) if value is not None else None
+                if source:
+                    fix = (f"Build `{tensor}` from `{source}.detach().clone()` instead of "
+                           f"`{source}.clone()`, or run the collective under `torch.no_grad()`.")
+                else:
+                    fix = (f"Reduce a detached copy under no_grad: `with torch.no_grad(): "
+                           f"reduced = {tensor}.detach().clone(); dist.{name}(reduced)`.")
                 yield Hit(
                     call,
-                    f"`{unparse(call)}` (line {call.lineno}) runs on `{tensor}`, which requires "
+                    f"`{mod.text(call)}` (line {call.lineno}) runs on `{tensor}`, which requires "
                     f"grad ({why}), outside `torch.no_grad()`: c10d collectives have no autograd "
                     "kernel (PyTorch warns) and the in-place reduction changes a tensor autograd "
                     "recorded",
                     cause="Reducing the loss for logging is done on the live autograd tensor "
                     "instead of a detached copy.",
-                    fix=f"Reduce a detached copy under no_grad: `with torch.no_grad(): "
-                    f"reduced = {tensor}.detach().clone(); dist.{name}(reduced)`.",
+                    fix=fix,
                 )
 
     def _requires_grad(self, mod: Module, scope: Scope, name: str, line: int) -> str | None:
@@ -136,7 +143,7 @@ class AutogradCollective:
             inner = method(value, "clone")
             source = arith_names(inner if inner is not None else value) & scope.trained
             if source:
-                return f"it is `{unparse(value)}`, a copy of the loss"
+                return f"it is `{mod.text(value)}`, a copy of the loss"
         return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, dotted, kwarg, method, unparse
+from traindoc.lint._ast import Module, Scope, dotted, kwarg, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 # Optimizers or options that keep fp32 state for bf16 parameters (master weights, Kahan
@@ -122,13 +122,14 @@ class Bf16MasterWeights:
                     if _keeps_master(mod, opt):
                         break
                     opt_name = mod.callee(opt).split(".")[-1]
+                    short, share = ("bf16", "0.4%") if dtype == "torch.bfloat16" else ("fp16", "0.05%")
                     yield Hit(
                         node,
                         f"`{model}` is cast to `{dtype}` (line {node.lineno}) and its parameters "
                         f"go to `{opt_name}` (line {opt.lineno}) with no fp32 master copy: "
-                        "updates smaller than half a bf16 step (~0.4% of a weight) round away "
-                        "and those weights stop moving",
-                        cause=f"`{unparse(node)}` stores the trained parameters themselves in "
+                        f"updates smaller than half an {short} step (~{share} of a weight) round "
+                        "away and those weights stop moving",
+                        cause=f"`{mod.text(node)}` stores the trained parameters themselves in "
                         "16 bits; the optimizer adds its small updates to them in 16 bits.",
                         fix=f"Keep `{model}` in fp32 (remove the cast) and run the forward under "
                         f"`torch.autocast(device_type=..., dtype={dtype})`; or use an optimizer "

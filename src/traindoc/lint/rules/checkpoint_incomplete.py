@@ -9,6 +9,16 @@ from traindoc.lint._ast import Module, dotted, fixed_filename, kwarg, method, re
 from traindoc.lint.rules._common import Hit, Invalid
 
 STEP_KEYS = ("step", "epoch", "iter", "update", "tokens", "samples_seen")
+EFFECT = {
+    "optimizer": "the optimizer's moments from zero",
+    "scheduler": "the LR schedule from its first value",
+    "scaler": "the GradScaler from its initial scale",
+    "step": "the step counter (and anything keyed on it) from 0",
+}
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 class CheckpointIncomplete:
@@ -90,26 +100,27 @@ class CheckpointIncomplete:
             have = {part for part in ("model", "optimizer", "scheduler", "scaler", "step") if _has(part, keys, receivers, mod)}
             if "model" not in have or not ({"optimizer", "step"} & have):
                 continue
-            missing = []
+            missing, effects, entries = [], [], []
             for part in ("optimizer", "scheduler", "scaler"):
                 if part in uses and part not in have:
                     missing.append(f"`{uses[part]}.state_dict()`")
+                    effects.append(EFFECT[part])
+                    entries.append(f'"{part}": {uses[part]}.state_dict()')
             if "step" not in have and fixed_filename(mod, path, call) is not None:
                 missing.append("the step/epoch counter")
+                effects.append(EFFECT["step"])
+                entries.append('"step": step')
             if not missing:
                 continue
             listed = ", ".join(f"`{k}`" for k in keys)
-            lacks = " and ".join([", ".join(missing[:-1]), missing[-1]] if len(missing) > 1 else missing)
             yield Hit(
                 node,
-                f"The checkpoint saved at line {call.lineno} (keys {listed}) lacks {lacks}: a "
-                "resumed run restarts that state from scratch (the LR schedule from its first "
-                "value, the GradScaler from its initial scale, the step counter from 0)",
+                f"The checkpoint saved at line {call.lineno} (keys {listed}) lacks "
+                f"{_join(missing)}: a resumed run restarts {_join(effects)}",
                 cause="Only part of the training state is saved, so resuming does not continue "
                 "the same run.",
-                fix="Add the missing entries to the checkpoint dict and restore them on resume "
-                "with `load_state_dict` (e.g. `\"scheduler\": scheduler.state_dict()`, "
-                "`\"scaler\": scaler.state_dict()`, `\"step\": step`).",
+                fix=f"Add {_join([f'`{e}`' for e in entries])} to the checkpoint dict and restore "
+                "them on resume (`load_state_dict`, and the step counter).",
             )
 
     def _dict(self, mod: Module, obj: ast.expr | None, call: ast.Call):

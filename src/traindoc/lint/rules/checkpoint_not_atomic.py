@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, fixed_filename, method, torch_saves, unparse
+from traindoc.lint._ast import Module, dotted, fixed_filename, method, torch_saves
 from traindoc.lint.rules._common import Hit, Invalid
 
 RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
@@ -14,8 +14,8 @@ TEMP_WORDS = ("tmp", "temp", ".part", "partial")
 
 class CheckpointNotAtomic:
     """``torch.save`` writes straight to a fixed file name that is overwritten each time and
-    read back to resume (``last.pt``, ``ckpt.pt``, ``checkpoint.pt``, or a path this file also
-    ``torch.load``s), with no ``os.replace``/``os.rename`` in the same function. A crash or
+    read back to resume (``last.pt``, ``ckpt.pt``, ``checkpoint.pt``, or a path this file
+    ``torch.load``s to resume), with no ``os.replace``/``os.rename`` in the same function. A crash or
     preemption mid-write leaves a truncated file and nothing to resume from. Per-epoch names
     (``ckpt_{epoch}.pt``) and one-off exports (``model_final.pt``) stay quiet.
     """
@@ -87,14 +87,14 @@ class CheckpointNotAtomic:
             name = fixed_filename(mod, path, call)
             if not name or any(w in name.lower() for w in TEMP_WORDS):
                 continue
-            resumed = path is not None and unparse(path, 400) in loaded
+            resumed = path is not None and mod.text(path, 400) in loaded
             if not resumed and not any(w in name.lower() for w in RESUME_WORDS):
                 continue
             if self._renames(mod, call):
                 continue
             yield Hit(
                 call,
-                f"`{unparse(call)}` (line {call.lineno}) overwrites `{name}` in place: a crash "
+                f"`{mod.text(call)}` (line {call.lineno}) overwrites `{name}` in place: a crash "
                 f"or preemption mid-write leaves a truncated `{name}` and no checkpoint to "
                 "resume from",
                 cause="`torch.save` to the final path is not atomic; the previous checkpoint is "
@@ -113,8 +113,19 @@ class CheckpointNotAtomic:
         return False
 
     def _loaded_paths(self, mod: Module) -> set[str]:
+        """Paths this file reads back to resume training: ``torch.load(path)`` under an ``if``
+        about resuming, or in a function that restores an optimizer/scheduler/scaler."""
         out = set()
         for c in mod.calls:
-            if mod.callee(c) == "torch.load" and c.args:
-                out.add(unparse(c.args[0], 400))
+            if mod.callee(c) != "torch.load" or not c.args:
+                continue
+            resuming = any(
+                isinstance(a, ast.If) and "resum" in mod.text(a.test, 400).lower()
+                for a in mod.ancestors(c)
+            ) or any(
+                mod.role(dotted(method(other, "load_state_dict"))) in ("optimizer", "scheduler", "scaler")
+                for other in mod.scope(c).calls
+            )
+            if resuming:
+                out.add(mod.text(c.args[0], 400))
         return out

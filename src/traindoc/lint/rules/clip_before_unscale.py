@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, dotted, kwarg, method, unparse
+from traindoc.lint._ast import Module, dotted, kwarg, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 CLIP = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
@@ -117,10 +117,10 @@ class ClipBeforeUnscale:
                 limit = kwarg(call, "max_norm") or kwarg(call, "clip_value")
                 if limit is None and len(call.args) > 1:
                     limit = call.args[1]
-                shown = f" {unparse(limit)}" if limit is not None else ""
+                shown = f" {mod.text(limit)}" if limit is not None else ""
                 yield Hit(
                     call,
-                    f"`{unparse(call)}` (line {call.lineno}) clips gradients that are still "
+                    f"`{mod.text(call)}` (line {call.lineno}) clips gradients that are still "
                     f"multiplied by `{scaler}`'s scale (`{b.text()}`, line {b.call.lineno}): "
                     f"with a scale of 65536 the threshold{shown} clips every step by a huge factor",
                     cause=f"`{scaler}.unscale_(optimizer)` is not called between backward and "

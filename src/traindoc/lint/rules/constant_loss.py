@@ -15,7 +15,6 @@ from traindoc.lint._ast import (
     method,
     nonfinite_checked,
     number,
-    unparse,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -164,8 +163,8 @@ class ConstantLoss:
                 if name in compared and is_constant_value(mod, stmt.value):
                     yield Hit(
                         stmt,
-                        f"`{name}` is replaced by the constant `{unparse(stmt.value)}` when "
-                        f"`{unparse(branch.test)}` (line {branch.lineno}): a constant has no "
+                        f"`{name}` is replaced by the constant `{mod.text(stmt.value)}` when "
+                        f"`{mod.text(branch.test)}` (line {branch.lineno}): a constant has no "
                         "gradient, so exactly the batches with the largest error train on nothing",
                         cause="Clamping a loss by replacing it hides large errors instead of "
                         "learning from them; the replaced steps give zero gradient.",
@@ -179,13 +178,13 @@ class ConstantLoss:
             if target in losses and isinstance(value, ast.Call) and not mod.grad_mode(stmt):
                 bound = _upper_bound(mod, value)
                 if bound is not None:
-                    yield self._clamp_hit(stmt, target, unparse(value), bound)
+                    yield self._clamp_hit(stmt, target, mod.text(value), bound)
         for call in scope.calls:
             receiver = method(call, "clamp_", "clip_", "clamp_max_")
             if dotted(receiver) in losses and not mod.grad_mode(call):
                 bound = _upper_bound(mod, call, method_form=True)
                 if bound is not None:
-                    yield self._clamp_hit(call, dotted(receiver) or "", unparse(call), bound)
+                    yield self._clamp_hit(call, dotted(receiver) or "", mod.text(call), bound)
 
     def _clamp_hit(self, node: ast.AST, name: str, text: str, bound: str) -> Hit:
         return Hit(
@@ -233,7 +232,7 @@ def _upper_bound(mod: Module, call: ast.Call, method_form: bool = False) -> str 
     on_method = receiver is not None and not q.startswith("torch.")
     if name in ("clamp_max", "clamp_max_") and (on_method or q.startswith("torch.")):
         args = call.args if on_method else call.args[1:]
-        return unparse(args[0]) if args else (unparse(kwarg(call, "max")) if kwarg(call, "max") else None)
+        return mod.text(args[0]) if args else (mod.text(kwarg(call, "max")) if kwarg(call, "max") else None)
     if name in ("clamp", "clip", "clamp_", "clip_") and (on_method or q in ("torch.clamp", "torch.clip")):
         top = kwarg(call, "max")
         if top is None:
@@ -241,9 +240,9 @@ def _upper_bound(mod: Module, call: ast.Call, method_form: bool = False) -> str 
             top = positional[1] if len(positional) >= 2 else None
         if top is None or (isinstance(top, ast.Constant) and top.value is None):
             return None
-        return unparse(top)
+        return mod.text(top)
     if isinstance(call.func, ast.Name) and call.func.id == "min" and len(call.args) == 2:
         for a in call.args:
             if number(a) is not None:
-                return unparse(a)
+                return mod.text(a)
     return None

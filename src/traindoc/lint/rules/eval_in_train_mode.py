@@ -46,7 +46,7 @@ class EvalInTrainMode:
 
             optimizer = torch.optim.AdamW(model.parameters())
             """,
-            3,
+            4,
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (

@@ -102,13 +102,13 @@ class GradClearedBeforeStep:
                     yield Hit(
                         call,
                         f"`{opt}.zero_grad()` (line {call.lineno}) runs between "
-                        f"`{ast.unparse(seen_backward)}` (line {seen_backward.lineno}) and "
-                        f"`{ast.unparse(step)}` (line {step.lineno}): the step finds the "
+                        f"`{mod.text(seen_backward)}` (line {seen_backward.lineno}) and "
+                        f"`{mod.text(step)}` (line {step.lineno}): the step finds the "
                         "gradients already cleared and updates nothing",
                         cause="Gradients are cleared after backward filled them and before the "
                         "optimizer used them; only weight decay and momentum move the weights.",
                         fix=f"Move `{opt}.zero_grad()` to the start of the iteration (before the "
-                        f"forward pass) or after `{ast.unparse(step)}`.",
+                        f"forward pass) or after `{mod.text(step)}`.",
                     )
                     cleared = None
 

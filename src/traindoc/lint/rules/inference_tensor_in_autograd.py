@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, dotted, method, unparse
+from traindoc.lint._ast import Module, Scope, dotted, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -112,7 +112,7 @@ class InferenceTensorInAutograd:
                 for name in self._produced(scope, block, end):
                     if name not in feeding or self._cloned_after(scope, name, end):
                         continue
-                    use = self._use(scope)
+                    use = self._use(mod, scope)
                     yield Hit(
                         block,
                         f"`{name}` is computed under `torch.inference_mode()` (line "
@@ -141,11 +141,11 @@ class InferenceTensorInAutograd:
                 return True
         return False
 
-    def _use(self, scope: Scope) -> str:
+    def _use(self, mod: Module, scope: Scope) -> str:
         if scope.backwards:
             b = scope.backwards[0]
             return f"`{b.text()}`, line {b.call.lineno}"
         for ret in scope.returns:
             if ret.value is not None:
-                return f"`return {unparse(ret.value)}`, line {ret.lineno}"
+                return f"`return {mod.text(ret.value)}`, line {ret.lineno}"
         return "its backward"

@@ -11,7 +11,6 @@ from traindoc.lint._ast import (
     is_constant_value,
     method,
     nonfinite_checked,
-    unparse,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -185,13 +184,13 @@ class MaskedNonfinite:
                 if name in checked and is_constant_value(mod, stmt.value):
                     yield Hit(
                         stmt,
-                        f"`{name}` is replaced by `{unparse(stmt.value)}` when "
-                        f"`{unparse(branch.test)}` (line {branch.lineno}): the step trains on a "
+                        f"`{name}` is replaced by `{mod.text(stmt.value)}` when "
+                        f"`{mod.text(branch.test)}` (line {branch.lineno}): the step trains on a "
                         "constant and the NaN/Inf that caused it is hidden",
                         cause="A NaN guard turns a failing step into a silent no-op: the constant "
                         "has zero gradient, so those batches teach nothing and the numerical bug "
                         "behind the NaN is never found.",
-                        fix=f"Delete the replacement `{name} = {unparse(stmt.value)}`; let the "
+                        fix=f"Delete the replacement `{name} = {mod.text(stmt.value)}`; let the "
                         "NaN surface (or skip the batch explicitly with `continue` and count the "
                         "skips), then fix its source.",
                     )
@@ -204,7 +203,7 @@ class MaskedNonfinite:
             if how:
                 yield Hit(
                     stmt,
-                    f"`{target} = {unparse(value)}` replaces NaN/Inf in `{target}` before "
+                    f"`{target} = {mod.text(value)}` replaces NaN/Inf in `{target}` before "
                     f"backward: the non-finite values are hidden and their batches train on "
                     "nothing",
                     cause=f"`{how}` makes the value finite by force; the model's NaN/Inf is "
@@ -220,11 +219,11 @@ class MaskedNonfinite:
             if name in names and not mod.grad_mode(call):
                 yield Hit(
                     call,
-                    f"`{unparse(call)}` replaces NaN/Inf in `{name}` in place before backward: "
+                    f"`{mod.text(call)}` replaces NaN/Inf in `{name}` in place before backward: "
                     "the non-finite values are hidden and their batches train on nothing",
                     cause="`nan_to_num_` makes the value finite by force; the model's NaN/Inf is "
                     "never reported.",
-                    fix=f"Remove `{unparse(call)}` and find where the NaN/Inf comes from.",
+                    fix=f"Remove `{mod.text(call)}` and find where the NaN/Inf comes from.",
                 )
 
     def _filter(self, mod: Module, value: ast.Call) -> str | None:
@@ -270,7 +269,7 @@ def _broad(node: ast.expr | None) -> str | None:
     for item in items:
         text = dotted(item) or ""
         if text.split(".")[-1] in BROAD:
-            return unparse(node)
+            return ast.unparse(node)
     return None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Backward, Module, Scope, arith_names, dotted, kwarg, number, unparse
+from traindoc.lint._ast import Backward, Module, Scope, arith_names, dotted, kwarg, number
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -144,11 +144,11 @@ class UnscaledGradAccumulation:
             every = guard[1]
             if _is_scaled(mod, scope, b, every):
                 return
-            name = unparse(b.loss)
+            name = mod.text(b.loss)
             yield Hit(
                 b.call,
                 f"`{b.text()}` (line {b.call.lineno}) runs on every batch while `{opt}` steps "
-                f"once every `{every}` batches (`{unparse(guard[0].test)}`, line "
+                f"once every `{every}` batches (`{mod.text(guard[0].test)}`, line "
                 f"{guard[0].lineno}), and `{name}` is not divided by `{every}`: the accumulated "
                 f"gradient is `{every}` times larger, and so is the effective LR",
                 cause="Gradients of accumulated backward passes add up; without dividing each "
@@ -161,11 +161,11 @@ class UnscaledGradAccumulation:
     def _divided_twice(self, mod: Module, scope: Scope, b: Backward, divisor: tuple[ast.Call, str]) -> Iterator[Hit]:
         ctor, steps_text = divisor
         for node, by in _divisions(scope, b):
-            text = unparse(by)
+            text = mod.text(by)
             if text == steps_text or "accum" in text.lower():
                 yield Hit(
                     node,
-                    f"`{unparse(b.loss)}` is divided by `{text}` (line {node.lineno}) and "
+                    f"`{mod.text(b.loss)}` is divided by `{text}` (line {node.lineno}) and "
                     f"`{b.text()}` divides it again, because the `Accelerator` was built with "
                     f"`gradient_accumulation_steps={steps_text}` (line {ctor.lineno}): the "
                     "gradient is that many times too small",
@@ -188,7 +188,7 @@ def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST) -> tuple[ast.If, s
                 if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod):
                     value = number(n.right)
                     if value is None or value > 1:
-                        return a, unparse(n.right)
+                        return a, mod.text(n.right)
     return None
 
 
@@ -232,5 +232,5 @@ def _accelerator_divisor(mod: Module) -> tuple[ast.Call, str] | None:
             continue
         steps = kwarg(call, "gradient_accumulation_steps")
         if steps is not None and number(steps) != 1:
-            return call, unparse(steps)
+            return call, mod.text(steps)
     return None

@@ -131,15 +131,31 @@ class DiffSummary:
             "most_changed": [row(r) for r in ranked[:top]],
             "least_changed": [row(r) for r in ranked[::-1][:top]],
             "unchanged": [r.name for r in self.rows if r.is_param and r.moved == 0.0],
+            "from_zero": [r.name for r in from_zero(self.rows)],
             "only_old": self.only_old, "only_new": self.only_new, "reshaped": self.reshaped,
             "notes": self.notes,
         }
 
 
 def _ranked(rows: Sequence[DiffRow]) -> list[DiffRow]:
-    """Parameters by relative change, largest first (NaN and unknown last)."""
-    params = [r for r in rows if r.is_param]
-    return sorted(params, key=lambda r: -(r.update if r.update is not None and r.update == r.update else -1.0))
+    """Parameters with a relative change, largest first (those that started from all zeros,
+    where it is undefined, are left out: see ``from_zero``)."""
+    params = [r for r in rows if r.is_param and r.update is not None and r.update == r.update]
+    return sorted(params, key=lambda r: -(r.update or 0.0))
+
+
+def from_zero(rows: Sequence[DiffRow]) -> list[DiffRow]:
+    """Parameters that were all zeros in OLD and moved (zero-initialized biases)."""
+    return [r for r in rows if r.is_param and r.update is None]
+
+
+def _relative(delta: float, base: float) -> float | None:
+    """||new - old|| / ||old||; 0 when nothing moved, None when OLD is all zeros (undefined)."""
+    if delta == 0.0:
+        return 0.0
+    if base > 0 and math.isfinite(base):
+        return delta / base
+    return None
 
 
 # --- inspect --------------------------------------------------------------------------------
@@ -260,7 +276,7 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
         old.model.release(name)
         new.model.release(name)
         param = _optim.is_param_like(name, info.dtype, info.shape)
-        update = ds.delta_norm / ds.old_norm if ds.old_norm > 0 and math.isfinite(ds.old_norm) else None
+        update = _relative(ds.delta_norm, ds.old_norm)
         result.rows.append(DiffRow(name=name, dtype=info.dtype, numel=info.numel, old_norm=ds.old_norm,
                                    new_norm=ds.new_norm, update=update, moved=ds.moved,
                                    unchanged=ds.unchanged, is_param=param))

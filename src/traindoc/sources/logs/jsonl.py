@@ -123,10 +123,13 @@ def _number(v: object) -> float | None:
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an int beyond float range
+            return None
     if isinstance(v, str):
         try:
             return float(v)
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     return None

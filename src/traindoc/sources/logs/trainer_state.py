@@ -75,11 +75,14 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float range
+            return None
     if isinstance(value, str):  # json.dumps writes NaN as NaN, but a few writers quote it
         try:
             return float(value)
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
     return None
 

@@ -1,0 +1,182 @@
+"""val-at-chance: validation accuracy stays at chance (1/C) while the model learns."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import ClassVar, Iterable
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._maths import median
+from traindoc.events import Event, Scalar
+from traindoc.findings import Finding
+
+
+class ValAtChance:
+    """``min_evals`` consecutive validation accuracies lie within ``margin`` of chance (1/C)
+    while the model learns: training accuracy clearly above chance (``train_gap`` above the
+    band), or, when no training accuracy is logged, a training loss ``loss_drop`` below its
+    start. C comes from ``classes`` (``--num-classes``); without it, a plateau at exactly 1/C
+    for a whole number C is read as chance, and the message asks for C.
+
+    Accuracies in percent (any value above 1) are handled.
+    """
+
+    id: ClassVar[str] = "val-at-chance"
+    needs: ClassVar[frozenset[str]] = frozenset({"val_acc"})
+    uses: ClassVar[frozenset[str]] = frozenset({"train_acc", "loss"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("golden/val_at_chance.jsonl", 2),
+        Example("golden/val_at_chance_percent.jsonl", 2),
+        Example("golden/healthy_val_acc.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        classes: int | None = None  # C; None: inferred from a plateau at 1/C
+        margin: float = 0.1  # band around chance, as a share of chance ...
+        min_margin: float = 0.005  # ... but at least this (absolute, accuracy in [0, 1])
+        min_evals: int = 3
+        train_gap: float = 0.1  # training accuracy this far above the band (absolute)
+        loss_drop: float = 0.3  # or the training loss this share below its start
+
+        def __post_init__(self) -> None:
+            if self.classes is not None and self.classes < 2:
+                raise ValueError(f"classes must be >= 2, got {self.classes}")
+            if self.min_evals < 2:
+                raise ValueError(f"min_evals must be >= 2, got {self.min_evals}")
+            if self.margin < 0 or self.min_margin < 0:
+                raise ValueError("margin and min_margin must be >= 0")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._percent = False
+        self._train: float | None = None  # latest training accuracy (as logged)
+        self._train_best: float | None = None
+        self._loss_first: list[float] = []
+        self._loss_last: deque[float] = deque(maxlen=5)
+        self._vals: list[tuple[int, float]] = []  # (step, val_acc as logged)
+        self._trains: list[float | None] = []  # training accuracy at each evaluation
+        self._streak = 0
+        self._fired: tuple[int, int] | None = None  # (step, first step of the streak)
+        self._chance = 0.0
+        self._classes = 0
+
+    def observe(self, event: Event) -> Iterable[Finding]:
+        assert isinstance(event, Scalar)
+        x = event.value
+        if not math.isfinite(x):
+            return ()
+        name = event.name
+        if name == "loss":
+            if len(self._loss_first) < 5:
+                self._loss_first.append(x)
+            self._loss_last.append(x)
+            return ()
+        if x > 1.0:
+            self._percent = True
+        if name == "train_acc":
+            self._train = x
+            self._train_best = x if self._train_best is None else max(self._train_best, x)
+            return ()
+        self._vals.append((event.step, x))
+        self._trains.append(self._train)
+        return self._judge(event.step)
+
+    def finish(self) -> Iterable[Finding]:
+        if self._fired is not None:
+            return (self._finding(),)
+        return ()
+
+    def _scale(self) -> float:
+        return 100.0 if self._percent else 1.0
+
+    def _band(self, chance: float) -> float:
+        return max(self.config.margin * chance, self.config.min_margin)
+
+    def _judge(self, step: int) -> Iterable[Finding]:
+        cfg = self.config
+        scale = self._scale()
+        v = self._vals[-1][1] / scale
+        if cfg.classes is not None:
+            chance, classes = 1.0 / cfg.classes, cfg.classes
+        else:
+            recent = [val / scale for _, val in self._vals[-cfg.min_evals:]]
+            m = median(recent)
+            if not m > 0:
+                self._streak = 0
+                return ()
+            classes = round(1.0 / m)
+            chance = 1.0 / classes if 2 <= classes <= 100_000 else math.nan
+            if not abs(m - chance) <= cfg.margin * chance:
+                self._streak = 0
+                return ()
+        if abs(v - chance) <= self._band(chance):
+            self._streak += 1
+        else:
+            self._streak = 0
+            return ()
+        if self._fired is not None or self._streak < cfg.min_evals or not self._learning(chance):
+            return ()
+        self._chance, self._classes = chance, classes
+        first = self._vals[-self._streak][0]
+        self._fired = (step, first)
+        return (self._finding(),)
+
+    def _learning(self, chance: float) -> bool:
+        cfg = self.config
+        if self._train is not None:
+            return self._train / self._scale() >= chance + self._band(chance) + cfg.train_gap
+        if len(self._loss_first) >= 3 and self._loss_last:
+            start, now = median(self._loss_first), median(list(self._loss_last))
+            return start > 0 and now <= (1 - cfg.loss_drop) * start
+        return False
+
+    def _finding(self) -> Finding:
+        assert self._fired is not None
+        step, first = self._fired
+        cfg = self.config
+        scale = self._scale()
+        unit = "%" if self._percent else ""
+        at = [(s, v) for s, v in self._vals if s >= first]
+        n = 0
+        for _, v in at:
+            if abs(v / scale - self._chance) > self._band(self._chance):
+                break
+            n += 1
+        shown = [fmt(v) + unit for _, v in at[:n]][:8]
+        inferred = "" if cfg.classes is not None else (
+            f" (C={self._classes} inferred from the plateau; pass --num-classes C to be sure)")
+        if self._train is not None:
+            trains = [t for t in self._trains[len(self._vals) - len(at):][:n] if t is not None]
+            evidence_learning = (f"while train_acc rose to {fmt(max(trains or [self._train]))}{unit}"
+                                 f" (best {fmt(self._train_best or 0)}{unit})")
+        else:
+            evidence_learning = (f"while the training loss fell from {fmt(median(self._loss_first))} to "
+                                 f"{fmt(median(list(self._loss_last)))} (train_acc not logged)")
+        chance_shown = fmt(self._chance * scale) + unit
+        return finding(
+            self.id, step=step,
+            message=(
+                f"val_acc stayed at chance for {n} evaluations from step {first} "
+                f"({', '.join(shown)}; chance 1/{self._classes} = {chance_shown}, band "
+                f"+-{fmt(self._band(self._chance) * scale)}{unit}){inferred}, {evidence_learning}."
+            ),
+            cause=(
+                "The evaluation is broken, not the model: the evaluated model is not the trained "
+                "one (an EMA copy with stale BatchNorm statistics, a checkpoint that loaded no "
+                "keys), validation labels are mapped or ordered differently, or validation "
+                "preprocessing differs."
+            ),
+            fix=(
+                "Run a few training batches through the validation code path: if accuracy drops to "
+                "chance, the eval path is wrong. Compare train and val class_to_idx; load checkpoints "
+                "with strict=True; if an EMA model is evaluated, copy its buffers too."
+            ),
+            evidence={"classes": self._classes, "chance": self._chance * scale,
+                      "evaluations_at_chance": n, "first_step": first,
+                      "val_acc": [v for _, v in at[:n]][:20],
+                      "train_acc": self._train, "percent": self._percent,
+                      "classes_inferred": cfg.classes is None},
+        )

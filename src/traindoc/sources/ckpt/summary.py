@@ -1,0 +1,162 @@
+"""The tables printed before the findings: what a checkpoint holds, and what changed in a diff."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import TextIO
+
+from traindoc.sources.ckpt.produce import DiffRow, DiffSummary, Summary, _ranked, from_zero
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x != x or math.isinf(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    return f"{x:.2e}" if abs(x) < 1e-2 or abs(x) >= 1e4 else f"{x:.3g}"
+
+
+def _console(file: TextIO | None, width: int | None):  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(file=file or sys.stderr, width=width, highlight=False, soft_wrap=False)
+
+
+def _head(s: Summary) -> str:
+    kind = "training checkpoint" if s.training else "weights only"
+    bits = [s.format, kind]
+    if s.step is not None:
+        bits.append(f"step {s.step}")
+    if s.epoch is not None:
+        bits.append(f"epoch {s.epoch}")
+    if s.optimizer_steps is not None and s.optimizer_steps != s.step:
+        bits.append(f"optimizer steps {s.optimizer_steps}")
+    return f"{s.path} ({', '.join(bits)})"
+
+
+def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, width: int | None = None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = _console(file, width)
+    con.rule(f"[bold]checkpoint[/] {escape(_head(s))}")
+    missing = ", ".join(s.missing) or "nothing"
+    con.print(f"parts: {', '.join(s.has) or 'none'}   [dim]absent:[/] {escape(missing)}"
+              + ("" if s.training else "   [dim](bare weights: resume checks do not apply)[/]"))
+    model = [r for r in s.tensors if r.role == "model"]
+    total = sum(r.nbytes for r in s.tensors)
+    con.print(f"size: {_size(s.file_bytes)} on disk; {len(model)} model tensors, "
+              f"{_count(sum(r.numel for r in model))} elements, {_size(sum(r.nbytes for r in model))}"
+              + (f"; {len(s.tensors) - len(model)} EMA tensors" if len(s.tensors) > len(model) else ""))
+    if s.tensors:
+        t = Table(title="tensors by dtype", title_justify="left", box=None, pad_edge=False)
+        for col in ("dtype", "tensors", "elements", "bytes", "share"):
+            t.add_column(col, justify="left" if col == "dtype" else "right")
+        by: dict[str, list[int]] = {}
+        for r in s.tensors:
+            acc = by.setdefault(r.dtype, [0, 0, 0])
+            acc[0] += 1
+            acc[1] += r.numel
+            acc[2] += r.nbytes
+        for dtype, (n, el, b) in sorted(by.items(), key=lambda kv: -kv[1][2]):
+            t.add_row(dtype, str(n), _count(el), _size(b), f"{b / total:.0%}" if total else "-")
+        con.print(t)
+        t = Table(title=f"largest tensors (of {len(s.tensors)})", title_justify="left", box=None, pad_edge=False)
+        for col in ("name", "shape", "dtype", "size", "norm", "rms"):
+            t.add_column(col, justify="left" if col in ("name", "shape", "dtype") else "right")
+        for r in sorted(s.tensors, key=lambda r: -r.nbytes)[:top]:
+            rms = r.norm / math.sqrt(r.numel) if r.norm is not None and r.numel else None
+            name = r.name if r.role == "model" else f"{r.role}:{r.name}"
+            t.add_row(escape(name), "x".join(map(str, r.shape)) or "scalar", r.dtype, _size(r.nbytes),
+                      _num(r.norm), _num(rms))
+        con.print(t)
+    if s.groups:
+        t = Table(title="optimizer state (a resume restores these)", title_justify="left", box=None,
+                  pad_edge=False)
+        for col in ("optimizer", "class", "group", "params", "lr", "initial_lr", "state dtype"):
+            t.add_column(col, justify="right" if col in ("params", "lr", "initial_lr") else "left")
+        for g in s.groups:
+            t.add_row(str(g.optimizer), g.cls, str(g.group), str(g.params), _num(g.lr),
+                      _num(g.initial_lr), g.dtypes)
+        con.print(t)
+    if s.sched_last_lrs or s.sched_base_lrs:
+        con.print(f"scheduler: last_lr {', '.join(map(_num, s.sched_last_lrs)) or '-'}; "
+                  f"base_lrs {', '.join(map(_num, s.sched_base_lrs)) or '-'}")
+    for role, (n, k) in s.bn.items():
+        con.print(f"BatchNorm ({role}): {n} modules, {k} with initial running statistics (mean 0, var 1)")
+    bad = [r for r in s.tensors if r.nonfinite]
+    if bad:
+        con.print(f"[bold red]non-finite:[/] {len(bad)} tensors hold NaN/Inf: "
+                  + escape(", ".join(f"{r.name} ({r.nonfinite / r.numel:.1%})" for r in bad[:6])))
+    for note in s.notes:
+        con.print(f"[dim]note:[/] {escape(note)}")
+
+
+def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, width: int | None = None) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = _console(file, width)
+    steps = f"{d.steps} optimizer steps apart" if d.steps else "steps apart unknown"
+    con.rule(f"[bold]checkpoint diff[/] ({steps})")
+    con.print(f"old: {escape(_head(d.old))}")
+    con.print(f"new: {escape(_head(d.new))}")
+    ranked = _ranked(d.rows)
+    params = sum(r.is_param for r in d.rows)
+    con.print(f"{params} parameters compared"
+              + (f"; {len(d.rows) - params} buffers" if len(d.rows) > params else "")
+              + (f"; only in old: {len(d.only_old)}" if d.only_old else "")
+              + (f"; only in new: {len(d.only_new)}" if d.only_new else "")
+              + (f"; shape changed: {len(d.reshaped)}" if d.reshaped else ""))
+
+    def table(title: str, rows: list[DiffRow]) -> None:
+        t = Table(title=title, title_justify="left", box=None, pad_edge=False)
+        for col in ("name", "dtype", "elements", "rel change", "per step", "max |Δ|", "unchanged"):
+            t.add_column(col, justify="left" if col in ("name", "dtype") else "right")
+        for r in rows:
+            per = r.update / d.steps if r.update is not None and d.steps else None
+            t.add_row(escape(r.name), r.dtype, _count(r.numel), _num(r.update), _num(per), _num(r.moved),
+                      f"{r.unchanged:.0%}")
+        con.print(t)
+
+    if ranked:
+        n = min(top, (len(ranked) + 1) // 2)
+        table("changed most", ranked[:n])
+        if len(ranked) > 1:
+            table("changed least", ranked[::-1][: min(top, len(ranked) - n)])
+    con.print("[dim]rel change = ||new - old|| / ||old||; per step = rel change / steps apart; "
+              "unchanged = share of elements bit-identical[/]")
+    zero = from_zero(d.rows)
+    if zero:
+        con.print(f"started from all zeros (rel change undefined), moved by max |Δ|: "
+                  + escape(", ".join(f"{r.name} ({_num(r.moved)})" for r in zero[:8])))
+    frozen = [r.name for r in ranked if r.moved == 0.0]
+    if frozen:
+        shown = ", ".join(frozen[:12]) + (f" and {len(frozen) - 12} more" if len(frozen) > 12 else "")
+        con.print(f"[bold]bit-identical:[/] {len(frozen)} of {params} parameters did not change at all: "
+                  + escape(shown))
+    for label, names in (("only in old", d.only_old), ("only in new", d.only_new), ("shape changed", d.reshaped)):
+        if names:
+            con.print(f"[dim]{label}:[/] " + escape(", ".join(names[:8]) + (" ..." if len(names) > 8 else "")))
+    for role, (n, k) in d.new.bn.items():
+        con.print(f"BatchNorm ({role}, new): {n} modules, {k} with initial running statistics")
+    for note in d.notes + d.old.notes + d.new.notes:
+        con.print(f"[dim]note:[/] {escape(note)}")

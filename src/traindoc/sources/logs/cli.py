@@ -1,0 +1,134 @@
+"""``traindoc logs PATH...``: the command line of the logs face. Imports no torch."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from traindoc import config
+from traindoc.errors import UsageError
+from traindoc.events import Clip, Event, Scalar
+from traindoc.report import output
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="a metrics log of one run: CSV (also Lightning's metrics.csv), a "
+                             "TensorBoard event file or folder, a trainer_state.json, a JSONL log or "
+                             "a traindoc --record stream; several PATHs are merged as one run")
+    parser.add_argument("--map", action="append", metavar="SIGNAL=COLUMN",
+                        help="map columns to signals yourself, e.g. --map loss=Train_Loss,lr=LR "
+                             "(also loss_term.NAME=, metric.NAME=, step=, epoch=, ignore=)")
+    parser.add_argument("--num-classes", type=int, metavar="C",
+                        help="number of classes, so val-at-chance knows chance accuracy (1/C)")
+    parser.add_argument("--max-norm", type=float, metavar="X",
+                        help="the max_norm given to clip_grad_norm_, so clipping-every-step can "
+                             "judge the logged (pre-clip) gradient norm")
+    output.add_report_options(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from traindoc.analyze import analyze
+    from traindoc.sources import logs
+    from traindoc.sources.logs import mapping
+
+    if args.num_classes is not None and args.num_classes < 2:
+        raise UsageError(f"--num-classes must be >= 2, got {args.num_classes}")
+    if args.max_norm is not None and not args.max_norm > 0:
+        raise UsageError(f"--max-norm must be > 0, got {args.max_norm}")
+    settings = config.load()
+    select, ignore = output.detector_choice(args, settings)
+    output.check_output_path(args.json, "--json")
+    output.check_output_path(getattr(args, "html", None), "--html")
+    overrides = mapping.parse_overrides(args.map)
+    log = logs.load([Path(p) for p in args.paths], overrides)
+    log.argv = tuple(sys.argv[1:])
+    describe(log, sys.stderr)
+
+    detectors = {k: dict(v) for k, v in settings.detectors.items()}
+    if args.num_classes is not None:
+        detectors.setdefault("val-at-chance", {})["classes"] = args.num_classes
+    watch = [s for s in log.signals() if _error_like(s)]
+    if watch:
+        detectors.setdefault("metric-divergence", {}).setdefault("watch", tuple(watch))
+    events: Iterator[Event] = log.events()
+    if args.max_norm is not None:
+        if "grad_norm" not in log.signals():
+            raise UsageError("--max-norm needs a gradient norm column in the log; map one with "
+                             "--map grad_norm=COLUMN")
+        if _clip_takes_max_norm():
+            detectors.setdefault("clipping-every-step", {})["max_norm"] = args.max_norm
+        else:
+            events = _with_clips(events, args.max_norm)
+    settings = dataclasses.replace(settings, detectors=detectors)
+    report = analyze(events, select=select, ignore=ignore, settings=settings)
+    t = log.table
+    if t.events is None:
+        report.run["x"] = t.x
+        report.run["logs"] = {
+            "format": t.format, "files": list(t.files), "x_column": t.x_column,
+            "mapping": {sig: col for col, sig in log.map.signal_of.items()},
+            "unmapped": list(log.map.unmapped), "ignored": list(log.map.ignored),
+            "notes": list(t.notes) + list(log.map.notes),
+        }
+    return output.emit(report, args, settings)
+
+
+def describe(log: "object", out) -> None:  # type: ignore[no-untyped-def]
+    """The lines printed before the report: what was read, how it was mapped, what was not."""
+    t = log.table  # type: ignore[attr-defined]
+    m = log.map  # type: ignore[attr-defined]
+    files = ", ".join(Path(f).name for f in t.files[:3]) + (f" and {len(t.files) - 3} more" if len(t.files) > 3 else "")
+    if t.events is not None:
+        out.write(f"traindoc logs: {files} (traindoc stream, {len(t.events)} events)\n")
+        return
+    points = sum(len(s) for s in t.series.values())
+    axis = f"x = {t.x_column}" if t.x_column else "x = row number"
+    out.write(f"traindoc logs: {files} ({t.format}, {points} points, {axis}, {t.x}s)\n")
+    canon = [f"{sig}={col}" for col, sig in m.signal_of.items() if "." not in sig]
+    terms = [col for col, sig in m.signal_of.items() if sig.startswith("loss_term.")]
+    metrics = [col for col, sig in m.signal_of.items() if sig.startswith("metric.")]
+    parts = []
+    if canon:
+        parts.append(", ".join(canon))
+    if terms:
+        parts.append("loss terms: " + ", ".join(terms))
+    if metrics:
+        parts.append("metrics: " + ", ".join(metrics))
+    out.write(f"mapped: {'; '.join(parts)}\n")
+    if m.unmapped:
+        out.write(f"unmapped columns: {', '.join(m.unmapped)} (use --map signal=column)\n")
+    for note in list(t.notes) + list(m.notes):
+        out.write(f"note: {note}\n")
+
+
+def _error_like(signal: str) -> bool:
+    """Metrics where lower is better and a rise by an order of magnitude is a failure."""
+    from traindoc.sources.logs.mapping import ERROR_WORDS
+
+    if not signal.startswith("metric."):
+        return False
+    ws = set(signal[len("metric."):].split("_"))
+    return bool(ws & ERROR_WORDS) and "loss" not in ws
+
+
+def _clip_takes_max_norm() -> bool:
+    from traindoc import detectors
+
+    cls = detectors.by_id().get("clipping-every-step")
+    if cls is None:
+        return False
+    return any(f.name == "max_norm" for f in dataclasses.fields(cls.Config))  # type: ignore[attr-defined]
+
+
+def _with_clips(events: Iterator[Event], max_norm: float) -> Iterator[Event]:
+    """A logged pre-clip gradient norm with a known max_norm is what a clip_grad_norm_ call
+    reports: pass it on as a Clip event too."""
+    where = f"--max-norm {max_norm:g}"
+    for ev in events:
+        yield ev
+        if isinstance(ev, Scalar) and ev.name == "grad_norm":
+            yield Clip(step=ev.step, norm=ev.value, max_norm=max_norm, where=where)
