@@ -298,3 +298,62 @@ def pickled_module(folder: Path) -> Path:
     path = folder / "whole_model.pt"
     torch.save(Net(), path)
     return path
+
+
+# --- pytest: one folder of checkpoints per session, each built on first use ------------------
+
+import functools  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+class Made:
+    """``made.complete``, ``made.hf`` ... : each checkpoint is built once, on first access."""
+
+    def __init__(self, folder: Path) -> None:
+        self.dir = folder
+
+    def _sub(self, name: str) -> Path:
+        sub = self.dir / name
+        sub.mkdir(exist_ok=True)
+        return sub
+
+    complete = functools.cached_property(lambda self: complete(self._sub("complete")))
+    weights_only_epoch = functools.cached_property(lambda self: weights_only_epoch(self._sub("woe")))
+    no_scheduler = functools.cached_property(lambda self: no_scheduler_saved(self._sub("nosched")))
+    lr_overwritten = functools.cached_property(lambda self: lr_overwritten(self._sub("lrover")))
+    onecycle = functools.cached_property(lambda self: onecycle(self._sub("onecycle")))
+    fresh = functools.cached_property(lambda self: fresh_bn(self._sub("fresh")))
+    nan = functools.cached_property(lambda self: nonfinite(self._sub("nan")))
+    safetensors = functools.cached_property(lambda self: safetensors_file(self._sub("st")))
+    hf = functools.cached_property(lambda self: hf_folder(self._sub("hf")))
+    hf_sharded = functools.cached_property(lambda self: hf_folder(self._sub("hfs"), sharded=True))
+    hf_bin = functools.cached_property(lambda self: hf_folder(self._sub("hfb"), bin_weights=True))
+    hf_model_only = functools.cached_property(lambda self: hf_folder(self._sub("hfm"), optimizer=False))
+    lightning = functools.cached_property(lambda self: lightning_ckpt(self._sub("pl")))
+    lightning_weights = functools.cached_property(lambda self: lightning_ckpt(self._sub("plw"), weights_only=True))
+    bare = functools.cached_property(lambda self: bare_state_dict(self._sub("bare")))
+    unrelated = functools.cached_property(lambda self: _unrelated(self._sub("other")))
+    legacy = functools.cached_property(lambda self: legacy_format(self._sub("legacy")))
+    ema_bad = functools.cached_property(lambda self: ema_pair(self._sub("emabad"), copy_buffers=False))
+    ema_good = functools.cached_property(lambda self: ema_pair(self._sub("emagood"), copy_buffers=True))
+    ema_frozen = functools.cached_property(lambda self: ema_copy_after_warmup(self._sub("emafrozen")))
+    bf16 = functools.cached_property(lambda self: bf16_pair(self._sub("bf16")))
+    module = functools.cached_property(lambda self: pickled_module(self._sub("module")))
+
+
+def _unrelated(folder: Path) -> Path:
+    path = folder / "other.pt"
+    torch.save(nn.GRU(4, 4).state_dict(), path)
+    return path
+
+
+_MADE: Made | None = None
+
+
+@pytest.fixture
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    global _MADE
+    if _MADE is None:
+        _MADE = Made(tmp_path_factory.mktemp("ckpts"))
+    return _MADE

@@ -30,6 +30,15 @@ from traindoc.detectors.stale_bn_eval import StaleBnEval
 from traindoc.detectors.stalled_loss import StalledLoss
 from traindoc.detectors.tiny_updates import TinyUpdates
 from traindoc.detectors.update_underflow import UpdateUnderflow
+# logs face (metrics read from finished runs' logs)
+from traindoc.detectors.degenerate_threshold import DegenerateThreshold
+from traindoc.detectors.expert_collapse import ExpertCollapse
+from traindoc.detectors.metric_divergence import MetricDivergence
+from traindoc.detectors.metric_out_of_range import MetricOutOfRange
+from traindoc.detectors.nan_hidden_by_logging import NanHiddenByLogging
+from traindoc.detectors.scheduler_before_optimizer import SchedulerBeforeOptimizer
+from traindoc.detectors.train_val_divergence import TrainValDivergence
+from traindoc.detectors.val_at_chance import ValAtChance
 
 DETECTORS: tuple[type, ...] = (
     # gradients and updates
@@ -58,6 +67,15 @@ DETECTORS: tuple[type, ...] = (
     CheckpointIncomplete,
     StaleBnEval,
     LrOverriddenByCheckpoint,
+    # from metrics logs (logs face)
+    NanHiddenByLogging,
+    MetricDivergence,
+    MetricOutOfRange,
+    TrainValDivergence,
+    ValAtChance,
+    DegenerateThreshold,
+    SchedulerBeforeOptimizer,
+    ExpertCollapse,
 )
 
 

@@ -734,11 +734,39 @@ def _item_names(node: ast.AST) -> set[str]:
 # -- checkpoints ------------------------------------------------------------------------------
 
 
-def torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None]]:
-    """(call, object, path) for each ``torch.save(obj, path)`` in the file."""
+def torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """(site, object, path, torch.save call) for each checkpoint save in the file.
+
+    A direct ``torch.save(obj, path)`` is its own site. A call to a helper defined in this file
+    that hands its own parameters to ``torch.save`` (``def save_checkpoint(state, path):
+    torch.save(state, path)``) is a site too, with the caller's arguments: names are followed
+    one function deep.
+    """
+    helpers: dict[str, tuple[int | None, int | None, ast.Call]] = {}
     for call in mod.calls:
-        if mod.callee(call) == "torch.save":
-            yield call, arg(call, 0, "obj"), arg(call, 1, "f")
+        if mod.callee(call) != "torch.save":
+            continue
+        obj, path = arg(call, 0, "obj"), arg(call, 1, "f")
+        yield call, obj, path, call
+        fn = mod.scope(call).node
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            if params and params[0] == "self":
+                params = params[1:]
+            i_obj = params.index(obj.id) if isinstance(obj, ast.Name) and obj.id in params else None
+            i_path = params.index(path.id) if isinstance(path, ast.Name) and path.id in params else None
+            if i_obj is not None or i_path is not None:
+                helpers[fn.name] = (i_obj, i_path, call)
+    if not helpers:
+        return
+    for call in mod.calls:
+        name = dotted(call.func) or ""
+        name = name[5:] if name.startswith("self.") else name
+        if name in helpers:
+            i_obj, i_path, inner = helpers[name]
+            obj = call.args[i_obj] if i_obj is not None and i_obj < len(call.args) else None
+            path = call.args[i_path] if i_path is not None and i_path < len(call.args) else None
+            yield call, obj, path, inner
 
 
 def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:

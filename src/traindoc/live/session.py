@@ -327,7 +327,7 @@ class Session:
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)
 
-        self._pending.append((loss.detach().reshape(1), decode))
+        self._pending.append((loss.detach(), decode))  # no copy, no sync: read at the flush
         self._step_loss.setdefault(step, []).append(len(self._pending) - 1)
 
     # ---- clip, batches, classification, casts -------------------------------------------------
@@ -341,7 +341,7 @@ class Session:
             yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where)
             yield Scalar(step=step, name="grad_norm", value=vals[0])
 
-        self._pending.append((total_norm.detach().float().reshape(1), decode))
+        self._pending.append((total_norm.detach(), decode))
 
     def on_batch(self, dataset: str, length: int, iterator: int, index: int, fingerprint: str) -> None:
         self.emit(Batch(step=self.current_step, loader=dataset, iterator=iterator, index=index,
@@ -353,7 +353,7 @@ class Session:
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Classification(step=step, classes=classes, value=vals[0])
 
-        self._pending.append((value.detach().float().reshape(1), decode))
+        self._pending.append((value.detach(), decode))
 
     def on_cast(self, module: Any, dtype: Any) -> None:
         self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3)))

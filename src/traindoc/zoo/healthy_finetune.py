@@ -40,8 +40,7 @@ class Backbone(nn.Module):
             nn.Linear(IN_DIM, 128),
             nn.GELU(),
             nn.Linear(128, FEAT),
-            nn.LayerNorm(FEAT),
-            nn.GELU(),
+            nn.LayerNorm(FEAT),  # features end in a LayerNorm, like a ViT's pooled output
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -59,12 +58,13 @@ class Classifier(nn.Module):
 
 
 def make_tasks(n: int):
-    """Inputs are a noisy embedding of a latent code z; both tasks read classes off z."""
+    """Inputs are a noisy embedding of a latent code z; both tasks read classes off z, and the
+    target task's class scores are a linear mix of the source task's."""
     mix = torch.randn(LATENT, IN_DIM)
     z = torch.randn(n, LATENT)
     x = z @ mix / math.sqrt(LATENT) + 0.1 * torch.randn(n, IN_DIM)
     w_src = torch.randn(LATENT, 8)
-    w_tgt = torch.randn(LATENT, 4)
+    w_tgt = w_src @ torch.randn(8, 4) / math.sqrt(8)  # target scores mix the source ones
     y_src = (z @ w_src).argmax(1)
     y_tgt = (z @ w_tgt + 0.2 * torch.randn(n, 4)).argmax(1)
     return x, y_src, y_tgt

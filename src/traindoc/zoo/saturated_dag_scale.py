@@ -18,6 +18,7 @@ traindoc-expect: saturated-outputs
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 import torch.nn as nn
@@ -34,6 +35,7 @@ def get_args() -> argparse.Namespace:
     p.add_argument("--edge-hidden", type=int, default=64)
     p.add_argument("--dag-scale", type=float, default=None, help="default: d_model ** -0.5")
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--log-every", type=int, default=15)
     p.add_argument("--save", type=str, default=None, help="write model.state_dict() here")
     return p.parse_args()
@@ -45,7 +47,6 @@ class StructureModel(nn.Module):
         self.encoder = nn.Sequential(nn.Linear(n_obs, d_model), nn.GELU(), nn.LayerNorm(d_model))
         self.src = nn.Linear(d_model, edge_hidden)
         self.dst = nn.Linear(d_model, edge_hidden)
-        self.pair_stats = nn.Linear(2, edge_hidden)  # [corr_ij, |corr_ij|]
         self.edge_out = nn.Linear(edge_hidden, 1)
         self.dag_scale = d_model**-0.5 if dag_scale is None else dag_scale
 
@@ -53,9 +54,7 @@ class StructureModel(nn.Module):
         """x: (batch, n_obs, n_vars) -> edge probabilities (batch, n_vars, n_vars)."""
         x = (x - x.mean(dim=1, keepdim=True)) / (x.std(dim=1, keepdim=True) + 1e-5)
         h = self.encoder(x.transpose(1, 2))  # one token per variable
-        corr = x.transpose(1, 2) @ x / (x.shape[1] - 1)
-        stats = self.pair_stats(torch.stack([corr, corr.abs()], dim=-1))
-        pair = F.relu(self.src(h).unsqueeze(2) + self.dst(h).unsqueeze(1) + stats)
+        pair = F.relu(self.src(h).unsqueeze(2) + self.dst(h).unsqueeze(1))
         logits = self.edge_out(pair).squeeze(-1) * self.dag_scale
         return torch.sigmoid(logits)
 
@@ -86,6 +85,14 @@ def main() -> None:
 
     model = StructureModel(args.n_obs, args.d_model, args.edge_hidden, args.dag_scale)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+
+    def lr_lambda(step: int) -> float:
+        if step < args.warmup:
+            return (step + 1) / args.warmup
+        progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
     off_diag = 1.0 - torch.eye(args.n_vars)
 
     model.train()
@@ -97,6 +104,7 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        scheduler.step()
 
         if step % args.log_every == 0 or step == args.steps - 1:
             spread = probs.detach().std(dim=0).mean().item()

@@ -92,7 +92,7 @@ class CheckpointIncomplete:
         if not saves:
             return
         uses = self._uses(mod)
-        for call, obj, path in saves:
+        for call, obj, path, _ in saves:
             found = self._dict(mod, obj, call)
             if found is None:
                 continue

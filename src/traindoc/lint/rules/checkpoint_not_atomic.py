@@ -83,14 +83,16 @@ class CheckpointNotAtomic:
         if not saves:
             return
         loaded = self._loaded_paths(mod)
-        for call, _, path in saves:
+        for call, _, path, inner in saves:
+            if path is None and inner is not call:
+                continue
             name = fixed_filename(mod, path, call)
             if not name or any(w in name.lower() for w in TEMP_WORDS):
                 continue
             resumed = path is not None and mod.text(path, 400) in loaded
             if not resumed and not any(w in name.lower() for w in RESUME_WORDS):
                 continue
-            if self._renames(mod, call):
+            if self._renames(mod, call) or self._renames(mod, inner):
                 continue
             yield Hit(
                 call,

@@ -124,12 +124,20 @@ def _scan_pickles(data: bytes) -> set[str]:
 
 
 def _resolve(names: list[str]) -> list[object]:
+    """The numpy objects behind ``names``, plus numpy's dtype classes (``UInt32DType`` ...),
+    which torch's scan does not list but unpickling a dtype builds."""
     import importlib
 
     out = []
     for name in names:
         module, _, attr = name.rpartition(".")
         out.append(getattr(importlib.import_module(module), attr))
+    try:
+        import numpy.dtypes as npd
+
+        out += [getattr(npd, n) for n in dir(npd) if n.endswith("DType")]
+    except ImportError:  # pragma: no cover - numpy < 1.25
+        pass
     return out
 
 

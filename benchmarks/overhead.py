@@ -1,0 +1,146 @@
+"""Overhead of live observation: the same loop bare and under traindoc, in one process.
+
+Blocks of steps alternate between bare and observed (probes installed); one Session lives
+across all observed blocks, so its step counter and sampling schedule are those of a real run
+(a fresh watch per block would sample every step of its dense start). Reported: the median
+step time of each condition and their ratio, per level, and the memory traindoc holds.
+
+    OMP_NUM_THREADS=2 python benchmarks/overhead.py            # both models, all levels
+    python benchmarks/overhead.py --model mlp --rounds 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from traindoc.live.probes import Probes
+from traindoc.live.session import LEVELS, Session
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int = 8192, d: int = 512, layers: int = 6, block: int = 128) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(Block(d, 8) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+def make(kind: str) -> tuple[nn.Module, torch.optim.Optimizer, callable]:  # type: ignore[valid-type]
+    torch.manual_seed(0)
+    if kind == "gpt":
+        model = GPT()
+        data = torch.randint(0, 8192, (4, 129))
+
+        def loss_fn() -> torch.Tensor:
+            logits = model(data[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), data[:, 1:].reshape(-1))
+    else:
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+        x, y = torch.randn(64, 32), torch.randint(0, 10, (64,))
+
+        def loss_fn() -> torch.Tensor:
+            return F.cross_entropy(model(x), y)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    return model, opt, loss_fn
+
+
+def steps(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: callable, n: int) -> list[float]:  # type: ignore[valid-type]
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        loss = loss_fn()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def held_bytes(session: Session) -> int:
+    """What traindoc keeps between steps: sampled elements, snapshots, ReLU activity."""
+    tensors = list(session._init.values()) + [s.before for s in session._snap.values()]
+    tensors += [a for _, _, a, _ in session._relu.values()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def measure(kind: str, level: str, rounds: int, block: int) -> dict[str, float]:
+    model, opt, loss_fn = make(kind)
+    steps(model, opt, loss_fn, 3)  # warm up allocator and kernels
+    session = Session(level=level)
+    session.start("benchmark", [])
+    probes = Probes(session)
+    bare: list[float] = []
+    watched: list[float] = []
+    for _ in range(rounds):
+        bare += steps(model, opt, loss_fn, block)
+        probes.install()
+        watched += steps(model, opt, loss_fn, block)
+        probes.uninstall()
+    report = session.finish()
+    nparams = sum(p.numel() for p in model.parameters())
+    b, w = statistics.median(bare), statistics.median(watched)
+    # The mean includes the sampled steps' extra work: the honest per-step cost over a run.
+    mb, mw = statistics.fmean(bare), statistics.fmean(watched)
+    return {"params": nparams, "bare_ms": b * 1e3, "watched_ms": w * 1e3, "median_ratio": w / b,
+            "mean_ratio": mw / mb, "held_kb": held_bytes(session) / 1024,
+            "findings": len([f for f in report.findings if f.severity != "info"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("gpt", "mlp", "both"), default="both")
+    parser.add_argument("--level", choices=(*LEVELS, "all"), default="all")
+    parser.add_argument("--rounds", type=int, default=0, help="bare/observed block pairs")
+    args = parser.parse_args()
+    kinds = ("gpt", "mlp") if args.model == "both" else (args.model,)
+    levels = tuple(LEVELS) if args.level == "all" else (args.level,)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("| model | params | level | bare step | observed step | median ratio | mean ratio | traindoc holds |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind in kinds:
+        rounds = args.rounds or (6 if kind == "gpt" else 60)
+        block = 10 if kind == "gpt" else 100
+        for level in levels:
+            r = measure(kind, level, rounds, block)
+            print(f"| {kind} | {r['params'] / 1e6:.1f}M | {level} | {r['bare_ms']:.2f} ms | "
+                  f"{r['watched_ms']:.2f} ms | {r['median_ratio']:.3f}x | {r['mean_ratio']:.3f}x | "
+                  f"{r['held_kb']:.0f} KB |", flush=True)
+            assert not math.isnan(r["median_ratio"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""metric-divergence: an error metric (MAE, SHD, perplexity, the validation loss ...) grows by
+an order of magnitude from its best value."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import ClassVar, Iterable
+
+from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._maths import median
+from traindoc.events import Event, Scalar
+from traindoc.findings import Finding
+
+
+@dataclass
+class _Track:
+    recent: deque[float]
+    initial: float | None = None
+    best: float = math.inf
+    best_step: int = 0
+    fired: tuple[int, float] | None = None  # (step, smoothed value) when it crossed
+    peak: tuple[int, float] = (0, -math.inf)
+    last: tuple[int, float] = (0, math.nan)
+
+
+class MetricDivergence:
+    """The median of the last ``smooth`` values of a lower-is-better metric reaches ``factor``
+    times the best such median and ``above_initial`` times the first one. The smoothing makes
+    one bad evaluation not count; the initial-level test keeps a metric that wobbles near 0
+    after converging quiet. The metrics are ``val_loss`` and the signals in ``watch`` (the logs
+    face fills it with every ``metric.*`` it mapped whose name reads as an error: MAE, MSE,
+    RMSE, SHD, error, perplexity ...). The training loss is ``divergence``'s.
+    """
+
+    id: ClassVar[str] = "metric-divergence"
+    needs: ClassVar[frozenset[str]] = frozenset()
+    uses: frozenset[str] = frozenset({"val_loss"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("golden/val_loss_explodes.jsonl", 24),
+        Example("golden/healthy_val_loss.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        watch: tuple[str, ...] = ()  # extra lower-is-better signals, e.g. "metric.train_mae"
+        factor: float = 5.0
+        above_initial: float = 2.0
+        smooth: int = 5
+
+        def __post_init__(self) -> None:
+            if self.factor <= 1 or self.above_initial < 1:
+                raise ValueError("need factor > 1 and above_initial >= 1")
+            if self.smooth < 1:
+                raise ValueError(f"smooth must be >= 1, got {self.smooth}")
+            bad = [s for s in self.watch if not isinstance(s, str)]
+            if bad:
+                raise ValueError(f"watch must list signal names, got {bad!r}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self.uses = frozenset({"val_loss", *self.config.watch})
+        self._tracks: dict[str, _Track] = {}
+
+    def observe(self, event: Event) -> Iterable[Finding]:
+        assert isinstance(event, Scalar)
+        x = event.value
+        if not math.isfinite(x):
+            return ()
+        t = self._tracks.get(event.name)
+        if t is None:
+            t = self._tracks[event.name] = _Track(deque(maxlen=self.config.smooth))
+        t.recent.append(x)
+        t.last = (event.step, x)
+        if x > t.peak[1]:
+            t.peak = (event.step, x)
+        if len(t.recent) < self.config.smooth:
+            return ()
+        m = median(list(t.recent))
+        if t.initial is None:
+            t.initial = m
+        if m < t.best:
+            t.best, t.best_step = m, event.step
+        cfg = self.config
+        if t.fired is None and t.best > 0 and m >= cfg.factor * t.best and m >= cfg.above_initial * t.initial:
+            t.fired = (event.step, m)
+            return (self._finding(),)
+        return ()
+
+    def finish(self) -> Iterable[Finding]:
+        return (self._finding(),) if any(t.fired for t in self._tracks.values()) else ()
+
+    def _finding(self) -> Finding:
+        fired = sorted(((t.fired[0], name, t) for name, t in self._tracks.items() if t.fired),
+                       key=lambda item: item[0])
+        parts = []
+        for step, name, t in fired:
+            assert t.fired is not None
+            parts.append(
+                f"{name} reached {fmt(t.fired[1])} at step {step} (median of {self.config.smooth}), "
+                f"{fmt(t.fired[1] / t.best)}x its best {fmt(t.best)} (step {t.best_step}); peak "
+                f"{fmt(t.peak[1])} at step {t.peak[0]}, last {fmt(t.last[1])}")
+        first = fired[0][0]
+        shown = [name for _, name, _ in fired]
+        return finding(
+            self.id, step=first,
+            message="; ".join(parts) + f" (threshold {fmt(self.config.factor)}x the best and "
+                                       f"{fmt(self.config.above_initial)}x the initial level).",
+            cause=(
+                "A loss term weighted far above the others trades this metric away (seed 000: "
+                "lambda_delta = 100 made the MAE explode), an LR too high after warmup or a restart, "
+                "or a curriculum step the model cannot handle."
+            ),
+            fix=(
+                f"Rebalance the loss terms so each contributes comparably; lower the LR or lengthen "
+                f"warmup; keep the checkpoint with the best {names(shown, 2)} and stop on it; check "
+                f"what changed at step {first} (curriculum, schedule, data)."
+            ),
+            evidence={
+                "metrics": shown,
+                "best": {name: t.best for _, name, t in fired},
+                "best_step": {name: float(t.best_step) for _, name, t in fired},
+                "peak": {name: t.peak[1] for _, name, t in fired},
+                "last": {name: t.last[1] for _, name, t in fired},
+                "ratio": {name: t.fired[1] / t.best for _, name, t in fired if t.fired},
+                "threshold": self.config.factor,
+            },
+            where=shown,
+        )

@@ -1,0 +1,136 @@
+"""metric-out-of-range: a logged metric takes values its definition rules out (a negative Gini
+of expert load, an accuracy above 1, a negative LR ...)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Iterable
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, Scalar
+from traindoc.findings import Finding
+
+# signal -> (low, high); None: unbounded. Shares in [0, 1] may be logged in percent: any value
+# in (1, 100] switches that signal to [0, 100].
+_RANGES: dict[str, tuple[float | None, float | None]] = {
+    "expert_gini": (0.0, 1.0),
+    "expert_entropy": (0.0, None),
+    "train_acc": (0.0, 1.0),
+    "val_acc": (0.0, 1.0),
+    "train_f1": (0.0, 1.0),
+    "val_f1": (0.0, 1.0),
+    "lr": (0.0, None),
+    "grad_norm": (0.0, None),
+    "throughput": (0.0, None),
+}
+_PERCENT_OK = {"train_acc", "val_acc", "train_f1", "val_f1"}
+
+
+def _outside(x: float, lo: float | None, hi: float | None) -> float:
+    """How far x lies outside [lo, hi]."""
+    return max(lo - x if lo is not None else 0.0, x - hi if hi is not None else 0.0, 0.0)
+
+
+@dataclass
+class _Out:
+    first: tuple[int, float]
+    worst: tuple[int, float]
+    count: int = 1
+
+
+class MetricOutOfRange:
+    """A value outside its signal's valid range by more than ``tolerance`` (relative to the
+    bound's scale, so float rounding is not reported). Gini of non-negative loads is in
+    [0, 1); accuracy and F1 in [0, 1] (or [0, 100] in percent); entropy, LR, gradient norm and
+    throughput are non-negative. NaN/Inf are left to nonfinite.
+    """
+
+    id: ClassVar[str] = "metric-out-of-range"
+    needs: ClassVar[frozenset[str]] = frozenset()
+    uses: ClassVar[frozenset[str]] = frozenset(_RANGES)
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("golden/negative_gini.jsonl", 12),
+        Example("golden/healthy_moe.jsonl", None),
+        Example("golden/healthy_val_acc.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        tolerance: float = 1e-6
+
+        def __post_init__(self) -> None:
+            if self.tolerance < 0:
+                raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._percent: set[str] = set()
+        self._out: dict[str, _Out] = {}
+
+    def observe(self, event: Event) -> Iterable[Finding]:
+        assert isinstance(event, Scalar)
+        x, name = event.value, event.name
+        if x != x or x in (math.inf, -math.inf):
+            return ()
+        lo, hi = _RANGES[name]
+        tol = self.config.tolerance
+        if hi is not None and name in _PERCENT_OK and 1.0 + tol < x <= 100.0 + tol:
+            self._percent.add(name)
+        if name in self._percent:
+            hi = 100.0
+        below = lo is not None and x < lo - tol * max(1.0, abs(lo))
+        above = hi is not None and x > hi + tol * max(1.0, abs(hi))
+        if not (below or above):
+            return ()
+        out = self._out.get(name)
+        if out is None:
+            self._out[name] = _Out((event.step, x), (event.step, x))
+            return (self._finding(),)
+        out.count += 1
+        if _outside(x, lo, hi) > _outside(out.worst[1], lo, hi):
+            out.worst = (event.step, x)
+        return ()
+
+    def finish(self) -> Iterable[Finding]:
+        return (self._finding(),) if self._out else ()
+
+    def _range(self, name: str) -> str:
+        lo, hi = _RANGES[name]
+        if name in self._percent:
+            hi = 100.0
+        return f"[{fmt(lo or 0.0)}, {fmt(hi) if hi is not None else 'inf'})" if name == "expert_gini" \
+            else f"[{fmt(lo or 0.0)}, {fmt(hi) if hi is not None else 'inf'}]"
+
+    def _finding(self) -> Finding:
+        items = sorted(self._out.items(), key=lambda kv: kv[1].first[0])
+        parts = [
+            f"{name} {fmt(o.first[1])} at step {o.first[0]} is outside its valid range {self._range(name)}"
+            + (f" ({o.count} values out of range; most extreme {fmt(o.worst[1])} at step {o.worst[0]})"
+               if o.count > 1 else "")
+            for name, o in items
+        ]
+        gini = "expert_gini" in self._out or "expert_entropy" in self._out
+        return finding(
+            self.id, step=items[0][1].first[0],
+            message="; ".join(parts) + ": the metric is computed wrongly, so it cannot show what it was "
+                                       "logged to show.",
+            cause=(
+                ("The expert-load metric is computed on the wrong quantity (router logits or signed "
+                 "weights instead of per-expert token shares) or with a wrong formula; the MoE router "
+                 "itself may be broken. " if gini else "")
+                + "A formula or unit error (percent and fractions mixed, averages over batches "
+                  "instead of samples), or an LR schedule that runs past its end."
+            ),
+            fix=(
+                "Recompute the metric by hand on one batch: for expert load use share = counts / "
+                "counts.sum() over tokens routed to each expert; its Gini must be in [0, 1) and its "
+                "entropy in [0, ln E]. Print scheduler.get_last_lr() over the whole run for an LR."
+            ),
+            evidence={"signals": [n for n, _ in items],
+                      "first": {n: o.first[1] for n, o in items},
+                      "first_step": {n: float(o.first[0]) for n, o in items},
+                      "most_extreme": {n: o.worst[1] for n, o in items},
+                      "count": {n: float(o.count) for n, o in items}},
+            where=[n for n, _ in items],
+        )

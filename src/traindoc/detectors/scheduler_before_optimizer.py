@@ -1,0 +1,149 @@
+"""scheduler-before-optimizer: the LR schedule starts one step in, as when
+``scheduler.step()`` ran before the first ``optimizer.step()``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Iterable
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, Scalar
+from traindoc.findings import Finding
+
+
+def cosine_offset(lrs: list[float]) -> tuple[float, float, float, float, float] | None:
+    """Fit ``lr_k = A - B cos(w (k + s))`` to a rising warmup ``lrs`` (k = 0, 1, ...).
+
+    Returns (s, A, B, w, max residual relative to the peak), or None when the curve is not a
+    cosine ramp. ``A - B`` is the schedule's intended first LR, ``A + B`` its peak (max_lr). ``s`` is how many schedule steps had already been taken when
+    the first value was logged: 0 for a correct loop, 1 when ``scheduler.step()`` ran once
+    before training. Exact for noise-free LRs: the increments ``d_k`` of a sinusoid satisfy
+    ``d_{k-1} + d_{k+1} = 2 cos(w) d_k``, which gives w; ``d_1 / d_0`` then gives the phase
+    (``sin(w (1.5 + s)) / sin(w (0.5 + s))``). Linear, quadratic and exponential ramps have
+    ``cos(w) >= 1`` and return None.
+    """
+    d = [b - a for a, b in zip(lrs, lrs[1:])]
+    if len(d) < 3 or min(d) <= 0:
+        return None
+    num = sum((d[k - 1] + d[k + 1]) * d[k] for k in range(1, len(d) - 1))
+    den = 2 * sum(d[k] ** 2 for k in range(1, len(d) - 1))
+    c = num / den
+    if not -1 < c < 1 - 1e-6:
+        return None
+    w = math.acos(c)
+    x0 = math.atan2(math.sin(w), d[1] / d[0] - c)  # = w (0.5 + s), in (0, pi)
+    s = x0 / w - 0.5
+    b = d[0] / (2 * math.sin(x0) * math.sin(w / 2))
+    a = lrs[0] + b * math.cos(w * s)
+    peak = max(lrs)
+    resid = max(abs(a - b * math.cos(w * (k + s)) - v) for k, v in enumerate(lrs)) / peak
+    return s, a, b, w, resid
+
+
+class SchedulerBeforeOptimizer:
+    """The logged LR starts with a cosine warmup (OneCycleLR's shape) whose fitted phase says
+    the first logged value is the schedule's value one (or two) steps in: the log shows
+    ``schedule(1)`` where ``schedule(0)`` belongs. Fires only when the intended first LR is
+    well above 0 (``min_start`` of the peak, as OneCycleLR's ``max_lr / div_factor``), the
+    first logged LR exceeds it by ``min_ratio``, and the fit is exact to ``tolerance``: linear
+    warmups and warmups from 0 (where starting one step in is often deliberate) stay quiet,
+    and so does a per-batch schedule over thousands of steps (the offset is then negligible).
+    Needs the LR from the first step, at a constant step interval.
+    """
+
+    id: ClassVar[str] = "scheduler-before-optimizer"
+    needs: ClassVar[frozenset[str]] = frozenset({"lr"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("golden/onecycle_prestepped.jsonl", 0),
+        Example("golden/onecycle_correct.jsonl", None),
+        Example("golden/linear_warmup.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        min_ratio: float = 1.2  # first logged LR / intended first LR
+        min_start: float = 0.005  # intended first LR / peak
+        tolerance: float = 2e-3  # largest fit residual, relative to the peak
+        max_points: int = 100_000  # give up on a warmup longer than this
+
+        def __post_init__(self) -> None:
+            if self.min_ratio <= 1:
+                raise ValueError(f"min_ratio must be > 1, got {self.min_ratio}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._steps: list[int] = []
+        self._lrs: list[float] = []
+        self._done = False
+
+    def observe(self, event: Event) -> Iterable[Finding]:
+        if self._done:
+            return ()
+        assert isinstance(event, Scalar)
+        x = event.value
+        if self._lrs and (not x > self._lrs[-1] or len(self._lrs) >= self.config.max_points):
+            self._done = True  # the warmup ended (or is not one)
+            return self._judge()
+        if not math.isfinite(x) or (self._lrs and event.step - self._steps[-1] != self._interval()):
+            self._done = True
+            return self._judge()
+        self._steps.append(event.step)
+        self._lrs.append(x)
+        return ()
+
+    def finish(self) -> Iterable[Finding]:
+        if self._done:
+            return ()
+        self._done = True
+        return self._judge()
+
+    def _interval(self) -> int:
+        return self._steps[1] - self._steps[0] if len(self._steps) > 1 else max(self._steps[-1] + 1, 1)
+
+    def _judge(self) -> Iterable[Finding]:
+        cfg = self.config
+        lrs = self._lrs
+        if len(lrs) < 4 or self._steps[0] != 0 or not lrs[0] > 0:
+            return ()
+        fit = cosine_offset(lrs)
+        if fit is None:
+            return ()
+        s, a, b, w, resid = fit
+        n = round(s)
+        start = a - b
+        if not (1 <= n <= 2 and abs(s - n) <= 0.15 and resid <= cfg.tolerance
+                and start >= cfg.min_start * max(lrs) and lrs[0] >= cfg.min_ratio * start):
+            return ()
+        return (self._finding(s, start, a + b, w),)
+
+    def _finding(self, s: float, start: float, max_lr: float, w: float) -> Finding:
+        n = round(s)
+        ratio = self._lrs[0] / start
+        steps_to_peak = math.pi / w  # lr(t) = A - B cos(w t) peaks at t = pi / w
+        div_text = f"; max_lr/start = {fmt(max_lr / start)}" + (
+            " (OneCycleLR's default div_factor=25)" if abs(max_lr / start - 25) <= 0.5 else "")
+        unit = self._interval()
+        return finding(
+            self.id, step=self._steps[0],
+            message=(
+                f"the first logged LR is {fmt(self._lrs[0])} at step {self._steps[0]}, "
+                f"{fmt(ratio)}x the {fmt(start)} its warmup curve starts from: the LR is a cosine "
+                f"warmup (max_lr about {fmt(max_lr)} after {fmt(steps_to_peak * unit)} steps{div_text}) "
+                f"whose logged values are the schedule's {n} step{'s' if n > 1 else ''} later "
+                f"(fitted offset {s:.2f}, residual under {fmt(self.config.tolerance)} of the peak)."
+            ),
+            cause=(
+                "scheduler.step() ran before the first optimizer.step() (a loop in the pre-1.1 "
+                "order, or a 'pre-step' after building the scheduler), so the schedule's first "
+                "value is skipped and every later value comes one step early. With a per-epoch "
+                "OneCycleLR the start is about twice the intended LR."
+            ),
+            fix=(
+                "Call optimizer.step() before scheduler.step() and remove any pre-step; step "
+                "OneCycleLR per batch with total_steps=epochs * len(loader). Check that "
+                "scheduler.get_last_lr() before the first step equals max_lr / div_factor."
+            ),
+            evidence={"first_lr": self._lrs[0], "intended_first_lr": start, "ratio": ratio,
+                      "offset_steps": s, "max_lr": max_lr, "warmup_points": len(self._lrs)},
+        )
