@@ -125,6 +125,8 @@ class Session:
         self._grad_sq: dict[int, float] = {}
         self.failed: dict[str, str] = {}
         self.on_sampling_change: Callable[[bool], None] | None = None
+        # Called with the step that just ended (before the counter moves on).
+        self.round_listeners: list[Callable[[int], None]] = []
 
     # ---- bookkeeping -------------------------------------------------------------------------
     @property
@@ -136,6 +138,11 @@ class Session:
     def measuring(self) -> bool:
         """Is the work happening now on a sampled step?"""
         return self.next_sampled if self.round_done else self.sampled
+
+    def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
+        """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
+        values (a list of floats) to make events. Probes use this instead of ``.item()``."""
+        self._pending.append((tensor, decode))
 
     def emit(self, event: Event) -> None:
         if self._sink is not None:
@@ -169,6 +176,8 @@ class Session:
             self._flush()
         if final:
             return
+        for listener in self.round_listeners:
+            listener(self.step)
         self.step += 1
         self.round_done = False
         self._stepped.clear()
@@ -259,7 +268,7 @@ class Session:
                     intended=intended, optimizer=index, group=group,
                 )
 
-        self._pending.append((packed, decode))
+        self.defer(packed, decode)
         for root_ref in list(self._roots.values())[:1]:
             self._stray_grads(root_ref(), step)
 
@@ -281,7 +290,7 @@ class Session:
                                  requires_grad=p.requires_grad, norm=math.nan, grad=g,
                                  has_grad=True, optimizer=-1)
 
-        self._pending.append((gn, decode))
+        self.defer(gn, decode)
 
     def _optimizer_event(self, opt: Any, index: int) -> Optimizer:
         groups = []
@@ -327,7 +336,7 @@ class Session:
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)
 
-        self._pending.append((loss.detach(), decode))  # no copy, no sync: read at the flush
+        self.defer(loss.detach(), decode)  # no copy, no sync: read at the flush
         self._step_loss.setdefault(step, []).append(len(self._pending) - 1)
 
     # ---- clip, batches, classification, casts -------------------------------------------------
@@ -341,7 +350,7 @@ class Session:
             yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where)
             yield Scalar(step=step, name="grad_norm", value=vals[0])
 
-        self._pending.append((total_norm.detach(), decode))
+        self.defer(total_norm.detach(), decode)
 
     def on_batch(self, dataset: str, length: int, iterator: int, index: int, fingerprint: str) -> None:
         self.emit(Batch(step=self.current_step, loader=dataset, iterator=iterator, index=index,
@@ -353,7 +362,7 @@ class Session:
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Classification(step=step, classes=classes, value=vals[0])
 
-        self._pending.append((value.detach(), decode))
+        self.defer(value.detach(), decode)
 
     def on_cast(self, module: Any, dtype: Any) -> None:
         self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3)))
@@ -393,7 +402,7 @@ class Session:
                 yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan),
                                  spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
 
-        self._pending.append((spread, decode))
+        self.defer(spread, decode)
 
     def on_module_output(self, module: Any, output: Any) -> None:
         outs = measure.first_float_tensors(output, limit=2)
@@ -437,7 +446,7 @@ class Session:
                 yield Activation(step=step, module=name, type=type_, dead=dead,
                                  units=active.numel(), batches=batches)
 
-        self._pending.append((packed, decode))
+        self.defer(packed, decode)
 
     # ---- the one batched transfer ------------------------------------------------------------
     def _flush(self) -> None:

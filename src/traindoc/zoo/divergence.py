@@ -5,7 +5,7 @@ standardised) plus five standardised features, trained with plain SGD at `--lr 1
 The unscaled column makes the loss curvature ~2e4, so the largest stable step is
 2/2e4 = 9.8e-5: lr 1e-4 is just past it. Along that direction every step overshoots a little
 further (|1 - lr * lambda_max| ~ 1.05), so the loss and the gradient norm grow geometrically,
-~10% per step, by more than 1000x within the run, while every value stays finite for the
+~9% per step, by more than 1000x within the run, while every value stays finite for the
 default --steps (no NaN to trip anything). Catalog `divergence` and `exploding-gradients`.
 
 traindoc-expect: divergence exploding-gradients

@@ -122,12 +122,12 @@ class Bf16MasterWeights:
                     if _keeps_master(mod, opt):
                         break
                     opt_name = mod.callee(opt).split(".")[-1]
-                    short, share = ("bf16", "0.4%") if dtype == "torch.bfloat16" else ("fp16", "0.05%")
+                    short, share = ("a bf16", "0.4%") if dtype == "torch.bfloat16" else ("an fp16", "0.05%")
                     yield Hit(
                         node,
                         f"`{model}` is cast to `{dtype}` (line {node.lineno}) and its parameters "
                         f"go to `{opt_name}` (line {opt.lineno}) with no fp32 master copy: "
-                        f"updates smaller than half an {short} step (~{share} of a weight) round "
+                        f"updates smaller than half {short} step (~{share} of a weight) round "
                         "away and those weights stop moving",
                         cause=f"`{mod.text(node)}` stores the trained parameters themselves in "
                         "16 bits; the optimizer adds its small updates to them in 16 bits.",

@@ -55,6 +55,22 @@ class CheckpointIncomplete:
             """,
             4,
         ),
+        Invalid(
+            """
+            import os
+            import torch
+
+            def save_checkpoint(state, path):
+                torch.save(state, path + ".tmp")
+                os.replace(path + ".tmp", path)
+
+            scaler = torch.amp.GradScaler("cuda")
+            for epoch in range(epochs):
+                train_one_epoch(model, optimizer, scaler, loader)
+                save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, "last.pt")
+            """,
+            11,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """

@@ -46,6 +46,19 @@ class CheckpointNotAtomic:
             """,
             8,
         ),
+        Invalid(
+            """
+            import torch
+
+            def save_checkpoint(state, path):
+                torch.save(state, path)
+
+            for epoch in range(epochs):
+                train_one_epoch(model, optimizer, loader)
+                save_checkpoint({"model": model.state_dict(), "epoch": epoch}, "checkpoints/latest.pt")
+            """,
+            8,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """

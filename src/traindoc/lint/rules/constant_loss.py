@@ -15,6 +15,7 @@ from traindoc.lint._ast import (
     method,
     nonfinite_checked,
     number,
+    resolve,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -176,13 +177,13 @@ class ConstantLoss:
     def _clamped(self, mod: Module, scope, losses: set[str]) -> Iterator[Hit]:
         for target, stmt, value in scope.assigns:
             if target in losses and isinstance(value, ast.Call) and not mod.grad_mode(stmt):
-                bound = _upper_bound(mod, value)
+                bound = _upper_bound(mod, value, at=stmt)
                 if bound is not None:
                     yield self._clamp_hit(stmt, target, mod.text(value), bound)
         for call in scope.calls:
             receiver = method(call, "clamp_", "clip_", "clamp_max_")
             if dotted(receiver) in losses and not mod.grad_mode(call):
-                bound = _upper_bound(mod, call, method_form=True)
+                bound = _upper_bound(mod, call, at=call)
                 if bound is not None:
                     yield self._clamp_hit(call, dotted(receiver) or "", mod.text(call), bound)
 
@@ -190,7 +191,7 @@ class ConstantLoss:
         return Hit(
             node,
             f"`{text}` caps `{name}` at {bound}: the gradient of a clamp is zero wherever the "
-            f"cap is active, so batches whose loss exceeds {bound} give no gradient",
+            f"cap is active, so batches whose loss exceeds {bound.split(' (')[0]} give no gradient",
             cause="The loss value handed to backward is clamped from above; on the steps where "
             "it matters most the model learns nothing.",
             fix=f"Remove the clamp on `{name}`; use a robust loss (`F.huber_loss`, "
@@ -224,8 +225,24 @@ class ConstantLoss:
                 )
 
 
-def _upper_bound(mod: Module, call: ast.Call, method_form: bool = False) -> str | None:
-    """The upper bound of a clamp-like call as text, or None when it has none."""
+def _upper_bound(mod: Module, call: ast.Call, at: ast.AST) -> str | None:
+    """The upper bound of a clamp-like call as text (``1e6``, or ``LOSS_CAP (1e6)`` for a name
+    assigned a literal), or None when it has none."""
+    text = _bound(mod, call)
+    if text is None:
+        return None
+    node = kwarg(call, "max")
+    names = [a for a in [node, *call.args] if isinstance(a, ast.Name) and a.id == text]
+    if names:
+        value = resolve(mod, names[0], at)
+        if value is None or isinstance(value, ast.Name):
+            value = mod.scopes[0].reaching(names[0].id, at.lineno)  # type: ignore[attr-defined]
+        if number(value) is not None:
+            return f"{mod.text(value)} (`{text}`)"
+    return text
+
+
+def _bound(mod: Module, call: ast.Call) -> str | None:
     q = mod.callee(call)
     name = q.split(".")[-1]
     receiver = method(call, "clamp", "clip", "clamp_max", "clamp_", "clip_", "clamp_max_")

@@ -1,4 +1,4 @@
-"""The probes: how traindoc hooks into torch with zero changes to the user's script.
+"""The core probes: how traindoc hooks into torch with zero changes to the user's script.
 
 Global optimizer step hooks, ``Tensor.backward`` / ``torch.autograd.backward``,
 ``clip_grad_norm_`` (under both import paths), DataLoader iteration, ``F.cross_entropy``, the
@@ -22,15 +22,19 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import dataloader as _dl
 
 from traindoc.live import measure
+from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = is_compiling
 
 
-class Probes:
-    def __init__(self, session: Session) -> None:
+class CoreProbes:
+    name = "core"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
-        self._patched: list[tuple[Any, str, Any]] = []
+        self._patch = patcher.patch
+        self._guard = patcher.guard
         self._handles: list[Any] = []
         self._forward: list[Any] = []
         self._local = threading.local()
@@ -64,23 +68,7 @@ class Probes:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        for owner, name, orig in reversed(self._patched):
-            setattr(owner, name, orig)
-        self._patched.clear()
         self.s.on_sampling_change = None
-
-    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        orig = getattr(owner, name)
-        self._patched.append((owner, name, orig))
-        setattr(owner, name, make(orig))
-
-    def _guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
-        if probe in self.s.failed or _is_compiling():
-            return
-        try:
-            fn(*args)
-        except Exception as exc:  # never let traindoc break the user's training
-            self.s.fail(probe, exc)
 
     # ---- wrappers ------------------------------------------------------------------------------
     def _wrap_optimizer_init(self, orig: Any) -> Any:
