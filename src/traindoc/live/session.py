@@ -125,6 +125,9 @@ class Session:
         self._grad_sq: dict[int, float] = {}
         self.failed: dict[str, str] = {}
         self.on_sampling_change: Callable[[bool], None] | None = None
+        # Loss tensors scaled by an AMP GradScaler (id -> scale tensor), set by the AMP probe,
+        # so the loss signal is the user's loss, not loss * scale.
+        self.loss_scales: dict[int, torch.Tensor] = {}
         # Called with the step that just ended (before the counter moves on).
         self.round_listeners: list[Callable[[int], None]] = []
 
@@ -336,7 +339,9 @@ class Session:
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)
 
-        self.defer(loss.detach(), decode)  # no copy, no sync: read at the flush
+        scale = self.loss_scales.pop(id(loss), None)
+        value = loss.detach() if scale is None else loss.detach() / scale
+        self.defer(value, decode)  # no copy, no sync: read at the flush
         self._step_loss.setdefault(step, []).append(len(self._pending) - 1)
 
     # ---- clip, batches, classification, casts -------------------------------------------------
