@@ -69,6 +69,10 @@ class Engine:
     def findings(self) -> list[Finding]:
         return list(self._findings.values())
 
+    def add(self, finding: Finding) -> None:
+        """Record a finding made outside the detectors (the guard reporting what it did)."""
+        self._record(finding)
+
     def feed(self, event: Event) -> None:
         signal = event.signal
         if isinstance(event, RunStart):

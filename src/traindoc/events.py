@@ -35,6 +35,15 @@ SIGNALS: dict[str, str] = {
     "checkpoint": "a checkpoint file or folder (weights, training state)",
     "train_state": "a training checkpoint (optimizer, scheduler, step, RNG besides the weights), not bare weights",
     "bn": "BatchNorm running statistics (from a checkpoint or a model)",
+    "loss_terms": "a loss made of several weighted terms, with each term's gradient norm (live, sampled steps)",
+    "amp": "an AMP GradScaler in use: its scale, skipped steps, clips of still-scaled gradients (live)",
+    "autocast": "the output dtypes of matmul-heavy modules in a mixed-precision run (live, sampled steps)",
+    "save": "checkpoint files written by torch.save and renamed into place (live)",
+    "load": "optimizer / LR scheduler load_state_dict calls, with the LRs before and after (live)",
+    "scheduler": "LR scheduler step() calls and their order against the optimizer's first step (live)",
+    "accumulation": "the backward() calls and gradient norms between optimizer steps (live, sampled steps)",
+    "eval": "evaluation passes: forward passes under no_grad/inference_mode after a step (live)",
+    "data_wait": "time spent waiting on the DataLoader per step (live)",
 }
 
 
@@ -247,6 +256,7 @@ class Checkpoint:
     numel: int = 0
     nbytes: int = 0
     role: str = ""
+    where: str = ""  # live: file:line of the torch.save call
 
     @property
     def signal(self) -> str:  # type: ignore[override]
@@ -275,9 +285,241 @@ class BatchNormState:
     role: str = "model"
     signal: ClassVar[str] = "bn"
 
+
+@dataclass(frozen=True)
+class LossTerm:
+    """One term of a multi-term loss (``loss = w1 * term1 + w2 * term2 ...``) on a sampled step.
+
+    ``weight`` is the scalar factor between the loss and the term found in the autograd graph
+    (1.0 when there is none). ``grad`` is the L2 norm of the *weighted* term's gradient over the
+    parameter tensors that at least two terms reach (``shared`` of the ``params`` tensors the
+    loss reaches), ``grad_all`` over all of them; None when not measured. ``value`` is the
+    weighted term's value when the term is a named tensor, else None. ``named`` says where the
+    name comes from: "user" (``traindoc.loss_terms``), "variable" (a local variable of the
+    user's code) or "op" (the autograd op, e.g. ``mse_loss``). ``terms`` counts the terms of
+    this loss; ``where`` is the ``file:line`` of the backward() call.
+    """
+
+    step: int
+    name: str
+    weight: float
+    grad: float | None = None
+    grad_all: float | None = None
+    value: float | None = None
+    terms: int = 0
+    shared: int = 0
+    params: int = 0
+    named: str = "op"
+    where: str = ""
+    signal: ClassVar[str] = "loss_terms"
+
+
+@dataclass(frozen=True)
+class GradScale:
+    """An AMP GradScaler's ``update()`` (live): the scale it set and whether the optimizer step
+    it closes was skipped (``scaler.step`` found Inf/NaN gradients and did not call
+    ``optimizer.step()``). ``initial`` is the scaler's init_scale. On sampled skipped steps,
+    ``nan``/``inf`` name the parameters whose gradients held NaN / Inf (empty when not
+    measured). ``optimizer`` is the class stepped through the scaler, ``where`` the ``file:line``
+    of ``scaler.step``."""
+
+    step: int
+    scale: float
+    skipped: bool
+    initial: float = 65536.0
+    nan: tuple[str, ...] = ()
+    inf: tuple[str, ...] = ()
+    optimizer: str = ""
+    where: str = ""
+    signal: ClassVar[str] = "amp"
+
+
+@dataclass(frozen=True)
+class ScaledClip:
+    """A gradient clip that ran on gradients still multiplied by an AMP GradScaler's scale
+    (live): ``clip_grad_norm_``/``clip_grad_value_`` before ``scaler.unscale_(optimizer)``.
+    ``max_norm`` is the max_norm (or clip_value) passed, ``norm`` the total norm the clip
+    measured on the scaled gradients (None for clip_grad_value_), ``scale`` the scale."""
+
+    step: int
+    fn: str
+    max_norm: float
+    scale: float
+    norm: float | None = None
+    where: str = ""
+    signal: ClassVar[str] = "amp"
+
+
+@dataclass(frozen=True)
+class AutocastCheck:
+    """One sampled step of a mixed-precision run (an autocast region was active in a forward,
+    or a GradScaler scaled the loss) (live): the matmul-heavy modules (Linear, Conv, attention,
+    RNN) of its training forward passes. ``fp32`` names those whose outputs stayed float32 with
+    float32 weights (``fp32_numel`` their parameters, of ``numel`` for all ``modules``).
+    ``autocast`` lists the autocast regions seen active during the forward ("cpu:bfloat16"),
+    ``scaler`` says a GradScaler was in use. ``reason`` for the fp32 modules: "outside" (no
+    autocast active where they ran), "device" (autocast active for another device than theirs,
+    ``device``), "thread" (they ran in another thread, where autocast state is not inherited)
+    or "ignored" (autocast active for their device, but their op did not go through it)."""
+
+    step: int
+    autocast: tuple[str, ...]
+    scaler: bool
+    modules: int
+    numel: int
+    fp32: tuple[str, ...] = ()
+    fp32_numel: int = 0
+    device: str = ""
+    reason: str = ""
+    signal: ClassVar[str] = "autocast"
+
+
+@dataclass(frozen=True)
+class SaveFile:
+    """A checkpoint written by ``torch.save`` (``op`` "save") or one such file moved into place
+    (``op`` "move": os.replace, os.rename, shutil.move, Path.rename/replace) (live). ``path``
+    is the file written (save) or the destination (move), ``source`` the file moved.
+    ``existed``: a file was already at ``path`` and the save overwrote it in place.
+    ``training``: the object is a training checkpoint (optimizer, scheduler or step besides the
+    weights), not bare weights."""
+
+    step: int
+    op: str
+    path: str
+    source: str = ""
+    existed: bool = False
+    training: bool = False
+    where: str = ""
+    signal: ClassVar[str] = "save"
+
+
+@dataclass(frozen=True)
+class StateLoad:
+    """``load_state_dict`` of an optimizer or an LR scheduler (live): the LRs per parameter
+    group just before and just after it. For an optimizer (``target`` "optimizer") ``before``/
+    ``after`` hold each group's ``lr`` and ``initial_before``/``initial_after`` its
+    ``initial_lr`` (written by an LR scheduler; empty unless every group has one); for a
+    scheduler, its ``base_lrs``. ``path`` is the file the state was read from by torch.load
+    ("" when unknown), ``where`` the ``file:line`` of the call."""
+
+    step: int
+    target: str
+    cls: str
+    before: tuple[float, ...]
+    after: tuple[float, ...]
+    initial_before: tuple[float, ...] = ()
+    initial_after: tuple[float, ...] = ()
+    path: str = ""
+    where: str = ""
+    signal: ClassVar[str] = "load"
+
+
+@dataclass(frozen=True)
+class SchedulerStep:
+    """An LR scheduler's first ``step()`` calls against its optimizer's first ``step()`` (live);
+    one event per scheduler, sent when the optimizer first steps (or at the scheduler's first
+    call when the optimizer already stepped). ``early``: calls made before the optimizer's first
+    step; ``skipped``: of those, calls made after an AMP GradScaler skipped the optimizer's
+    step (Inf/NaN gradients), which is not the user's ordering. LRs are parameter group 0's:
+    ``lr_start`` just before the first early call (the schedule's first value), ``lr_after``
+    just after the early calls, ``lr_first`` the LR the optimizer's first step used (NaN:
+    unknown). ``where`` is the ``file:line`` of the first early call."""
+
+    step: int
+    scheduler: str
+    optimizer: str
+    early: int = 0
+    skipped: int = 0
+    lr_start: float = float("nan")
+    lr_after: float = float("nan")
+    lr_first: float = float("nan")
+    where: str = ""
+    signal: ClassVar[str] = "scheduler"
+
+
+@dataclass(frozen=True)
+class GradAccumulation:
+    """How one optimizer's gradients were built between its previous ``step()`` and this one,
+    on a sampled step (live). ``backwards``: backward() calls in between, ``batches``:
+    DataLoader batches drawn in between. ``scale``: the constant factor the loss function's
+    value was multiplied by before backward (1.0: handed over as computed; the largest over the
+    calls; NaN: unknown). ``norms``: the optimizer's total gradient norm after each of those
+    calls (at most 16); ``carried``: its norm just before the first of them (0.0: no
+    gradients). ``cleared``: the gradients were None or all zero before at least one of them.
+    ``interleaved``: another optimizer stepped between those calls (GAN-style alternation)."""
+
+    step: int
+    optimizer: int
+    cls: str
+    lr: float
+    backwards: int
+    batches: int
+    scale: float
+    norms: tuple[float, ...]
+    carried: float
+    cleared: bool
+    interleaved: bool = False
+    params: int = 0
+    backward_where: str = ""
+    where: str = ""  # file:line of the optimizer's step() call
+    signal: ClassVar[str] = "accumulation"
+
+
+@dataclass(frozen=True)
+class EvalPass:
+    """One evaluation phase (live): forward passes of a model under ``no_grad`` or
+    ``inference_mode`` after an optimizer step, until training resumes. ``step`` is the last
+    optimizer step before it; ``model`` its class, ``role`` "model" when an optimizer holds its
+    parameters, "copy" otherwise (an EMA or averaged copy). ``forwards``: root forward passes;
+    ``duration_s``: wall time from entering the first no_grad region to leaving the last;
+    ``elapsed_s``: the run's wall time when it ended. ``train_modules``: mode-dependent
+    submodules (BatchNorm, Dropout ...) found in train mode at its first forward, as
+    ``name (Type)``, of ``mode_modules``. ``rerun``: the largest difference between the first
+    forward's output and a second forward on the same input, relative to the output's largest
+    magnitude (NaN: not re-run); ``rerun_abs`` the absolute difference; ``first_diff`` the
+    first module whose output differed (``name (Type)``, "" when not located)."""
+
+    step: int
+    model: str
+    role: str
+    forwards: int
+    duration_s: float
+    elapsed_s: float
+    train_modules: tuple[str, ...] = ()
+    mode_modules: int = 0
+    rerun: float = float("nan")
+    rerun_abs: float = float("nan")
+    first_diff: str = ""
+    where: str = ""
+    signal: ClassVar[str] = "eval"
+
+
+@dataclass(frozen=True)
+class LoaderWait:
+    """Time the training loop waited on a DataLoader (live), over the ``steps`` steps since the
+    previous event: the median per step of the wait (time in the iterator's ``__next__``) and
+    of the step's wall time. Steps that start an iterator (worker start-up) are left out. The
+    loader's settings: ``loader`` its dataset class, ``batch_size``, ``num_workers``,
+    ``pin_memory``, ``prefetch_factor`` (0 without workers), ``persistent_workers``."""
+
+    step: int
+    steps: int
+    wait_s: float
+    step_s: float
+    loader: str = ""
+    batch_size: int = 0
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int = 0
+    persistent_workers: bool = False
+    signal: ClassVar[str] = "data_wait"
+
+
 Event = Union[
     RunStart, Optimizer, Scalar, Backward, ParamStats, Activation, Clip, Batch,
-    Classification, Cast, RunEnd, Checkpoint, BatchNormState,
+    Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
+    GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
+    SchedulerStep, GradAccumulation, EvalPass, LoaderWait,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -294,6 +536,16 @@ EVENT_TYPES: dict[str, type] = {
     "run_end": RunEnd,
     "checkpoint": Checkpoint,
     "batchnorm_state": BatchNormState,
+    "loss_term": LossTerm,
+    "grad_scale": GradScale,
+    "scaled_clip": ScaledClip,
+    "autocast_check": AutocastCheck,
+    "save_file": SaveFile,
+    "state_load": StateLoad,
+    "scheduler_step": SchedulerStep,
+    "grad_accumulation": GradAccumulation,
+    "eval_pass": EvalPass,
+    "loader_wait": LoaderWait,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 
@@ -336,5 +588,7 @@ def _tupled(d: dict[str, object]) -> dict[str, object]:
 __all__ = [
     "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar",
     "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
-    "Checkpoint", "BatchNormState", "to_dict", "from_dict",
+    "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
+    "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
+    "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait",
 ]

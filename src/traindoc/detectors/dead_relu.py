@@ -11,8 +11,9 @@ from traindoc.findings import Finding
 
 
 class DeadRelu:
-    """A ReLU module where at least ``share`` of its units were never positive on any of
-    ``min_batches`` or more sampled batches (the source accumulates "ever active" per unit)."""
+    """A ReLU module where at least ``share`` of its units were never positive on any batch of a
+    window of ``min_batches`` or more sampled batches (the source reports one dead share per
+    window: a unit that dies mid-run must not count as alive because it fired at step 0)."""
 
     id: ClassVar[str] = "dead-relu"
     needs: ClassVar[frozenset[str]] = frozenset({"activations"})

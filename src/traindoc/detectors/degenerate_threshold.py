@@ -31,8 +31,8 @@ class DegenerateThreshold:
     needs: ClassVar[frozenset[str]] = frozenset({"val_f1"})
     uses: ClassVar[frozenset[str]] = frozenset({"train_f1", "loss", "val_loss", *_PRECISION})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/degenerate_threshold.jsonl", 15),
-        Example("golden/healthy_f1.jsonl", None),
+        Example("fixtures/logs/golden/degenerate_threshold.jsonl", 13),
+        Example("fixtures/logs/golden/healthy_f1.jsonl", None),
     )
 
     @dataclass(frozen=True)

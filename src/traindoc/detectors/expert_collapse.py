@@ -26,8 +26,8 @@ class ExpertCollapse:
     needs: ClassVar[frozenset[str]] = frozenset({"expert_gini"})
     uses: ClassVar[frozenset[str]] = frozenset({"expert_entropy"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/expert_collapse.jsonl", 12),
-        Example("golden/healthy_moe.jsonl", None),
+        Example("fixtures/logs/golden/expert_collapse.jsonl", 13),
+        Example("fixtures/logs/golden/healthy_moe.jsonl", None),
     )
 
     @dataclass(frozen=True)

@@ -19,7 +19,9 @@ class LossSpike:
     A spike must clear three bars, so that ordinary minibatch noise never fires: the ratio to
     the moving average, a robust z-score against the recent window (noise-aware), and an
     absolute rise that matters against the run's initial loss (so a loss of 0.01 jumping to
-    0.04 near convergence is not a spike).
+    0.04 near convergence is not a spike). And it must be a spike: within ``recover`` steps the
+    loss comes back under the bar. A loss that stays up is a new regime (divergence, a new
+    task head) and is left to the detectors of those.
     """
 
     id: ClassVar[str] = "loss-spike"
@@ -37,6 +39,7 @@ class LossSpike:
         min_rise: float = 0.1  # rise as a share of the first loss
         window: int = 20
         warmup: int = 10  # steps before spikes are judged
+        recover: int = 5  # steps within which the loss must come back under the bar
 
         def __post_init__(self) -> None:
             if self.factor <= 1:
@@ -51,27 +54,36 @@ class LossSpike:
         self._first: float | None = None
         self._seen = 0
         self._spikes: list[tuple[int, float, float]] = []
+        self._pending: tuple[int, float, float] | None = None  # a jump awaiting recovery
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Scalar)
         x = event.value
         if not math.isfinite(x):
+            self._pending = None
             return  # nonfinite and divergence own that
         if self._first is None:
             self._first = abs(x)
         cfg = self.config
-        avg = self._ema.value
-        if self._seen >= cfg.warmup and avg > 0:
-            ratio = x / avg
-            rise = x - avg
-            if (
-                ratio >= cfg.factor
-                and robust_z(x, list(self._recent)) >= cfg.z
-                and rise >= cfg.min_rise * self._first
-            ):
-                self._spikes.append((event.step, x, avg))
+        if self._pending is not None:
+            step, peak, avg = self._pending
+            if x < cfg.factor * avg:  # back under the bar: it was a spike
+                self._pending = None
+                self._spikes.append((step, peak, avg))
                 yield self._finding()
-                return  # a spike does not enter the average it is judged against
+            elif event.step - step > cfg.recover:  # stayed up: a new regime, not a spike
+                self._pending = None
+            else:
+                return  # the jump's aftermath does not enter the average either
+        avg = self._ema.value
+        if self._seen >= cfg.warmup and avg > 0 and self._pending is None:
+            if (
+                x / avg >= cfg.factor
+                and robust_z(x, list(self._recent)) >= cfg.z
+                and x - avg >= cfg.min_rise * self._first
+            ):
+                self._pending = (event.step, x, avg)
+                return  # a jump does not enter the average it is judged against
         self._seen += 1
         self._ema.update(x)
         self._recent.append(x)

@@ -29,17 +29,20 @@ class MetricDivergence:
     """The median of the last ``smooth`` values of a lower-is-better metric reaches ``factor``
     times the best such median and ``above_initial`` times the first one. The smoothing makes
     one bad evaluation not count; the initial-level test keeps a metric that wobbles near 0
-    after converging quiet. The metrics are ``val_loss`` and the signals in ``watch`` (the logs
-    face fills it with every ``metric.*`` it mapped whose name reads as an error: MAE, MSE,
-    RMSE, SHD, error, perplexity ...). The training loss is ``divergence``'s.
+    after converging quiet. The training loss is ``divergence``'s.
+
+    It watches ``val_loss`` and, when ``watch`` lists signals, needs those instead: the logs
+    face fills ``watch`` with every ``metric.*`` it mapped whose name reads as an error (MAE,
+    MSE, RMSE, SHD, error, perplexity ...), and a ``[tool.traindoc.detectors.metric-divergence]``
+    table can name others.
     """
 
     id: ClassVar[str] = "metric-divergence"
-    needs: ClassVar[frozenset[str]] = frozenset()
-    uses: frozenset[str] = frozenset({"val_loss"})
+    needs: frozenset[str] = frozenset({"val_loss"})  # per instance: the watched signals
+    uses: frozenset[str] = frozenset()
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/val_loss_explodes.jsonl", 24),
-        Example("golden/healthy_val_loss.jsonl", None),
+        Example("fixtures/logs/golden/val_loss_explodes.jsonl", 25),
+        Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
     )
 
     @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class MetricDivergence:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self.uses = frozenset({"val_loss", *self.config.watch})
+        if self.config.watch:
+            self.needs = frozenset(self.config.watch)
+            self.uses = frozenset({"val_loss"}) - self.needs
         self._tracks: dict[str, _Track] = {}
 
     def observe(self, event: Event) -> Iterable[Finding]:

@@ -1,5 +1,5 @@
-"""metric-out-of-range: a logged metric takes values its definition rules out (a negative Gini
-of expert load, an accuracy above 1, a negative LR ...)."""
+"""metric-out-of-range: a logged metric takes values its definition rules out (seed 000: a
+negative Gini of expert load)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,11 @@ from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
 
-# signal -> (low, high); None: unbounded. Shares in [0, 1] may be logged in percent: any value
-# in (1, 100] switches that signal to [0, 100].
+# signal -> (low, high); None: unbounded.
 _RANGES: dict[str, tuple[float | None, float | None]] = {
     "expert_gini": (0.0, 1.0),
     "expert_entropy": (0.0, None),
-    "train_acc": (0.0, 1.0),
-    "val_acc": (0.0, 1.0),
-    "train_f1": (0.0, 1.0),
-    "val_f1": (0.0, 1.0),
-    "lr": (0.0, None),
-    "grad_norm": (0.0, None),
-    "throughput": (0.0, None),
 }
-_PERCENT_OK = {"train_acc", "val_acc", "train_f1", "val_f1"}
 
 
 def _outside(x: float, lo: float | None, hi: float | None) -> float:
@@ -41,18 +32,17 @@ class _Out:
 
 class MetricOutOfRange:
     """A value outside its signal's valid range by more than ``tolerance`` (relative to the
-    bound's scale, so float rounding is not reported). Gini of non-negative loads is in
-    [0, 1); accuracy and F1 in [0, 1] (or [0, 100] in percent); entropy, LR, gradient norm and
-    throughput are non-negative. NaN/Inf are left to nonfinite.
+    bound's scale, so float rounding is not reported): the Gini coefficient of non-negative
+    expert loads is in [0, 1), the router entropy is non-negative. NaN/Inf are left to
+    nonfinite.
     """
 
     id: ClassVar[str] = "metric-out-of-range"
-    needs: ClassVar[frozenset[str]] = frozenset()
-    uses: ClassVar[frozenset[str]] = frozenset(_RANGES)
+    needs: ClassVar[frozenset[str]] = frozenset({"expert_gini"})
+    uses: ClassVar[frozenset[str]] = frozenset({"expert_entropy"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/negative_gini.jsonl", 12),
-        Example("golden/healthy_moe.jsonl", None),
-        Example("golden/healthy_val_acc.jsonl", None),
+        Example("fixtures/logs/golden/negative_gini.jsonl", 12),
+        Example("fixtures/logs/golden/healthy_moe.jsonl", None),
     )
 
     @dataclass(frozen=True)
@@ -65,7 +55,6 @@ class MetricOutOfRange:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._percent: set[str] = set()
         self._out: dict[str, _Out] = {}
 
     def observe(self, event: Event) -> Iterable[Finding]:
@@ -75,10 +64,6 @@ class MetricOutOfRange:
             return ()
         lo, hi = _RANGES[name]
         tol = self.config.tolerance
-        if hi is not None and name in _PERCENT_OK and 1.0 + tol < x <= 100.0 + tol:
-            self._percent.add(name)
-        if name in self._percent:
-            hi = 100.0
         below = lo is not None and x < lo - tol * max(1.0, abs(lo))
         above = hi is not None and x > hi + tol * max(1.0, abs(hi))
         if not (below or above):
@@ -95,12 +80,10 @@ class MetricOutOfRange:
     def finish(self) -> Iterable[Finding]:
         return (self._finding(),) if self._out else ()
 
-    def _range(self, name: str) -> str:
+    @staticmethod
+    def _range(name: str) -> str:
         lo, hi = _RANGES[name]
-        if name in self._percent:
-            hi = 100.0
-        return f"[{fmt(lo or 0.0)}, {fmt(hi) if hi is not None else 'inf'})" if name == "expert_gini" \
-            else f"[{fmt(lo or 0.0)}, {fmt(hi) if hi is not None else 'inf'}]"
+        return f"[{fmt(lo or 0.0)}, {fmt(hi) if hi is not None else 'inf'}]"
 
     def _finding(self) -> Finding:
         items = sorted(self._out.items(), key=lambda kv: kv[1].first[0])
@@ -110,22 +93,19 @@ class MetricOutOfRange:
                if o.count > 1 else "")
             for name, o in items
         ]
-        gini = "expert_gini" in self._out or "expert_entropy" in self._out
         return finding(
             self.id, step=items[0][1].first[0],
             message="; ".join(parts) + ": the metric is computed wrongly, so it cannot show what it was "
                                        "logged to show.",
             cause=(
-                ("The expert-load metric is computed on the wrong quantity (router logits or signed "
-                 "weights instead of per-expert token shares) or with a wrong formula; the MoE router "
-                 "itself may be broken. " if gini else "")
-                + "A formula or unit error (percent and fractions mixed, averages over batches "
-                  "instead of samples), or an LR schedule that runs past its end."
+                "The expert-load metric is computed on the wrong quantity (router logits or signed "
+                "weights instead of per-expert token shares) or with a wrong formula, or the router's "
+                "gate weights are not a distribution (no softmax): the MoE router itself may be broken."
             ),
             fix=(
-                "Recompute the metric by hand on one batch: for expert load use share = counts / "
-                "counts.sum() over tokens routed to each expert; its Gini must be in [0, 1) and its "
-                "entropy in [0, ln E]. Print scheduler.get_last_lr() over the whole run for an LR."
+                "Recompute the metric by hand on one batch: share = counts / counts.sum() over the "
+                "tokens routed to each expert; its Gini must be in [0, 1) and its entropy in "
+                "[0, ln E]. Check that the gate probabilities are non-negative and sum to 1."
             ),
             evidence={"signals": [n for n, _ in items],
                       "first": {n: o.first[1] for n, o in items},

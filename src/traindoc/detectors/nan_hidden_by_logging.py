@@ -23,9 +23,9 @@ class NanHiddenByLogging:
     id: ClassVar[str] = "nan-hidden-by-logging"
     needs: ClassVar[frozenset[str]] = frozenset({"loss", "grad_norm"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/nan_hidden_by_logging.jsonl", 59),
-        Example("golden/fp16_overflow_once.jsonl", None),
-        Example("golden/healthy_noisy_loss.jsonl", None),
+        Example("fixtures/logs/golden/nan_hidden_by_logging.jsonl", 59),
+        Example("fixtures/logs/golden/fp16_overflow_once.jsonl", None),
+        Example("fixtures/logs/golden/healthy_logged_run.jsonl", None),
     )
 
     @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class NanHiddenByLogging:
         self._hidden = 0  # logged steps with this pattern, in all
         self._zero = 0  # ... of which the logged loss is exactly 0
         self._fired: list[tuple[int, float, float]] | None = None
+        self._shown: list[tuple[int, float, float]] = []  # the first few, for the message
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
@@ -63,6 +64,8 @@ class NanHiddenByLogging:
         self._hidden += 1
         self._zero += loss == 0.0
         self._streak.append((step, loss, norm))
+        if len(self._shown) < 3:
+            self._shown.append((step, loss, norm))
         if self._fired is None and (len(self._streak) >= self.config.consecutive or loss == 0.0):
             self._fired = list(self._streak)
             return (self._finding(),)
@@ -74,7 +77,7 @@ class NanHiddenByLogging:
     def _finding(self) -> Finding:
         assert self._fired is not None
         step, loss, norm = self._fired[0]
-        shown = ", ".join(f"step {s}: loss {fmt(lo)}, grad_norm {n}" for s, lo, n in self._fired[:3])
+        shown = "; ".join(f"step {s}: loss {fmt(lo)}, grad_norm {n}" for s, lo, n in self._shown)
         zero = (f"; at {self._zero} of them the logged loss is exactly 0, what the filter logs once "
                 "every step's loss is NaN") if self._zero else ""
         return finding(

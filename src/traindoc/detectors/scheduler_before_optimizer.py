@@ -55,9 +55,9 @@ class SchedulerBeforeOptimizer:
     id: ClassVar[str] = "scheduler-before-optimizer"
     needs: ClassVar[frozenset[str]] = frozenset({"lr"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/onecycle_prestepped.jsonl", 0),
-        Example("golden/onecycle_correct.jsonl", None),
-        Example("golden/linear_warmup.jsonl", None),
+        Example("fixtures/logs/golden/onecycle_prestepped.jsonl", 0),
+        Example("fixtures/logs/golden/onecycle_correct.jsonl", None),
+        Example("fixtures/logs/golden/linear_warmup.jsonl", None),
     )
 
     @dataclass(frozen=True)

@@ -71,9 +71,12 @@ class StalledLoss:
             yield self._finding()
 
     def _stalled(self) -> bool:
+        """Flat, not rising: a loss that climbs far above where it started is divergence."""
         if self._initial is None or self._best is None:
             return False
-        return self._initial - self._best < self.config.improvement * abs(self._initial)
+        last = median(self._values[-self.config.smooth:])
+        flat = last <= self._initial + 0.5 * abs(self._initial)
+        return flat and self._initial - self._best < self.config.improvement * abs(self._initial)
 
     def _finding(self) -> Finding:
         assert self._initial is not None and self._best is not None

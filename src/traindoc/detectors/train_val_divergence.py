@@ -31,8 +31,8 @@ class TrainValDivergence:
     id: ClassVar[str] = "train-val-divergence"
     needs: ClassVar[frozenset[str]] = frozenset({"loss", "val_loss"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/train_val_divergence.jsonl", 2700),
-        Example("golden/healthy_val_loss.jsonl", None),
+        Example("fixtures/logs/golden/train_val_divergence.jsonl", 5100),
+        Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
     )
 
     @dataclass(frozen=True)

@@ -27,9 +27,9 @@ class ValAtChance:
     needs: ClassVar[frozenset[str]] = frozenset({"val_acc"})
     uses: ClassVar[frozenset[str]] = frozenset({"train_acc", "loss"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("golden/val_at_chance.jsonl", 2),
-        Example("golden/val_at_chance_percent.jsonl", 2),
-        Example("golden/healthy_val_acc.jsonl", None),
+        Example("fixtures/logs/golden/val_at_chance.jsonl", 2),
+        Example("fixtures/logs/golden/val_at_chance_percent.jsonl", 2),
+        Example("fixtures/logs/golden/healthy_val_acc.jsonl", None),
     )
 
     @dataclass(frozen=True)

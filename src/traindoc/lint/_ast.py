@@ -18,6 +18,7 @@ Nothing here imports torch; it reads source only.
 from __future__ import annotations
 
 import ast
+import operator
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
@@ -217,6 +218,11 @@ class Module:
         # dotted target text -> the calls assigned to it anywhere in the file
         self.built: dict[str, list[ast.Call]] = {}
         self._lines: list[str] | None = None
+        self._callees: dict[int, str] = {}
+        self._kinds: dict[int, str | None] = {}
+        # calls by the last part of what they call: by_name["step"] holds every `x.step(...)`
+        self.by_name: dict[str, list[ast.Call]] = {}
+        self._memo: dict[object, object] = {}
         self._index()
         self._find_backwards()
         self._find_trained()
@@ -224,70 +230,141 @@ class Module:
     # -- indexing -----------------------------------------------------------------------------
 
     def _index(self) -> None:
+        # One pass over the tree, written for speed (it is most of lint's time besides parsing):
+        # per node type only the fields that can hold nodes are read; names, constants and
+        # other leaves are skipped; parents and scopes are recorded for the nodes rules ask
+        # about (statements, calls and what lies between them); per-type work is a dict lookup.
         top = Scope(self.tree, "<module>")
         self.scopes.append(top)
         self.scope_of[self.tree] = top
         parent = self.parent
         scope_of = self.scope_of
-        todo: list[ast.AST] = [self.tree]
+        handlers = self._handlers
+        leaves = _LEAVES
+        child_fields = _CHILD_FIELDS
+        todo: list[tuple[ast.AST, Scope]] = [(self.tree, top)]
+        pop, push = todo.pop, todo.append
         while todo:
-            node = todo.pop()
-            scope = scope_of[node]
-            for child in ast.iter_child_nodes(node):
-                parent[child] = node
-                kind = type(child)
-                if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef or kind is ast.Lambda:
-                    cls = node.name if isinstance(node, ast.ClassDef) else None
-                    name = getattr(child, "name", "<lambda>")
-                    inner = Scope(child, name, cls)  # type: ignore[arg-type]
-                    self.scopes.append(inner)
-                    self.functions.setdefault(name, []).append(inner)
-                    scope_of[child] = inner
-                    # decorators and defaults are evaluated in the enclosing scope
-                    todo.append(child)
+            node, scope = pop()
+            for field in child_fields[type(node)]:
+                value = getattr(node, field, None)
+                if value is None:
                     continue
-                scope_of[child] = scope
-                todo.append(child)
-                if kind is ast.Call:
-                    scope.calls.append(child)  # type: ignore[arg-type]
-                    self.calls.append(child)  # type: ignore[arg-type]
-                elif kind is ast.Assign:
-                    for target in child.targets:  # type: ignore[attr-defined]
-                        self._assign(scope, target, child, child.value)  # type: ignore[attr-defined]
-                elif kind is ast.AnnAssign or kind is ast.AugAssign:
-                    if child.value is not None:  # type: ignore[attr-defined]
-                        value = child if kind is ast.AugAssign else child.value  # type: ignore[attr-defined]
-                        text = dotted(child.target)  # type: ignore[attr-defined]
-                        if text:
-                            scope.assigns.append((text, child, value))  # type: ignore[arg-type]
-                elif kind is ast.With or kind is ast.AsyncWith:
-                    scope.withs.append(child)  # type: ignore[arg-type]
-                elif kind in LOOP_TYPES:
-                    scope.loops.append(child)  # type: ignore[arg-type]
-                elif kind is ast.Return:
-                    scope.returns.append(child)  # type: ignore[arg-type]
-                elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
-                    scope.trys.append(child)  # type: ignore[arg-type]
-                elif kind is ast.If:
-                    scope.ifs.append(child)  # type: ignore[arg-type]
-                elif kind is ast.Import:
-                    for alias in child.names:  # type: ignore[attr-defined]
-                        if alias.asname:
-                            self.aliases[alias.asname] = alias.name
-                        else:
-                            root = alias.name.split(".")[0]
-                            self.aliases[root] = root
-                elif kind is ast.ImportFrom:
-                    base = "." * child.level + (child.module or "")  # type: ignore[attr-defined]
-                    for alias in child.names:  # type: ignore[attr-defined]
-                        self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
-        position = _position
+                for child in value if type(value) is list else (value,):
+                    kind = type(child)
+                    if kind in leaves or child is None:
+                        continue
+                    parent[child] = node
+                    handler = handlers.get(kind)
+                    if handler is None:
+                        push((child, scope))
+                    elif handler(self, node, child, scope):
+                        push((child, scope_of[child]))
+                    else:
+                        scope_of[child] = scope
+                        push((child, scope))
+        position = _POSITION
         for scope in self.scopes:
             scope.calls.sort(key=position)
-            scope.assigns.sort(key=lambda a: position(a[1]))
+            scope.assigns.sort(key=_ASSIGN_POSITION)
             for group in (scope.withs, scope.loops, scope.returns, scope.trys, scope.ifs):
                 group.sort(key=position)
         self.calls.sort(key=position)
+        # `from torch.optim import AdamW as AW`: file AW(...) under AdamW too
+        for local, full in self.aliases.items():
+            real = full.rpartition(".")[2]
+            if real != local and local in self.by_name:
+                named = [c for c in self.by_name[local] if isinstance(c.func, ast.Name)]
+                self.by_name.setdefault(real, []).extend(named)
+        for calls in self.by_name.values():
+            calls.sort(key=position)
+
+    def named(self, *names: str) -> list[ast.Call]:
+        """Calls of ``x.<name>(...)`` or ``<name>(...)`` for any of ``names``, in source order."""
+        if len(names) == 1:
+            return self.by_name.get(names[0], [])
+        out = [c for n in names for c in self.by_name.get(n, ())]
+        out.sort(key=_POSITION)
+        return out
+
+    def named_in(self, scope: Scope, *names: str) -> list[ast.Call]:
+        """``named`` restricted to calls in ``scope``."""
+        return [c for c in self.named(*names) if self.scope_of.get(c) is scope]
+
+    def constructors(self) -> list[ast.Call]:
+        """Calls that may build an optimizer, scheduler, scaler or accelerator: a capitalized
+        name (``AdamW(...)``) or a ``get_*schedule*`` factory."""
+        if "constructors" not in self._memo:
+            self._memo["constructors"] = [
+                c for name, calls in self.by_name.items()
+                if name[:1].isupper() or (name.startswith("get_") and "schedule" in name)
+                for c in calls
+            ]
+        return self._memo["constructors"]  # type: ignore[return-value]
+
+    def _on_function(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        cls = node.name if isinstance(node, ast.ClassDef) else None
+        name = getattr(child, "name", "<lambda>")
+        inner = Scope(child, name, cls)  # type: ignore[arg-type]
+        self.scopes.append(inner)
+        self.functions.setdefault(name, []).append(inner)
+        self.scope_of[child] = inner
+        return True  # decorators and defaults land in the function's scope: close enough
+
+    def _on_call(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        scope.calls.append(child)  # type: ignore[arg-type]
+        self.calls.append(child)  # type: ignore[arg-type]
+        func = child.func  # type: ignore[attr-defined]
+        kind = type(func)
+        if kind is ast.Attribute:
+            key = func.attr
+        elif kind is ast.Name:
+            key = func.id  # re-filed under its imported name after the pass (see _index)
+        else:
+            return False
+        self.by_name.setdefault(key, []).append(child)  # type: ignore[arg-type]
+        return False
+
+    def _on_assign(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        for target in child.targets:  # type: ignore[attr-defined]
+            self._assign(scope, target, child, child.value)  # type: ignore[attr-defined,arg-type]
+        return False
+
+    def _on_augassign(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        if child.value is not None:  # type: ignore[attr-defined]
+            value = child if type(child) is ast.AugAssign else child.value  # type: ignore[attr-defined]
+            text = dotted(child.target)  # type: ignore[attr-defined]
+            if text:
+                scope.assigns.append((text, child, value))  # type: ignore[arg-type]
+        return False
+
+    def _on_import(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        for alias in child.names:  # type: ignore[attr-defined]
+            if alias.asname:
+                self.aliases[alias.asname] = alias.name
+            else:
+                root = alias.name.split(".")[0]
+                self.aliases[root] = root
+        return False
+
+    def _on_import_from(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        base = "." * child.level + (child.module or "")  # type: ignore[attr-defined]
+        for alias in child.names:  # type: ignore[attr-defined]
+            self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+        return False
+
+    def _statement(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+        return False
+
+    @staticmethod
+    def _collect(group: str):  # type: ignore[no-untyped-def]
+        def on(self: Module, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+            getattr(scope, group).append(child)
+            return False
+
+        return on
+
+    _handlers: dict[type, object] = {}
 
     def _assign(self, scope: Scope, target: ast.expr, stmt: ast.stmt, value: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -322,7 +399,12 @@ class Module:
         """The qualified name of the function a call calls, or ''."""
         if not isinstance(call, ast.Call):
             return ""
-        return self.qualname(call.func) or ""
+        cache = self._callees
+        key = id(call)
+        found = cache.get(key)
+        if found is None:
+            found = cache[key] = self.qualname(call.func) or ""
+        return found
 
     def role(self, text: str | None) -> str | None:
         """'optimizer', 'scheduler', 'scaler' or 'accelerator' for a dotted name, else None.
@@ -348,6 +430,12 @@ class Module:
         return None
 
     def kind_of_call(self, call: ast.Call) -> str | None:
+        key = id(call)
+        if key not in self._kinds:
+            self._kinds[key] = self._kind_of_call(call)
+        return self._kinds[key]
+
+    def _kind_of_call(self, call: ast.Call) -> str | None:
         q = self.callee(call)
         last = q.split(".")[-1]
         if "lr_scheduler." in q or last in ("ReduceLROnPlateau", "CosineAnnealingWarmRestarts"):
@@ -441,12 +529,11 @@ class Module:
     # -- training flow ------------------------------------------------------------------------
 
     def _find_backwards(self) -> None:
-        for scope in self.scopes:
-            for call in scope.calls:
-                b = self.backward_of(call)
-                if b is not None:
-                    b.shown = self.text(call)
-                    scope.backwards.append(b)
+        for call in self.named("backward", "manual_backward"):
+            b = self.backward_of(call)
+            if b is not None:
+                b.shown = self.text(call)
+                self.scope(call).backwards.append(b)
 
     def backward_of(self, call: ast.Call) -> Backward | None:
         func = call.func
@@ -509,6 +596,12 @@ class Module:
 
     def loss_names(self, scope: Scope) -> set[str]:
         """The trained names and, through arithmetic, the loss terms they are summed from."""
+        key = ("loss_names", id(scope))
+        if key not in self._memo:
+            self._memo[key] = self._loss_names(scope)
+        return self._memo[key]  # type: ignore[return-value]
+
+    def _loss_names(self, scope: Scope) -> set[str]:
         out = set(scope.trained)
         todo = list(out)
         while todo:
@@ -536,7 +629,7 @@ class Module:
     def optimizer_steps(self, scope: Scope) -> list[tuple[ast.Call, str]]:
         """``opt.step()`` and ``scaler.step(opt)`` calls in ``scope``, with the optimizer's name."""
         out = []
-        for call in scope.calls:
+        for call in self.named_in(scope, "step"):
             receiver = method(call, "step")
             owner = dotted(receiver)
             if owner is None:
@@ -551,13 +644,19 @@ class Module:
     def trained_models(self) -> set[str]:
         """Names of modules being trained: their ``.parameters()`` go to an optimizer, or they
         are put in train mode with ``.train()``."""
+        if "trained_models" not in self._memo:
+            self._memo["trained_models"] = self._trained_models()
+        return self._memo["trained_models"]  # type: ignore[return-value]
+
+    def _trained_models(self) -> set[str]:
         out: set[str] = set()
-        for call in self.calls:
+        for call in self.constructors():
             if self.kind_of_call(call) == "optimizer":
                 for n in ast.walk(call):
                     receiver = method(n, "parameters", "named_parameters")
                     if receiver is not None and dotted(receiver):
                         out.add(dotted(receiver))  # type: ignore[arg-type]
+        for call in self.named("train"):
             receiver = method(call, "train")
             if receiver is not None and dotted(receiver) and not call.args:
                 out.add(dotted(receiver))  # type: ignore[arg-type]
@@ -584,6 +683,52 @@ class Module:
         except (AttributeError, IndexError, TypeError, UnicodeDecodeError):
             text = ast.unparse(node)
         return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_LEAVES = frozenset({ast.Name, ast.Constant, ast.Load, ast.Store, ast.Del, ast.alias, ast.arg})
+# Fields that never hold nodes worth visiting (strings, ints, contexts, operators).
+_SCALAR_FIELDS = frozenset(
+    "ctx op ops id attr name module arg type_comment kind conversion is_async level simple "
+    "kwd_attrs names tag".split()
+)
+
+
+class _ChildFields(dict):  # type: ignore[type-arg]
+    """node type -> the names of its fields that can hold child nodes (computed on demand)."""
+
+    def __missing__(self, kind: type) -> tuple[str, ...]:
+        fields = tuple(f for f in getattr(kind, "_fields", ()) if f not in _SCALAR_FIELDS)
+        self[kind] = fields
+        return fields
+
+
+_CHILD_FIELDS = _ChildFields()
+# Statements and calls are what rules locate and ask the scope of: give every statement type a
+# handler so that it is recorded in scope_of.
+_STATEMENTS = [k for k in vars(ast).values() if isinstance(k, type) and issubclass(k, ast.stmt) and k is not ast.stmt]
+Module._handlers = {
+    ast.FunctionDef: Module._on_function,
+    ast.AsyncFunctionDef: Module._on_function,
+    ast.Lambda: Module._on_function,
+    ast.Call: Module._on_call,
+    ast.Assign: Module._on_assign,
+    ast.AnnAssign: Module._on_augassign,
+    ast.AugAssign: Module._on_augassign,
+    ast.Import: Module._on_import,
+    ast.ImportFrom: Module._on_import_from,
+    ast.With: Module._collect("withs"),
+    ast.AsyncWith: Module._collect("withs"),
+    ast.For: Module._collect("loops"),
+    ast.AsyncFor: Module._collect("loops"),
+    ast.While: Module._collect("loops"),
+    ast.Return: Module._collect("returns"),
+    ast.Try: Module._collect("trys"),
+    ast.If: Module._collect("ifs"),
+}
+if hasattr(ast, "TryStar"):
+    Module._handlers[ast.TryStar] = Module._collect("trys")
+for _kind in _STATEMENTS:
+    Module._handlers.setdefault(_kind, Module._statement)
 
 
 def returned_names(node: ast.AST | None) -> set[str]:
@@ -636,6 +781,14 @@ def loss_roots(node: ast.AST | None) -> set[str]:
 
 def _position(node: ast.AST) -> tuple[int, int]:
     return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+
+
+_POSITION = operator.attrgetter("lineno", "col_offset")  # statements and expressions have both
+
+
+def _ASSIGN_POSITION(item: tuple[str, ast.stmt, ast.expr]) -> tuple[int, int]:
+    stmt = item[1]
+    return (stmt.lineno, stmt.col_offset)
 
 
 def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
@@ -734,8 +887,15 @@ def _item_names(node: ast.AST) -> set[str]:
 # -- checkpoints ------------------------------------------------------------------------------
 
 
-def torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
-    """(site, object, path, torch.save call) for each checkpoint save in the file.
+def torch_saves(mod: Module) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """(site, object, path, torch.save call) for each checkpoint save in the file."""
+    if "torch_saves" not in mod._memo:
+        mod._memo["torch_saves"] = list(_torch_saves(mod))
+    return mod._memo["torch_saves"]  # type: ignore[return-value]
+
+
+def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """The saves, found:
 
     A direct ``torch.save(obj, path)`` is its own site. A call to a helper defined in this file
     that hands its own parameters to ``torch.save`` (``def save_checkpoint(state, path):
@@ -743,7 +903,7 @@ def torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.ex
     one function deep.
     """
     helpers: dict[str, tuple[int | None, int | None, ast.Call]] = {}
-    for call in mod.calls:
+    for call in mod.named("save"):
         if mod.callee(call) != "torch.save":
             continue
         obj, path = arg(call, 0, "obj"), arg(call, 1, "f")
@@ -759,7 +919,7 @@ def torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.ex
                 helpers[fn.name] = (i_obj, i_path, call)
     if not helpers:
         return
-    for call in mod.calls:
+    for call in mod.named(*helpers):
         name = dotted(call.func) or ""
         name = name[5:] if name.startswith("self.") else name
         if name in helpers:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
 from traindoc import catalog
-from traindoc.detectors._common import finding
 from traindoc.findings import Finding, severity_rank
 from traindoc.lint import config as config_mod
 from traindoc.lint._ast import Module
@@ -110,6 +109,9 @@ def lint_source(
                 continue
             key = (id_, hit.line, hit.col)
             if key not in found:
+                # imported here: the detectors package is only needed once something is found
+                from traindoc.detectors._common import finding
+
                 f = finding(id_, message=hit.message, cause=hit.cause, fix=hit.fix,
                             where=(f"{path}:{hit.line}",))
                 found[key] = LintFinding(f, path, hit.line, hit.col)

@@ -54,6 +54,8 @@ LEVELS: dict[str, Level] = {
     "thorough": Level(dense=64, every=1, activations=True),
 }
 
+RELU_WINDOW = 8  # sampled batches per dead-ReLU window
+
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIR = os.path.dirname(os.__file__)
@@ -80,6 +82,50 @@ def user_site(depth: int = 2) -> str:
             return f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""
+
+
+_MISSING = object()
+
+
+class ObjectMap:
+    """A dict keyed by object identity that ignores dead objects: Python reuses the id of a
+    freed tensor or module, so a plain ``dict[id(obj)]`` would hand a new parameter the name,
+    initial values or state of an old one."""
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def get(self, obj: Any, default: Any = None) -> Any:
+        item = self._d.get(id(obj))
+        return item[1] if item is not None and item[0]() is obj else default
+
+    def __contains__(self, obj: Any) -> bool:
+        return self.get(obj, _MISSING) is not _MISSING
+
+    def __setitem__(self, obj: Any, value: Any) -> None:
+        key = id(obj)
+
+        def forget(ref: weakref.ref[Any], d: dict[int, Any] = self._d) -> None:
+            if d.get(key, (None,))[0] is ref:  # the entry is still this dead object's
+                del d[key]
+
+        self._d[key] = (weakref.ref(obj, forget), value)
+
+    def pop(self, obj: Any, default: Any = None) -> Any:
+        value = self.get(obj, _MISSING)
+        if value is _MISSING:
+            return default
+        del self._d[id(obj)]
+        return value
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(o, v) for r, v in self._d.values() if (o := r()) is not None]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def __len__(self) -> int:
+        return len(self._d)
 
 
 class Session:
@@ -112,14 +158,14 @@ class Session:
         self._started = time.time()
         self._t0 = time.perf_counter()
         # Optimizers and parameters (weak: traindoc must not keep the user's objects alive).
-        self._optimizers: dict[int, tuple[int, weakref.ref[Any]]] = {}
-        self._announced: set[int] = set()
-        self._pnames: dict[int, str] = {}
-        self._init: dict[int, torch.Tensor] = {}
-        self._snap: dict[int, measure.StepSnapshot] = {}
-        self._roots: dict[int, weakref.ref[Any]] = {}
-        self._mnames: dict[int, str] = {}
-        self._relu: dict[int, tuple[str, str, torch.Tensor, int]] = {}
+        self._optimizers = ObjectMap()  # optimizer -> index
+        self._announced = ObjectMap()
+        self._pnames = ObjectMap()  # parameter -> name
+        self._init = ObjectMap()  # parameter -> its sampled elements when first seen
+        self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
+        self._roots = ObjectMap()  # model -> True
+        self._mnames = ObjectMap()  # module -> name
+        self._relu = ObjectMap()  # ReLU module -> (name, type, ever-active units, batches)
         self._nan_flags: list[tuple[str, str, torch.Tensor]] = []
         self._clipped: set[int] = set()
         self._grad_sq: dict[int, float] = {}
@@ -128,8 +174,13 @@ class Session:
         # Loss tensors scaled by an AMP GradScaler (id -> scale tensor), set by the AMP probe,
         # so the loss signal is the user's loss, not loss * scale.
         self.loss_scales: dict[int, torch.Tensor] = {}
+        # Set by the AMP probe while a clip call sees gradients still multiplied by a GradScaler's
+        # scale (clipping before scaler.unscale_), so the clip's norm is reported unscaled.
+        self.grad_scale: torch.Tensor | None = None
         # Called with the step that just ended (before the counter moves on).
         self.round_listeners: list[Callable[[int], None]] = []
+        # Called with every event emitted (the guard watches the stream through this).
+        self.event_listeners: list[Callable[[Event], None]] = []
 
     # ---- bookkeeping -------------------------------------------------------------------------
     @property
@@ -151,6 +202,17 @@ class Session:
         if self._sink is not None:
             self._sink(event)
         self.engine.feed(event)
+        for listener in self.event_listeners:
+            listener(event)
+
+    def flush(self) -> None:
+        """Read the pending device values now and emit their events (one sync per device).
+        Only the opt-in guard calls this between sampled steps."""
+        self._flush()
+
+    def models(self) -> list[Any]:
+        """The models seen training so far (roots of forward passes), still alive."""
+        return [m for m in (r() for r in self._roots.values()) if m is not None]
 
     def start(self, script: str, argv: list[str]) -> None:
         self.emit(RunStart(
@@ -189,8 +251,8 @@ class Session:
 
     # ---- optimizers ---------------------------------------------------------------------------
     def on_optimizer_created(self, opt: Any) -> None:
-        if id(opt) not in self._optimizers:
-            self._optimizers[id(opt)] = (len(self._optimizers), weakref.ref(opt))
+        if opt not in self._optimizers:
+            self._optimizers[opt] = len(self._optimizers)
 
     def on_step_pre(self, opt: Any) -> None:
         if self.round_done and id(opt) in self._stepped:
@@ -198,31 +260,46 @@ class Session:
         self.on_optimizer_created(opt)
         if not self.sampled:
             return
-        index = self._optimizers[id(opt)][0]
-        if id(opt) not in self._announced:
-            self._announced.add(id(opt))
+        index = self._optimizers.get(opt)
+        if opt not in self._announced:
+            self._announced[opt] = True
             self._name_params(opt)
             self.emit(self._optimizer_event(opt, index))
         with torch.no_grad():
             params = [p for g in opt.param_groups for p in g["params"]]
             for p in params:
-                if id(p) not in self._init:
-                    self._init[id(p)] = measure.strided(p).clone()
-                self._snap[id(p)] = measure.StepSnapshot(p)
+                if p not in self._init:
+                    self._init[p] = measure.strided(p).clone()
+                self._snap[p] = measure.StepSnapshot(p)
 
     def on_step_post(self, opt: Any) -> None:
         first = not self.round_done
         self._stepped.add(id(opt))
         self.round_done = True
-        if self.sampled and id(opt) in self._optimizers:
+        if self.sampled and opt in self._optimizers:
             self._measure_step(opt)
         if first:
             self.next_sampled = self.level.sampled(self.step + 1)
             if self.on_sampling_change is not None and self.level.activations:
                 self.on_sampling_change(self.next_sampled)
 
+    def on_step_skipped(self, opt: Any) -> None:
+        """``opt.step()`` did not run: an AMP GradScaler found Inf/NaN gradients and skipped it.
+        The step still ends, as in the user's loop (whose counter and scheduler move on), so the
+        steps stay aligned; nothing is measured for it."""
+        if self.round_done and id(opt) in self._stepped:
+            self._close_round()
+        self.on_optimizer_created(opt)
+        first = not self.round_done
+        self._stepped.add(id(opt))
+        self.round_done = True
+        if first:
+            self.next_sampled = self.level.sampled(self.step + 1)
+            if self.on_sampling_change is not None and self.level.activations:
+                self.on_sampling_change(self.next_sampled)
+
     def _measure_step(self, opt: Any) -> None:
-        index = self._optimizers[id(opt)][0]
+        index = self._optimizers.get(opt)
         step = self.step
         rows: list[tuple[str, str, int, bool, bool, int, float, bool]] = []
         tracked: list[torch.Tensor] = []
@@ -232,13 +309,13 @@ class Session:
             for gi, group in enumerate(opt.param_groups):
                 lr = float(group.get("lr", 0.0))
                 for p in group["params"]:
-                    snap = self._snap.pop(id(p), None)
+                    snap = self._snap.pop(p, None)
                     if snap is None:
                         continue
                     has_grad = p.grad is not None
                     if has_grad:
                         grads.append(p.grad)
-                    stats.append(snap.after(p, self._init[id(p)], measure.drive(opt, p)))
+                    stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
                     tracked.append(p.detach())
                     adam = measure.is_adam_family(opt, p)
                     rows.append((self._pname(p), str(p.dtype), p.numel(), p.requires_grad,
@@ -272,16 +349,16 @@ class Session:
                 )
 
         self.defer(packed, decode)
-        for root_ref in list(self._roots.values())[:1]:
-            self._stray_grads(root_ref(), step)
+        for root in [m for m, _ in self._roots.items()][:1]:
+            self._stray_grads(root, step)
 
     def _stray_grads(self, root: Any, step: int) -> None:
         """Parameters of the trained model that get gradients no optimizer holds."""
         if root is None:
             return
-        held = {id(p) for _, ref in self._optimizers.values() if ref() is not None
-                for g in ref().param_groups for p in g["params"]}
-        stray = [(n, p) for n, p in root.named_parameters() if p.grad is not None and id(p) not in held]
+        held = {id(p) for opt, _ in self._optimizers.items() for g in opt.param_groups for p in g["params"]}
+        stray = [(n, p) for n, p in root.named_parameters()
+                 if p.requires_grad and p.grad is not None and id(p) not in held]
         if not stray:
             return
         with torch.no_grad():
@@ -308,13 +385,13 @@ class Session:
         return Optimizer(step=self.step, index=index, cls=type(opt).__name__, groups=tuple(groups))
 
     def _pname(self, p: Any) -> str:
-        return self._pnames.get(id(p)) or f"param{tuple(p.shape)}"
+        return self._pnames.get(p) or f"param{tuple(p.shape)}"
 
     def _name_params(self, opt: Any) -> None:
         """Name the optimizer's parameters after the module (forward roots seen so far, or an
         nn.Module in the user's frames) that holds the most of them."""
         ids = {id(p) for g in opt.param_groups for p in g["params"]}
-        candidates = [r() for r in self._roots.values()] + _frame_modules(sys._getframe(1))
+        candidates = [m for m, _ in self._roots.items()] + _frame_modules(sys._getframe(1))
         best = max((m for m in candidates if m is not None),
                    key=lambda m: (sum(id(p) in ids for p in m.parameters()), sum(1 for _ in m.parameters())),
                    default=None)
@@ -322,7 +399,8 @@ class Session:
             self._name_from(getattr(best, "_orig_mod", best), override=True)
         for gi, g in enumerate(opt.param_groups):
             for pi, p in enumerate(g["params"]):
-                self._pnames.setdefault(id(p), f"group{gi}.param{pi}{list(p.shape)}")
+                if p not in self._pnames:
+                    self._pnames[p] = f"group{gi}.param{pi}{list(p.shape)}"
 
     # ---- backward and loss ------------------------------------------------------------------
     def on_backward(self, loss: torch.Tensor) -> None:
@@ -348,6 +426,8 @@ class Session:
     def on_clip(self, total_norm: Any, max_norm: float) -> None:
         if not isinstance(total_norm, torch.Tensor):
             total_norm = torch.tensor(float(total_norm))
+        if self.grad_scale is not None:  # a device op, no sync: the norm in the user's units
+            total_norm = total_norm.detach() / self.grad_scale.to(total_norm.device)
         step, where = self.current_step, user_site(3) if self.measuring else ""
         self._clipped.add(step)
 
@@ -377,19 +457,19 @@ class Session:
         """A model being trained: name its modules and parameters after the largest model in
         the user's frames that contains it (so ``model.backbone(x)`` called directly still
         gives ``backbone.0.weight``, not ``0.weight``)."""
-        if id(module) in self._roots or len(self._roots) >= 8:
+        if module in self._roots or len(self._roots) >= 8:
             return
-        self._roots[id(module)] = weakref.ref(module)
+        self._roots[module] = True
         owner = _largest_container(module, _frame_modules(sys._getframe(1)))
         self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
 
     def _name_from(self, model: Any, override: bool = False) -> None:
         for name, m in model.named_modules():
-            if override or id(m) not in self._mnames:
-                self._mnames[id(m)] = name or type(model).__name__
+            if override or m not in self._mnames:
+                self._mnames[m] = name or type(model).__name__
         for name, p in model.named_parameters(remove_duplicate=False):
-            if override or id(p) not in self._pnames:
-                self._pnames[id(p)] = name
+            if override or p not in self._pnames:
+                self._pnames[p] = name
 
     def on_root_forward(self, module: Any, output: Any) -> None:
         self.adopt_model(module)
@@ -397,7 +477,7 @@ class Session:
         if not outs:
             return
         spread = measure.output_spread(outs[0])
-        step, name = self.current_step, self._mnames.get(id(module), type(module).__name__)
+        step, name = self.current_step, self._mnames.get(module, type(module).__name__)
 
         def decode(vals: list[float]) -> Iterable[Event]:
             nan, sp, scale, lo, hi = vals
@@ -413,25 +493,29 @@ class Session:
         outs = measure.first_float_tensors(output, limit=2)
         if not outs:
             return
-        name = self._mnames.get(id(module), type(module).__name__)
+        name = self._mnames.get(module, type(module).__name__)
         flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
         self._nan_flags.append((name, type(module).__name__, flag))
         if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
             active = measure.unit_activity(outs[0])
             if active is None:
                 return
-            prev = self._relu.get(id(module))
+            prev = self._relu.get(module)
             if prev is not None and prev[2].shape == active.shape:
                 active = active | prev[2]
                 batches = prev[3] + 1
             else:
                 batches = 1
-            self._relu[id(module)] = (name, type(module).__name__, active, batches)
+            self._relu[module] = (name, type(module).__name__, active, min(batches, RELU_WINDOW))
 
     def _pack_activations(self) -> None:
         """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
         flags, self._nan_flags = self._nan_flags, []
-        relus = list(self._relu.values()) if self.sampled and self._micro == 1 else []
+        # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
+        # the start" would count units that died later as alive.
+        relus = [r for r in self._relu.values() if r[3] >= RELU_WINDOW]
+        for module in [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW]:
+            self._relu.pop(module)
         if not flags and not relus:
             return
         step = self.step

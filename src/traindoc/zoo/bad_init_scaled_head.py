@@ -1,12 +1,12 @@
 """10-class classifier whose output layer is initialised with std 5: first loss far above ln(10).
 
-An MLP classifier with a custom `init_weights` that draws every Linear weight from N(0, std)
-with the std meant for the backbone's wide layers passed to the head as well:
-`nn.init.normal_(model.head.weight, std=args.head_init_std)` with a default of 5.0. The
-initial logits are then tens of units apart, the softmax is saturated on a random class, and
-the first cross-entropy is ~50-60 instead of ln(10) = 2.30. Training still makes progress,
-so the run looks fine, but the first hundreds of steps are spent undoing the init.
-Reproduces seed 003 §9 ("Initial loss ~ ln(C): Check init"); catalog `bad-initial-loss`.
+An MLP classifier with a custom `init_weights`: xavier for the backbone and
+`nn.init.normal_(model.head.weight, std=args.head_init_std)` for the output layer, where the
+default head std is 5.0 instead of the intended 0.05 (a dropped `e-2`). The initial logits are
+then tens of units apart, the softmax is saturated on an arbitrary class for every input, and
+the first cross-entropy is ~24 instead of ln(10) = 2.30. Adam still pulls the head back and the
+loss falls, so the run looks fine, but the first steps are spent undoing the init. Reproduces
+seed 003 §9 ("Initial loss ~ ln(C): Check init"); catalog `bad-initial-loss`.
 
 traindoc-expect: bad-initial-loss
 """
@@ -51,7 +51,7 @@ class Classifier(nn.Module):
 def init_weights(model: Classifier, head_std: float) -> None:
     for m in model.backbone:
         if isinstance(m, nn.Linear):
-            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.xavier_uniform_(m.weight)
             nn.init.zeros_(m.bias)
     nn.init.normal_(model.head.weight, std=head_std)
     nn.init.zeros_(model.head.bias)

@@ -6,11 +6,10 @@ from its parents: `X_hat = X @ (A * W)`. Acyclicity is pushed with
 `lambda_acyclic * (trace(matrix_exp(A)) - d)` at lambda_acyclic=0.1. With a dense soft
 adjacency (every entry 0.5 at init) tr(exp(A)) is ~7e5, so the penalty dominates the loss and
 the total gradient norm is in the thousands on every step (~18K at step 0, still ~2.4K at the
-last step). The script clips with
-`clip_grad_norm_(model.parameters(), max_norm=1.0)` on every step, so each update is a
-normalised step in the penalty's direction and the reconstruction signal is lost. Reproduces
-seed 001 (grad norm 46,767 -> 12K with torch.matrix_power acyclicity, lambda 0.1, clip 1.0);
-catalog `exploding-gradients` and `clipping-every-step`.
+last step). The script clips with `clip_grad_norm_(model.parameters(), max_norm=1.0)` on every
+step, so each update is a normalised step in the penalty's direction and the reconstruction
+signal is lost. Reproduces seed 001 (grad norm 46,767 -> 12K from a torch.matrix_power
+acyclicity term, lambda 0.1, clip 1.0); catalog `exploding-gradients` and `clipping-every-step`.
 
 traindoc-expect: exploding-gradients clipping-every-step
 """

@@ -97,7 +97,7 @@ class AutogradCollective:
         for scope in mod.scopes:
             if not scope.trained:
                 continue
-            for call in scope.calls:
+            for call in mod.named_in(scope, *COLLECTIVES):
                 q = mod.callee(call)
                 head, _, name = q.rpartition(".")
                 if head != "torch.distributed" or name not in COLLECTIVES:

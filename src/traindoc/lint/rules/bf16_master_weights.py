@@ -12,6 +12,7 @@ from traindoc.lint.rules._common import Hit, Invalid
 # summation, stochastic rounding): with these a bf16 model trains fine.
 MASTER_KWARGS = ("master_weights", "kahan_sum", "bf16_stochastic_round", "use_kahan_summation")
 MASTER_PACKAGES = ("torchao.", "optimi.", "apex.", "deepspeed.", "transformer_engine.")
+CASTS = ("to", "type", "half", "bfloat16")
 
 
 class Bf16MasterWeights:
@@ -110,11 +111,15 @@ class Bf16MasterWeights:
     def check(self, mod: Module) -> Iterator[Hit]:
         if any(q.startswith(("peft", "peft.")) for q in mod.aliases.values()):
             return  # adapters are kept in fp32 by PEFT; the cast base model is frozen
+        if not any(mod.named(c) for c in CASTS):
+            return
         for scope in mod.scopes:
             casts = list(self._casts(mod, scope))
             if not casts:
                 continue
-            optimizers = [c for c in scope.calls if mod.kind_of_call(c) == "optimizer"]
+            optimizers = [
+                c for c in mod.constructors() if mod.scope_of.get(c) is scope and mod.kind_of_call(c) == "optimizer"
+            ]
             for node, model, dtype in casts:
                 for opt in optimizers:
                     if opt.lineno <= node.lineno or not _takes_params_of(opt, model):
@@ -160,16 +165,15 @@ class Bf16MasterWeights:
 
 
 def _statements(mod: Module, scope: Scope) -> Iterator[ast.stmt]:
+    """The statements of ``scope`` that hold a possible cast (``.to``, ``.half()`` ...)."""
     seen: set[int] = set()
-    for _, stmt, _ in scope.assigns:
-        if id(stmt) not in seen:
-            seen.add(id(stmt))
-            yield stmt
-    for call in scope.calls:
-        parent = mod.parent.get(call)
-        if isinstance(parent, ast.Expr) and id(parent) not in seen:
-            seen.add(id(parent))
-            yield parent
+    for call in mod.named_in(scope, *CASTS):
+        node = mod.parent.get(call)
+        while node is not None and not isinstance(node, ast.stmt):
+            node = mod.parent.get(node)
+        if isinstance(node, (ast.Expr, ast.Assign)) and id(node) not in seen:
+            seen.add(id(node))
+            yield node
 
 
 def _cast_dtype(mod: Module, scope: Scope, call: ast.Call) -> str | None:

@@ -10,6 +10,7 @@ from traindoc.lint.rules._common import Hit, Invalid
 
 RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
 TEMP_WORDS = ("tmp", "temp", ".part", "partial")
+TEMPFILE = ("NamedTemporaryFile", "mkstemp", "TemporaryDirectory", "mkdtemp")
 
 
 class CheckpointNotAtomic:
@@ -119,7 +120,7 @@ class CheckpointNotAtomic:
             )
 
     def _renames(self, mod: Module, call: ast.Call) -> bool:
-        for c in mod.scope(call).calls:
+        for c in mod.named_in(mod.scope(call), "replace", "rename", "move", *TEMPFILE):
             q = mod.callee(c)
             if q in ("os.replace", "os.rename", "shutil.move") or q.startswith("tempfile."):
                 return True
@@ -131,7 +132,7 @@ class CheckpointNotAtomic:
         """Paths this file reads back to resume training: ``torch.load(path)`` under an ``if``
         about resuming, or in a function that restores an optimizer/scheduler/scaler."""
         out = set()
-        for c in mod.calls:
+        for c in mod.named("load"):
             if mod.callee(c) != "torch.load" or not c.args:
                 continue
             resuming = any(
@@ -139,7 +140,7 @@ class CheckpointNotAtomic:
                 for a in mod.ancestors(c)
             ) or any(
                 mod.role(dotted(method(other, "load_state_dict"))) in ("optimizer", "scheduler", "scaler")
-                for other in mod.scope(c).calls
+                for other in mod.named_in(mod.scope(c), "load_state_dict")
             )
             if resuming:
                 out.add(mod.text(c.args[0], 400))

@@ -95,7 +95,7 @@ class ClipBeforeUnscale:
             scaled = [b for b in scope.backwards if b.via == "scaler" and b.owner]
             if not scaled:
                 continue
-            for call in scope.calls:
+            for call in mod.named_in(scope, *CLIP):
                 if not self._is_clip(mod, call):
                     continue
                 before = [b for b in scaled if b.call.lineno < call.lineno]
@@ -107,10 +107,11 @@ class ClipBeforeUnscale:
                     continue
                 unscaled = any(
                     dotted(method(c, "unscale_")) == scaler and b.call.lineno < c.lineno < call.lineno
-                    for c in scope.calls
+                    for c in mod.named_in(scope, "unscale_")
                 )
                 stepped_later = any(
-                    dotted(method(c, "step")) == scaler and c.lineno > call.lineno for c in scope.calls
+                    dotted(method(c, "step")) == scaler and c.lineno > call.lineno
+                    for c in mod.named_in(scope, "step")
                 )
                 if unscaled or not stepped_later:
                     continue

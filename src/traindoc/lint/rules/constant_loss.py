@@ -180,7 +180,7 @@ class ConstantLoss:
                 bound = _upper_bound(mod, value, at=stmt)
                 if bound is not None:
                     yield self._clamp_hit(stmt, target, mod.text(value), bound)
-        for call in scope.calls:
+        for call in mod.named_in(scope, "clamp_", "clip_", "clamp_max_"):
             receiver = method(call, "clamp_", "clip_", "clamp_max_")
             if dotted(receiver) in losses and not mod.grad_mode(call):
                 bound = _upper_bound(mod, call, at=call)

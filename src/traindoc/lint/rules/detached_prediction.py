@@ -72,17 +72,16 @@ class DetachedPrediction:
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
-        criteria = {
-            text
-            for text, calls in mod.built.items()
-            if any(mod.callee(c).split(".")[-1].endswith("Loss") for c in calls)
-        }
+        criteria = {text for text, calls in mod.built.items() if any(_builds_loss(mod, c) for c in calls)}
         for scope in mod.scopes:
             if not scope.trained or scope.is_eval:
                 continue
             terms = mod.loss_names(scope)
-            for target, stmt, value in scope.assigns:
-                if target not in terms or not isinstance(value, ast.Call) or not value.args:
+            for target, stmt, whole in scope.assigns:
+                if target not in terms:
+                    continue
+                value = _loss_call(whole)
+                if value is None:
                     continue
                 q = mod.callee(value)
                 is_loss = (
@@ -104,6 +103,27 @@ class DetachedPrediction:
                     fix=f"Remove `.detach()` from `{name}`; to keep this loss from updating the "
                     "shared layers, detach the input of the head instead (`head(feats.detach())`).",
                 )
+
+
+def _builds_loss(mod: Module, call: ast.AST) -> bool:
+    """``nn.CrossEntropyLoss()``, also ``MyLoss().to(device)``."""
+    while isinstance(call, ast.Call):
+        if mod.callee(call).split(".")[-1].endswith("Loss"):
+            return True
+        call = call.func.value if isinstance(call.func, ast.Attribute) else None  # type: ignore[assignment]
+    return False
+
+
+def _loss_call(value: ast.AST) -> ast.Call | None:
+    """The call a loss term is: ``F.mse_loss(a, b)``, also scaled (``w * F.mse_loss(a, b)``,
+    ``criterion(a, b) / accum``)."""
+    if isinstance(value, ast.Call):
+        return value if value.args else None
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
+        for side in (value.left, value.right):
+            if isinstance(side, ast.Call) and side.args:
+                return side
+    return None
 
 
 def _detached_prediction(mod: Module, scope: Scope, node: ast.expr, line: int):

@@ -128,9 +128,10 @@ class EvalInTrainMode:
 
 
 def _sets_eval_mode(mod: Module) -> bool:
-    for call in mod.calls:
+    for call in mod.named("eval"):
         if method(call, "eval") is not None and not call.args:
             return True
+    for call in mod.named("train"):
         if method(call, "train") is not None and (call.args or call.keywords):
             return True  # .train(False), .train(mode=is_training)
     return False

@@ -124,9 +124,11 @@ def _block_of(mod: Module, node: ast.stmt) -> list[ast.stmt] | None:
 
 
 def _backward_in(mod: Module, stmt: ast.stmt) -> ast.Call | None:
-    for n in ast.walk(stmt):
-        if isinstance(n, ast.Call) and mod.backward_of(n) is not None:
-            return n
+    """The first backward call inside ``stmt`` (by line range, against the scope's list)."""
+    first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+    for b in mod.scope(stmt).backwards:
+        if first <= b.call.lineno <= last:
+            return b.call
     return None
 
 

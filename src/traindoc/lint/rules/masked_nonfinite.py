@@ -10,6 +10,7 @@ from traindoc.lint._ast import (
     dotted,
     is_constant_value,
     method,
+    names_in,
     nonfinite_checked,
 )
 from traindoc.lint.rules._common import Hit, Invalid
@@ -197,9 +198,15 @@ class MaskedNonfinite:
 
     def _filtered(self, mod: Module, scope, names: set[str]) -> Iterator[Hit]:
         for target, stmt, value in scope.assigns:
-            if target not in names or not isinstance(value, ast.Call) or mod.grad_mode(stmt):
+            if target not in names or isinstance(stmt, ast.AugAssign) or mod.grad_mode(stmt):
                 continue
-            how = self._filter(mod, value)
+            how = None
+            for call in ast.walk(value):
+                if isinstance(call, ast.Call) and call.args:
+                    found = self._filter(mod, call)
+                    if found and names_in(call) & names:
+                        how = found
+                        break
             if how:
                 yield Hit(
                     stmt,
@@ -211,7 +218,7 @@ class MaskedNonfinite:
                     fix=f"Remove the `{how}` call on `{target}` and find where the NaN/Inf comes "
                     "from (`traindoc run` names the first module that produced it).",
                 )
-        for call in scope.calls:
+        for call in mod.named_in(scope, "nan_to_num_"):
             receiver = method(call, "nan_to_num_")
             if receiver is None and mod.callee(call) == "torch.nan_to_num_" and call.args:
                 receiver = call.args[0]

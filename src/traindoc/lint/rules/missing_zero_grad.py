@@ -106,9 +106,9 @@ class MissingZeroGrad:
 
 
 def _clears_gradients(mod: Module) -> bool:
-    for call in mod.calls:
-        if isinstance(call.func, ast.Attribute) and "zero_grad" in call.func.attr:
-            return True
+    if any("zero_grad" in name for name in mod.by_name):
+        return True
+    for call in mod.named("zero_", "detach_", "fill_", "mul_"):
         receiver = method(call, "zero_", "detach_", "fill_", "mul_")
         if isinstance(receiver, ast.Attribute) and receiver.attr == "grad":
             return True

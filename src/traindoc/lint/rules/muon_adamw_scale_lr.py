@@ -65,7 +65,7 @@ class MuonAdamwScaleLr:
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
-        for call in mod.calls:
+        for call in mod.named("Muon"):
             q = mod.callee(call)
             if q.split(".")[-1] != "Muon":
                 continue

@@ -96,7 +96,7 @@ class SchedulerBeforeOptimizer:
         for scope in mod.scopes:
             steps = mod.optimizer_steps(scope)
             first_opt = min((c.lineno for c, _ in steps), default=None)
-            for call in scope.calls:
+            for call in mod.named_in(scope, "step"):
                 receiver = dotted(method(call, "step"))
                 if call.args or call.keywords or mod.role(receiver) != "scheduler":
                     continue

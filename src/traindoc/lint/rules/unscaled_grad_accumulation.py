@@ -227,7 +227,7 @@ def _divisions(scope: Scope, b: Backward) -> Iterator[tuple[ast.AST, ast.expr]]:
 
 
 def _accelerator_divisor(mod: Module) -> tuple[ast.Call, str] | None:
-    for call in mod.calls:
+    for call in mod.named("Accelerator"):
         if mod.callee(call).split(".")[-1] != "Accelerator":
             continue
         steps = kwarg(call, "gradient_accumulation_steps")

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from traindoc.sources.ckpt._tensors import CHUNK, Store, _dontneed
+from traindoc.sources.ckpt._tensors import Store, _dontneed, _dontneed_range
 
 if TYPE_CHECKING:
     import torch
@@ -153,10 +153,12 @@ def map_names(opts: Sequence[Opt], model: Store | None) -> dict[str, Slot]:
 
 
 def intended_update(opt: Opt, slot: Slot, *, mapped: bool) -> float | None:
-    """The optimizer's typical |update| per element for this parameter: the RMS over elements.
+    """The optimizer's typical |update| per element for this parameter: an RMS over elements.
 
     Adam-family: lr * m_hat / (sqrt(v_hat) + eps) from the stored moments; SGD-family:
-    lr * momentum_buffer. None for other optimizers (Muon's update is orthogonalized).
+    lr * momentum_buffer. None for other optimizers (Muon's update is orthogonalized). A typical
+    magnitude needs no exactness: at most ``SAMPLE`` elements are read, in contiguous blocks
+    spread over the tensor, so a multi-GB optimizer state costs a few MB of reads.
     """
     import torch
 
@@ -165,39 +167,62 @@ def intended_update(opt: Opt, slot: Slot, *, mapped: bool) -> float | None:
     lr = _num(g.get("lr"))
     if not math.isfinite(lr):
         return None
-    if opt.cls == "Adam-family" and isinstance(st.get("exp_avg"), torch.Tensor) and isinstance(
-            st.get("exp_avg_sq"), torch.Tensor):
-        m, v = st["exp_avg"], st["exp_avg_sq"]
+    m, v = st.get("exp_avg"), st.get("exp_avg_sq")
+    if opt.cls == "Adam-family" and isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor):
         if m.shape != v.shape or m.numel() == 0:
             return None
         t = max(_num(st.get("step", 1)), 1.0)
         betas = g.get("betas", (0.9, 0.999))
         b1, b2 = _num(betas[0]), _num(betas[1])  # type: ignore[index]
         eps = _num(g.get("eps", 1e-8))
-        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
-        ss, n = 0.0, 0
-        mf, vf = m.reshape(-1), v.reshape(-1)
-        for i in range(0, mf.numel(), CHUNK):
-            mc = mf[i:i + CHUNK].to(torch.float64) / bc1
-            vc = vf[i:i + CHUNK].to(torch.float64) / bc2
-            u = mc / (vc.sqrt() + eps)
-            ss += float(torch.dot(u, u))
-            n += u.numel()
+        mc = _sample(m, mapped).double() / (1 - b1 ** t)
+        vc = _sample(v, mapped).double() / (1 - b2 ** t)
+        u = mc / (vc.clamp_min(0).sqrt() + eps)
+        rms = float(u.pow(2).mean().sqrt())
+    elif opt.cls == "SGD-family" and isinstance(st.get("momentum_buffer"), torch.Tensor):
+        buf = st["momentum_buffer"]
+        if buf.numel() == 0:
+            return None
+        rms = float(_sample(buf, mapped).double().pow(2).mean().sqrt())
+    else:
+        return None
+    return lr * rms if math.isfinite(rms) else None
+
+
+SAMPLE = 1 << 18  # elements read per state tensor for the intended update
+_BLOCKS = 64
+
+
+def _sample(t: torch.Tensor, mapped: bool) -> torch.Tensor:
+    """A copy of up to SAMPLE elements of ``t``: all of them, or _BLOCKS contiguous blocks
+    evenly spread. For an mmap'd tensor, readahead is turned off first (it would map megabytes
+    around each block) and the pages are dropped after."""
+    import torch
+
+    flat = t.reshape(-1)
+    n, item = flat.numel(), flat.element_size()
+    if n <= SAMPLE:
+        out = flat.clone()
+    else:
+        base, end = flat.data_ptr(), flat.data_ptr() + n * item
         if mapped:
-            _dontneed(m)
-            _dontneed(v)
-        return lr * math.sqrt(ss / n) if n and math.isfinite(ss) else None
-    buf = st.get("momentum_buffer")
-    if opt.cls == "SGD-family" and isinstance(buf, torch.Tensor) and buf.numel():
-        ss = 0.0
-        bf = buf.reshape(-1)
-        for i in range(0, bf.numel(), CHUNK):
-            c = bf[i:i + CHUNK].to(torch.float64)
-            ss += float(torch.dot(c, c))
-        if mapped:
-            _dontneed(buf)
-        return lr * math.sqrt(ss / bf.numel()) if math.isfinite(ss) else None
-    return None
+            _dontneed_range(base, end - base, advice=1)  # MADV_RANDOM
+        size = SAMPLE // _BLOCKS
+        pieces = []
+        for i in range(_BLOCKS):
+            start = round(i * (n - size) / (_BLOCKS - 1))
+            pieces.append(flat[start:start + size].clone())
+            if mapped:  # the kernel maps whole folios (up to 2 MiB) around a read: drop them now
+                lo = max(base, base + start * item - _FOLIO)
+                hi = min(end, base + (start + size) * item + _FOLIO)
+                _dontneed_range(lo, hi - lo)
+        out = torch.cat(pieces)
+    if mapped:
+        _dontneed(t)
+    return out
+
+
+_FOLIO = 2 << 20
 
 
 def stored_dtypes(opt: Opt, group: Group, names: Mapping[object, str], model: Store | None) -> tuple[str, ...]:

@@ -37,7 +37,8 @@ def _num(x: float | None) -> str:
 def _console(file: TextIO | None, width: int | None):  # type: ignore[no-untyped-def]
     from rich.console import Console
 
-    return Console(file=file or sys.stderr, width=width, highlight=False, soft_wrap=False)
+    # soft_wrap: long lines (paths, name lists) are left to the terminal, not cut or folded
+    return Console(file=file or sys.stderr, width=width, highlight=False, soft_wrap=True)
 
 
 def _head(s: Summary) -> str:
@@ -57,7 +58,8 @@ def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, wid
     from rich.table import Table
 
     con = _console(file, width)
-    con.rule(f"[bold]checkpoint[/] {escape(_head(s))}")
+    con.rule("[bold]checkpoint[/]")
+    con.print(escape(_head(s)))
     missing = ", ".join(s.missing) or "nothing"
     con.print(f"parts: {', '.join(s.has) or 'none'}   [dim]absent:[/] {escape(missing)}"
               + ("" if s.training else "   [dim](bare weights: resume checks do not apply)[/]"))

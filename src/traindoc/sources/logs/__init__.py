@@ -30,6 +30,7 @@ class Log:
 
     table: Table
     map: mapping.Mapping
+    label: str = ""  # the PATHs as given, for the report's title
     argv: tuple[str, ...] = ()
 
     def signals(self) -> list[str]:
@@ -40,7 +41,7 @@ class Log:
         if t.events is not None:
             yield from t.events
             return
-        yield RunStart(source="logs", script=", ".join(t.files), argv=self.argv)
+        yield RunStart(source="logs", script=self.label or ", ".join(t.files), argv=self.argv)
         last = -1
         for ev in _table.events(t, self.map.signal_of):
             last = ev.step if isinstance(ev, Scalar) and ev.step > last else last
@@ -58,7 +59,7 @@ def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:
         if not table.events:
             raise UsageError(f"{table.files[0]} holds no events; record a run with "
                              "`traindoc run --record RUN.jsonl train.py`")
-        return Log(table, mapping.Mapping())
+        return Log(table, mapping.Mapping(), label=" ".join(map(str, paths)))
     table.finish()
     columns = list(table.series)
     wanted = {col for key, col in overrides.items() if key not in ("step", "epoch")}
@@ -80,7 +81,7 @@ def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:
         raise UsageError(
             f"{', '.join(table.files[:3])}: no column could be mapped to a training signal (columns: "
             f"{shown}); name them with --map, e.g. --map loss={columns[0] if columns else 'COLUMN'}")
-    return Log(table, m)
+    return Log(table, m, label=" ".join(map(str, paths)))
 
 
 def read(path: Path, x_override: tuple[str, str] | None = None) -> Table:

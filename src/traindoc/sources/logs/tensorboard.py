@@ -59,7 +59,7 @@ def is_event_file(head: bytes) -> bool:
 
 def read(path: Path) -> Table:
     """One event file or a log directory (every ``*tfevents*`` file under it, one run)."""
-    table = Table(format="tensorboard", files=[])
+    table = Table(format="tensorboard", files=[], x_column="step")
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if "tfevents" in p.name and p.is_file())
         if not files:

@@ -1,0 +1,398 @@
+"""The mixed-precision probes: the AMP GradScaler, clipping under it, and autocast coverage.
+
+``torch.amp.GradScaler``'s ``scale`` / ``unscale_`` / ``step`` / ``update`` are wrapped (the
+CUDA and CPU GradScaler classes inherit them):
+
+- ``scale(loss)`` registers the scaled loss in ``session.loss_scales``, so the loss signal is
+  the user's loss and not loss * 65536, and marks the scaler active until its ``update()``.
+- ``step(optimizer)``: when the scaler finds Inf/NaN gradients it does not call
+  ``optimizer.step()``, so the optimizer step hooks never fire; the probe then ends the step
+  for the session (``on_step_skipped``), keeping steps aligned with the user's loop. On sampled
+  skipped steps it notes which gradients hold NaN or Inf.
+- ``update()``: one ``GradScale`` event (the new scale, skipped or not). Its tensors are read in
+  the session's one batched transfer: no sync of ours (GradScaler itself syncs in ``step``).
+
+A ``clip_grad_norm_`` / ``clip_grad_value_`` call while a scaler is active and the optimizer
+was not unscaled yet sees scaled gradients: a ``ScaledClip`` event, and the session reports
+that clip's norm divided by the scale. On sampled steps, forward hooks record the output dtype
+of matmul-heavy modules and the autocast state they ran under: one ``AutocastCheck`` per
+sampled step of a mixed-precision run. Everything of ours runs under ``patcher.guard``.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections import Counter
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+from torch.amp.grad_scaler import GradScaler, OptState
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from traindoc.events import AutocastCheck, Event, GradScale, ScaledClip
+from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.session import Session, user_site
+
+# Modules whose work is matmuls that autocast runs in bf16/fp16 (RNNs are left out: CPU
+# autocast does not cover all of them).
+MATMUL = (nn.Linear, nn.modules.conv._ConvNd, nn.MultiheadAttention)
+AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps")
+
+
+class AmpProbes:
+    name = "amp"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self._patcher = patcher
+        self._active: dict[int, Any] = {}  # id(scaler) -> scaler, scale() ran since its update()
+        self._opts: dict[int, weakref.ref[Any]] = {}  # optimizers seen by scaler.step / unscale_
+        self._hook: Any = None
+        self._stepped = False
+        self._where = ""
+        self._opt_cls = ""
+        self._found: torch.Tensor | None = None
+        self._nonfinite: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        self._clip_params: Any = None
+        self._clip_scale: torch.Tensor | None = None
+        self._clip_sites = 0
+        # autocast coverage (sampled steps)
+        self._scaler_used = False
+        self._fwd: list[Any] = []
+        self._prev_change: Any = None
+        self._rows: list[tuple[int, str, int, bool, str, str]] = []
+        self._seen: dict[int, set[str]] = {}
+        self._main = threading.main_thread().ident
+        self._devices = _autocast_devices()
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        self._patcher.guard(self.name, fn, *args)
+
+    def _off(self) -> bool:
+        return self.name in self.s.failed or is_compiling()
+
+    # ---- install / uninstall -----------------------------------------------------------------
+    def install(self) -> None:
+        patch = self._patcher.patch
+        patch(GradScaler, "scale", self._wrap_scale)
+        patch(GradScaler, "unscale_", self._wrap_unscale)
+        patch(GradScaler, "step", self._wrap_step)
+        patch(GradScaler, "update", self._wrap_update)
+        clip = torch.nn.utils.clip_grad
+        for fn in ("clip_grad_norm_", "clip_grad_value_"):
+            wrapped = self._wrap_clip(getattr(clip, fn), fn)  # on top of the core probe's wrapper
+            for owner in (clip, torch.nn.utils):
+                patch(owner, fn, lambda orig, w=wrapped: w)
+        s = self.s
+        self._prev_change = s.on_sampling_change
+        s.on_sampling_change = self._on_sampling_change
+        s.round_listeners.append(self._on_round)
+        if s.level.activations and s.sampled:
+            self._set_forward_hooks(True)
+
+    def uninstall(self) -> None:
+        s = self.s
+        self._set_forward_hooks(False)
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if s.on_sampling_change == self._on_sampling_change:
+            s.on_sampling_change = self._prev_change
+        if self._on_round in s.round_listeners:
+            s.round_listeners.remove(self._on_round)
+        self._guard(self._emit_autocast, 1 << 62)  # the last sampled step's check
+        self._active.clear()
+
+    # ---- GradScaler ------------------------------------------------------------------------------
+    def _wrap_scale(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def scale(scaler: Any, outputs: Any) -> Any:
+            out = orig(scaler, outputs)
+            if getattr(scaler, "_enabled", False):
+                probe._guard(probe._on_scale, scaler, out)
+            return out
+
+        return scale
+
+    def _on_scale(self, scaler: Any, out: Any) -> None:
+        self._active[id(scaler)] = scaler
+        self._scaler_used = True
+        scale = scaler._scale
+        if isinstance(out, torch.Tensor) and out.numel() == 1 and scale is not None and scale.device == out.device:
+            self.s.loss_scales[id(out)] = scale  # the session divides at backward(), before update()
+
+    def _wrap_unscale(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def unscale_(scaler: Any, optimizer: Any) -> Any:
+            out = orig(scaler, optimizer)
+            if getattr(scaler, "_enabled", False):
+                probe._guard(probe._on_optimizer, optimizer)
+            return out
+
+        return unscale_
+
+    def _on_optimizer(self, optimizer: Any) -> None:
+        if id(optimizer) not in self._opts and len(self._opts) < 16:
+            self._opts[id(optimizer)] = weakref.ref(optimizer)
+        self._opt_cls = type(optimizer).__name__
+
+    def _wrap_step(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(scaler, "_enabled", False) or probe._off():
+                return orig(scaler, optimizer, *args, **kwargs)
+            probe._guard(probe._before_step, optimizer)
+            probe._stepped = False
+            out = orig(scaler, optimizer, *args, **kwargs)
+            probe._guard(probe._after_step, optimizer)
+            return out
+
+        return step
+
+    def _before_step(self, optimizer: Any) -> None:
+        if self._hook is None:  # registered on first use: no cost for runs without a scaler
+            self._hook = register_optimizer_step_post_hook(self._on_optimizer_stepped)
+        self._on_optimizer(optimizer)
+        if not self._where:
+            self._where = user_site(1)
+
+    def _on_optimizer_stepped(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self._stepped = True
+
+    def _after_step(self, optimizer: Any) -> None:
+        if self._stepped:
+            return
+        s = self.s
+        s.on_step_skipped(optimizer)  # the hooks did not fire: the scaler skipped this step
+        if not s.sampled:
+            return
+        step = s.step
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if not params or len({p.grad.device for p in params}) != 1:
+            return
+        names = [s._pname(p) for p in params]
+        with torch.no_grad():
+            flags = torch.stack([torch.stack([p.grad.isnan().any(), p.grad.isinf().any()]) for p in params])
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            nan = tuple(n for n, v in zip(names, vals[0::2]) if v)
+            inf = tuple(n for n, v in zip(names, vals[1::2]) if v)
+            self._nonfinite[step] = (nan, inf)
+            return ()
+
+        s.defer(flags.reshape(-1), decode)
+
+    def _wrap_update(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def update(scaler: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(scaler, "_enabled", False) or probe._off():
+                return orig(scaler, *args, **kwargs)
+            probe._found = None
+            probe._guard(probe._before_update, scaler)
+            out = orig(scaler, *args, **kwargs)
+            probe._guard(probe._after_update, scaler)
+            return out
+
+        return update
+
+    def _before_update(self, scaler: Any) -> None:
+        # update() adds the found-inf tensors in place: take their sum first (a device op).
+        scale = scaler._scale
+        found = [t for st in scaler._per_optimizer_states.values()
+                 for t in st.get("found_inf_per_device", {}).values()]
+        if scale is None or not found:
+            return
+        with torch.no_grad():
+            self._found = torch.stack([t.reshape(()).float().to(scale.device) for t in found]).sum()
+
+    def _after_update(self, scaler: Any) -> None:
+        s = self.s
+        self._active.pop(id(scaler), None)
+        s.loss_scales.clear()  # scaled losses not handed to backward: never keep stale ids
+        scale = scaler._scale
+        if scale is None:
+            return
+        step, found = s.step, self._found
+        self._found = None
+        with torch.no_grad():  # cat copies: _scale changes in place at the next update()
+            parts = [scale.detach().reshape(1).float()]
+            if found is not None:
+                parts.append(found.reshape(1))
+            packed = torch.cat(parts)
+        initial = float(getattr(scaler, "_init_scale", 65536.0))
+        opt_cls, where = self._opt_cls, self._where
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            nan, inf = self._nonfinite.pop(step, ((), ()))
+            yield GradScale(step=step, scale=vals[0], skipped=len(vals) > 1 and vals[1] > 0,
+                            initial=initial, nan=nan, inf=inf, optimizer=opt_cls, where=where)
+
+        s.defer(packed, decode)
+
+    # ---- clipping under a scaler -------------------------------------------------------------
+    def _wrap_clip(self, orig: Any, fn: str) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+            if not probe._active or probe._off():  # the usual case: nothing scaled right now
+                return orig(parameters, *args, **kwargs)
+            probe._clip_params, probe._clip_scale = parameters, None
+            probe._guard(probe._check_clip)
+            parameters, scale = probe._clip_params, probe._clip_scale
+            probe._clip_params = probe._clip_scale = None
+            if scale is None:
+                return orig(parameters, *args, **kwargs)
+            probe.s.grad_scale = scale
+            try:
+                out = orig(parameters, *args, **kwargs)
+            finally:
+                probe.s.grad_scale = None
+            probe._guard(probe._on_scaled_clip, fn, out, scale, args, kwargs)
+            return out
+
+        return clip
+
+    def _check_clip(self) -> None:
+        """Are the gradients being clipped still multiplied by an active scaler's scale?"""
+        for scaler in list(self._active.values()):
+            unscaled = {oid for oid, st in scaler._per_optimizer_states.items()
+                        if st.get("stage") is not OptState.READY}
+            if not unscaled:  # no optimizer of this scaler was unscaled this step
+                self._clip_scale = scaler._scale
+                return
+            known = [o for o in (r() for r in self._opts.values()) if o is not None]
+            if len(known) < 2:
+                continue  # its one optimizer was unscaled
+            params = self._clip_params
+            if not isinstance(params, (torch.Tensor, list, tuple)):
+                params = self._clip_params = list(params)  # a generator: hand the list on
+            first = params if isinstance(params, torch.Tensor) else next(
+                (p for p in params if isinstance(p, torch.Tensor)), None)
+            owner = next((o for o in known if any(p is first for g in o.param_groups for p in g["params"])), None)
+            if owner is not None and id(owner) not in unscaled:
+                self._clip_scale = scaler._scale
+                return
+
+    def _on_scaled_clip(self, fn: str, out: Any, scale: torch.Tensor, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> None:
+        s = self.s
+        limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value", 0.0))
+        step = s.current_step
+        where = user_site(1) if self._clip_sites < 3 or s.measuring else ""
+        self._clip_sites += 1
+        with torch.no_grad():
+            parts = [scale.detach().reshape(1).float()]
+            if fn == "clip_grad_norm_" and isinstance(out, torch.Tensor):
+                parts.append(out.detach().reshape(1).float().to(scale.device))
+            packed = torch.cat(parts)
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            yield ScaledClip(step=step, fn=fn, max_norm=float(limit), scale=vals[0],
+                             norm=vals[1] if len(vals) > 1 else None, where=where)
+
+        s.defer(packed, decode)
+
+    # ---- autocast coverage (forward hooks on sampled steps) ---------------------------------------
+    def _on_sampling_change(self, on: bool) -> None:
+        if self._prev_change is not None:
+            self._prev_change(on)
+        self._guard(self._set_forward_hooks, on)
+
+    def _set_forward_hooks(self, on: bool) -> None:
+        if on and not self._fwd:
+            from torch.nn.modules.module import register_module_forward_hook
+
+            self._fwd = [register_module_forward_hook(self._post)]
+        elif not on and self._fwd:
+            for h in self._fwd:
+                h.remove()
+            self._fwd = []
+
+    def _post(self, module: Any, args: Any, output: Any) -> None:
+        if is_compiling() or not torch.is_grad_enabled():
+            return
+        self._guard(self._record, module, output)
+
+    def _record(self, module: Any, output: Any) -> None:
+        active = [d for d in self._devices if torch.is_autocast_enabled(d)]
+        step = self.s.current_step
+        if active:
+            self._seen.setdefault(step, set()).update(
+                f"{d}:{str(torch.get_autocast_dtype(d)).removeprefix('torch.')}" for d in active)
+        if not isinstance(module, MATMUL):
+            return
+        out = output[0] if isinstance(output, (tuple, list)) and output else output
+        weight = next(module.parameters(), None)
+        if not isinstance(out, torch.Tensor) or weight is None or not out.is_floating_point():
+            return
+        fp32 = out.dtype == torch.float32 and weight.dtype == torch.float32
+        device = out.device.type
+        if not fp32:
+            reason = ""
+        elif threading.get_ident() != self._main and not active:
+            reason = "thread"
+        elif device in active:
+            reason = "ignored"
+        elif active:
+            reason = "device"
+        else:
+            reason = "outside"
+        name = self.s._mnames.get(module, type(module).__name__)
+        numel = sum(p.numel() for p in module.parameters())
+        self._rows.append((step, name, numel, fp32, device, reason))
+
+    def _on_round(self, step: int) -> None:
+        self._guard(self._emit_autocast, step)
+
+    def _emit_autocast(self, upto: int) -> None:
+        rows = [r for r in self._rows if r[0] <= upto]
+        if not rows:
+            return
+        self._rows = [r for r in self._rows if r[0] > upto]
+        for step in sorted({r[0] for r in rows}):
+            seen = self._seen.pop(step, set())
+            if not seen and not self._scaler_used:
+                continue  # not a mixed-precision run (so far): nothing to check
+            mine = [r for r in rows if r[0] == step]
+            names: dict[str, tuple[int, str, str]] = {}
+            for _, name, numel, fp32, device, reason in mine:
+                if fp32:
+                    names.setdefault(name, (numel, device, reason))
+            reasons: Counter[str] = Counter()
+            devices: Counter[str] = Counter()
+            for numel, device, reason in names.values():
+                reasons[reason] += numel
+                devices[device] += numel
+            unique = {r[1]: r[2] for r in mine}
+            self.s.emit(AutocastCheck(
+                step=step, autocast=tuple(sorted(seen)), scaler=self._scaler_used,
+                modules=len(unique), numel=sum(unique.values()), fp32=tuple(names)[:50],
+                fp32_numel=sum(n for n, _, _ in names.values()),
+                device=devices.most_common(1)[0][0] if devices else "",
+                reason=reasons.most_common(1)[0][0] if reasons else "",
+            ))
+        for old in [k for k in self._seen if k <= upto]:
+            del self._seen[old]
+
+
+def _autocast_devices() -> tuple[str, ...]:
+    out = []
+    for d in AUTOCAST_DEVICES:
+        try:
+            torch.is_autocast_enabled(d)
+            out.append(d)
+        except (RuntimeError, TypeError):
+            pass
+    return tuple(out)

@@ -1,0 +1,421 @@
+"""The training loop's order: LR schedulers against optimizer steps, and how gradients are built
+between two optimizer steps (accumulation, clearing).
+
+Scheduler order: ``LRScheduler.step`` is patched (and the subclasses that override it and call
+their children, SequentialLR and ChainedScheduler). ``ReduceLROnPlateau`` is an LRScheduler
+subclass in torch 2.x but overrides ``step(metrics)`` without calling the base class and is left
+out on purpose: it is driven by a metric, has no schedule whose first value could be skipped, and
+is often stepped by an evaluation before training. A scheduler's construction-time step is not
+the user's and is ignored. A call before its optimizer's first ``step()`` is "early"; if an AMP
+GradScaler skipped that optimizer's step (``scaler.step(opt)`` was called but found Inf/NaN),
+the call is counted as ``skipped``: PyTorch warns there too, but the user's order is right.
+
+Gradients between steps (sampled steps only): before each backward(), whether each optimizer's
+gradients are None/zero (cleared) and their norm otherwise; after it, their total norm; and the
+constant factor between the loss function's value and the tensor handed to backward(), read from
+the autograd graph (``loss / accum`` is a DivBackward node with a constant divisor). On steps that
+are not sampled only integer counters move. Gradient norms stay on the device until the session's
+one batched transfer (``session.defer``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+import weakref
+from typing import Any
+
+import torch
+from torch.optim import lr_scheduler as _sched
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.data import dataloader as _dl
+
+from traindoc.events import Event, GradAccumulation, Scalar, SchedulerStep
+from traindoc.live import measure
+from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.session import Session, user_site
+
+_MAX_NORMS = 16  # gradient norms kept per interval (one per backward)
+
+
+def loss_factor(t: torch.Tensor) -> float:
+    """The constant factor between the loss as computed and ``t``: walks ``t``'s autograd graph
+    through multiplications and divisions by constants (``loss / 4`` -> 0.25, ``0.5 * loss``
+    -> 0.5, none -> 1.0). NaN when a constant lives on an accelerator (reading it would sync)."""
+    f = 1.0
+    node = t.grad_fn
+    for _ in range(6):
+        if node is None:
+            return f
+        name = type(node).__name__
+        if name not in ("MulBackward0", "DivBackward0"):
+            return f
+        nf = node.next_functions
+        const = [i for i, (fn, _) in enumerate(nf) if fn is None]
+        if len(nf) != 2 or len(const) != 1 or (name == "DivBackward0" and const[0] != 1):
+            return f
+        i = const[0]
+        c = getattr(node, "_saved_other" if i == 1 else "_saved_self", None)
+        if not isinstance(c, torch.Tensor) or c.numel() != 1 or c.device.type != "cpu":
+            return math.nan
+        v = float(c)  # a CPU scalar (a Python number wrapped by autograd): no device sync
+        if v == 0:
+            return f
+        f = f / v if name == "DivBackward0" else f * v
+        node = nf[1 - i][0]
+    return f
+
+
+def _lr0(opt: Any) -> float:
+    """Parameter group 0's LR as a float, NaN when it is an accelerator tensor (no sync)."""
+    try:
+        lr = opt.param_groups[0]["lr"]
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return math.nan
+    if isinstance(lr, torch.Tensor):
+        return float(lr) if lr.device.type == "cpu" and lr.numel() == 1 else math.nan
+    try:
+        return float(lr)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class _Early:
+    """A scheduler's calls before its optimizer's first step."""
+
+    __slots__ = ("scheduler", "optimizer", "opt_ref", "early", "skipped", "lr_start", "lr_after", "where")
+
+    def __init__(self, sched: Any, opt: Any, where: str) -> None:
+        self.scheduler = type(sched).__name__
+        self.optimizer = type(opt).__name__
+        self.opt_ref = weakref.ref(opt)
+        self.early = 0
+        self.skipped = 0
+        self.lr_start = _lr0(opt)
+        self.lr_after = math.nan
+        self.where = where
+
+
+class _Interval:
+    """One optimizer's gradients since its previous step (measured backward calls only)."""
+
+    __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
+                 "first_none", "post", "factors", "where")
+
+    def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
+        self.backwards = backwards  # counters at the interval's start
+        self.batches = batches
+        self.unmeasured = unmeasured
+        self.first_stamp: int | None = None
+        self.pre: list[torch.Tensor] = []
+        self.none_seen = False
+        self.first_none: bool | None = None
+        self.post: list[torch.Tensor] = []
+        self.factors: list[float] = []
+        self.where = ""
+
+
+class LoopProbes:
+    name = "loop"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self._patch = patcher.patch
+        self._guard = patcher.guard
+        self._handles: list[Any] = []
+        self._local = threading.local()
+        self._sched_depth = 0
+        # scheduler order
+        self._stepped: set[int] = set()  # optimizers that have stepped (ids)
+        self._scaler_tried: set[int] = set()  # optimizers passed to GradScaler.step
+        self._early: dict[int, _Early] = {}
+        self._sched_done: set[int] = set()
+        self._sched_refs: dict[int, Any] = {}
+        # gradients between steps
+        self._backwards = 0
+        self._batches = 0
+        self._unmeasured = 0
+        self._opt_steps = 0
+        self._last_bwd_stamp = 0
+        self._intervals: dict[int, _Interval] = {}
+        self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
+        self._scaled: dict[int, float] = {}
+
+    # ---- install / uninstall -----------------------------------------------------------------
+    def install(self) -> None:
+        self._handles.append(register_optimizer_step_post_hook(self._post_step))
+        self._patch(_sched.LRScheduler, "step", self._wrap_sched_step)
+        for cls in _overriding_schedulers():
+            self._patch(cls, "step", self._wrap_sched_step)
+        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:
+            self._patch(scaler, "step", self._wrap_scaler_step)
+            self._patch(scaler, "scale", self._wrap_scaler_scale)
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        # Schedulers whose optimizer never stepped: report what was seen.
+        for key in list(self._early):
+            self._guard("scheduler", self._emit_early, key, math.nan)
+
+    # ---- scheduler order -----------------------------------------------------------------------
+    def _wrap_sched_step(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
+            if probes._sched_depth or id(sched) in probes._sched_done:
+                return orig(sched, *args, **kwargs)  # a child of Sequential/Chained, or settled
+            probes._sched_depth += 1
+            try:
+                probes._guard("scheduler", probes._before_sched, sched)
+                out = orig(sched, *args, **kwargs)
+            finally:
+                probes._sched_depth -= 1
+            probes._guard("scheduler", probes._after_sched, sched)
+            return out
+
+        return step
+
+    def _before_sched(self, sched: Any) -> None:
+        if getattr(sched, "_is_initial", False) or getattr(sched, "_step_count", 1) == 0:
+            return  # the step every scheduler takes in its constructor
+        opt = getattr(sched, "optimizer", None)
+        if opt is None:
+            return
+        key = id(sched)
+        if id(opt) in self._stepped or getattr(opt, "_opt_called", False):
+            if key not in self._early:
+                self._sched_done.add(key)
+                self.s.emit(SchedulerStep(step=self.s.step, scheduler=type(sched).__name__,
+                                          optimizer=type(opt).__name__))
+            return
+        rec = self._early.get(key)
+        if rec is None:
+            rec = self._early[key] = _Early(sched, opt, user_site(2))
+            self._sched_refs[key] = weakref.ref(sched)
+        rec.early += 1
+        if id(opt) in self._scaler_tried:
+            rec.skipped += 1
+
+    def _after_sched(self, sched: Any) -> None:
+        rec = self._early.get(id(sched))
+        if rec is not None:
+            rec.lr_after = _lr0(rec.opt_ref())
+
+    def _emit_early(self, key: int, lr_first: float) -> None:
+        rec = self._early.pop(key)
+        self._sched_done.add(key)
+        self.s.emit(SchedulerStep(
+            step=self.s.step, scheduler=rec.scheduler, optimizer=rec.optimizer, early=rec.early,
+            skipped=rec.skipped, lr_start=rec.lr_start, lr_after=rec.lr_after, lr_first=lr_first,
+            where=rec.where,
+        ))
+
+    def _wrap_scaler_step(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            probes._scaler_tried.add(id(optimizer))
+            return orig(scaler, optimizer, *args, **kwargs)
+
+        return step
+
+    def _wrap_scaler_scale(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def scale(scaler: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(scaler, outputs, *args, **kwargs)
+            if isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor) and probes.s.measuring:
+                probes._guard("accumulation", probes._note_scaled, outputs, out)
+            return out
+
+        return scale
+
+    def _note_scaled(self, loss: torch.Tensor, scaled: torch.Tensor) -> None:
+        if len(self._scaled) > 64:
+            self._scaled.clear()
+        self._scaled[id(scaled)] = loss_factor(loss)  # the factor before the scaler's
+
+    # ---- optimizer steps -----------------------------------------------------------------------
+    def _post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+        self._opt_steps += 1
+        if id(opt) not in self._stepped:
+            self._guard("scheduler", self._first_step, opt)
+        iv = self._intervals.get(id(opt))
+        if iv is not None and self._backwards > iv.backwards and self._unmeasured == iv.unmeasured:
+            self._guard("accumulation", self._close_interval, opt, iv)
+        self._mark = (self._backwards, self._batches, self._unmeasured)
+        self._intervals[id(opt)] = _Interval(*self._mark)
+        self._scaled.clear()
+        if self.s.sampled and not is_compiling():
+            self._guard("lr", self._emit_lr, opt)
+
+    def _first_step(self, opt: Any) -> None:
+        self._stepped.add(id(opt))
+        lr = _lr0(opt)
+        for key, rec in list(self._early.items()):
+            if rec.opt_ref() is opt:
+                self._emit_early(key, lr)
+
+    def _emit_lr(self, opt: Any) -> None:
+        entry = self.s._optimizers.get(id(opt))
+        if entry is None or entry[0] != 0:
+            return  # the LR series follows the first optimizer
+        lr = _lr0(opt)
+        if math.isfinite(lr):
+            self.s.emit(Scalar(step=self.s.step, name="lr", value=lr))
+
+    # ---- gradients between steps ---------------------------------------------------------------
+    def _wrap_next(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def __next__(it: Any) -> Any:
+            out = orig(it)
+            probes._batches += 1
+            return out
+
+        return __next__
+
+    def _wrap_backward(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            local = probes._local
+            if getattr(local, "busy", False):
+                return orig(tensor, *args, **kwargs)  # torch.autograd.backward inside Tensor.backward
+            probes._backwards += 1
+            if not probes.s.measuring or not isinstance(tensor, torch.Tensor):
+                probes._unmeasured += 1
+                local.busy = True
+                try:
+                    return orig(tensor, *args, **kwargs)
+                finally:
+                    local.busy = False
+            probes._guard("accumulation", probes._pre_backward, tensor)
+            local.busy = True
+            try:
+                out = orig(tensor, *args, **kwargs)
+            finally:
+                local.busy = False
+            probes._guard("accumulation", probes._post_backward)
+            return out
+
+        return backward
+
+    def _optimizers(self) -> list[Any]:
+        opts = []
+        for _, ref in list(self.s._optimizers.values()):
+            opt = ref()
+            if opt is not None:
+                opts.append(opt)
+        return opts
+
+    def _pre_backward(self, tensor: torch.Tensor) -> None:
+        self._last_bwd_stamp = self._opt_steps
+        factor = self._scaled.pop(id(tensor), None)
+        if factor is None:
+            factor = loss_factor(tensor)
+        for opt in self._optimizers():
+            iv = self._intervals.get(id(opt))
+            if iv is None:
+                iv = self._intervals[id(opt)] = _Interval(*self._mark)  # its first interval
+            first = iv.first_stamp is None
+            if first:
+                iv.first_stamp = self._opt_steps
+                iv.where = user_site(3)
+            iv.factors.append(factor)
+            if iv.none_seen:
+                continue
+            grads = _grads(opt)
+            if not grads:
+                iv.none_seen = True
+                if first:
+                    iv.first_none = True
+                continue
+            with torch.no_grad():
+                iv.pre.append(_total_norm(grads))
+            if first:
+                iv.first_none = False
+
+    def _post_backward(self) -> None:
+        for opt in self._optimizers():
+            iv = self._intervals.get(id(opt))
+            if iv is None or len(iv.post) >= _MAX_NORMS:
+                continue
+            grads = _grads(opt)
+            with torch.no_grad():
+                iv.post.append(_total_norm(grads) if grads else torch.zeros(()))
+
+    def _close_interval(self, opt: Any, iv: _Interval) -> None:
+        if iv.first_stamp is None:
+            return
+        s = self.s
+        entry = s._optimizers.get(id(opt))
+        index = entry[0] if entry is not None else -1
+        step = s.step
+        backwards = self._backwards - iv.backwards
+        batches = self._batches - iv.batches
+        interleaved = iv.first_stamp != self._last_bwd_stamp
+        factors = iv.factors
+        scale = math.nan if any(math.isnan(f) for f in factors) else max(factors, default=1.0)
+        nparams = sum(len(g["params"]) for g in opt.param_groups)
+        cls, lr, where, bwhere = type(opt).__name__, _lr0(opt), user_site(3), iv.where
+        npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
+
+        def event(pre: list[float], post: list[float]) -> GradAccumulation:
+            carried = 0.0 if first_none or not pre else pre[0]
+            cleared = none_seen or any(v == 0.0 for v in pre)
+            return GradAccumulation(
+                step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
+                scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
+                interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
+            )
+
+        parts = iv.pre + iv.post
+        if not parts:
+            s.emit(event([], []))
+            return
+        with torch.no_grad():
+            dev = parts[0].device
+            packed = torch.stack([t.to(dev) for t in parts])
+
+        def decode(vals: list[float]) -> list[Event]:
+            return [event(vals[:npre], vals[npre:])]
+
+        s.defer(packed, decode)
+
+
+def _grads(opt: Any) -> list[torch.Tensor]:
+    return [p.grad for g in opt.param_groups for p in g["params"]
+            if p.grad is not None and p.requires_grad and not p.grad.is_sparse]
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    norms = measure.grad_norms(grads)
+    dev = norms.device
+    return torch.linalg.vector_norm(norms.to(dev).float())
+
+
+def _overriding_schedulers() -> list[type]:
+    """LRScheduler subclasses of torch that override ``step`` (and call their children's),
+    except ReduceLROnPlateau (see the module docstring)."""
+    out: list[type] = []
+    stack = list(_sched.LRScheduler.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if ("step" in cls.__dict__ and cls.__module__ == _sched.__name__
+                and not issubclass(cls, _sched.ReduceLROnPlateau) and cls not in out):
+            out.append(cls)
+    return out

@@ -1,0 +1,433 @@
+"""What the script already logs, captured with zero code changes.
+
+``SummaryWriter.add_scalar``/``add_scalars`` (torch.utils.tensorboard and tensorboardX),
+``wandb`` (``Run.log``, which ``wandb.log`` is after ``wandb.init``), ``mlflow.log_metric``/
+``log_metrics`` (and ``MlflowClient.log_metric``), rows written with ``csv.writer`` /
+``csv.DictWriter`` by the script's own code, and ``traindoc.log(...)``. Each logged name is
+mapped to a signal with the same heuristics as ``traindoc logs``
+(``sources/logs/mapping.py``: ``Train_F1`` -> ``train_f1``, ``Accuracy/val`` -> ``val_acc``) and
+emitted as a ``Scalar`` at the current optimizer step.
+
+The logging libraries are optional: a module is patched when the script imports it (an import
+hook watches for it), never imported by traindoc. Every wrapper calls the original first, with
+the user's arguments, and returns its result: what is logged or written never changes.
+
+Who owns a signal: ``loss`` and ``grad_norm`` are measured live, so logged ones are kept as
+``metric.<name>``; so are ``expert_gini``/``expert_entropy`` once a router is watched; otherwise
+the first logged name that maps to a signal owns it and another name for the same signal
+(the same loss logged to TensorBoard and to a CSV) becomes ``metric.<name>``.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import os
+import sys
+import threading
+import weakref
+from collections import deque
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+
+from traindoc import metrics as api
+from traindoc.events import Event, Scalar
+from traindoc.live import session as session_mod
+from traindoc.live.probes._patch import Patcher
+from traindoc.live.session import Session
+
+# Signals the live face measures itself: logged copies are kept as metrics.
+LIVE_SIGNALS = frozenset({"loss", "grad_norm"})
+
+_publishers: "weakref.WeakKeyDictionary[Session, Publisher]" = weakref.WeakKeyDictionary()
+
+
+def publisher(session: Session) -> "Publisher":
+    """The one Publisher of a session (shared by the probes that emit named scalars)."""
+    pub = _publishers.get(session)
+    if pub is None:
+        pub = _publishers[session] = Publisher(session)
+    return pub
+
+
+class Publisher:
+    """Maps logged names to signals, decides who owns a signal, and emits Scalars in the order
+    they were logged (a value on an accelerator waits for the batched transfer; later values
+    wait behind it)."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        self._owner: dict[str, tuple[str, str]] = {}
+        self._claimed: set[str] = set()
+        self._maps: dict[tuple[str, tuple[str, ...]], dict[str, str]] = {}
+        self._queue: deque[list[Any]] = deque()  # [step, signal, value or None while pending]
+
+    def claim(self, signal: str) -> None:
+        """A probe measures ``signal`` itself: logged values of it become metrics."""
+        self._claimed.add(signal)
+
+    def signals(self, channel: str, names: tuple[str, ...]) -> dict[str, str]:
+        key = (channel, names)
+        found = self._maps.get(key)
+        if found is None:
+            from traindoc.sources.logs import mapping
+
+            resolved = mapping.resolve(list(names)).signal_of
+            found = {}
+            for name in names:
+                if name in resolved:
+                    found[name] = resolved[name]
+                elif name not in mapping.resolve([name]).ignored and mapping.words(name):
+                    found[name] = "metric." + "_".join(mapping.words(name))
+            if len(self._maps) < 4096:
+                self._maps[key] = found
+        return found
+
+    def publish(self, channel: str, values: Mapping[str, Any]) -> None:
+        names = tuple(k for k in values if isinstance(k, str))
+        if not names:
+            return
+        mapped = self.signals(channel, names)
+        step = self.s.current_step
+        for name in names:
+            signal = mapped.get(name)
+            if signal is not None:
+                self._put(step, self._route(channel, name, signal), values[name])
+
+    def _route(self, channel: str, name: str, signal: str) -> str:
+        if "." in signal:  # metric.* and loss_term.*: many may coexist
+            return signal
+        owner = self._owner.setdefault(signal, (channel, name))
+        if signal in LIVE_SIGNALS or signal in self._claimed or owner != (channel, name):
+            from traindoc.sources.logs import mapping
+
+            return "metric." + ("_".join(mapping.words(name)) or signal)
+        return signal
+
+    def _put(self, step: int, signal: str, raw: Any) -> None:
+        if isinstance(raw, bool) or raw is None:
+            return
+        if isinstance(raw, torch.Tensor):
+            if raw.numel() != 1 or raw.is_complex():
+                return
+            if raw.device.type != "cpu":
+                entry = [step, signal, None]
+                self._queue.append(entry)
+                # Read with the session's one batched transfer, not here (no sync).
+                self.s.defer(raw.detach().reshape(1), functools.partial(self._resolve, entry))
+                return
+            value = float(raw.item())
+        else:
+            try:
+                value = float(raw.item() if hasattr(raw, "item") else raw)
+            except (TypeError, ValueError, AttributeError):
+                return
+        if self._queue:
+            self._queue.append([step, signal, value])
+        else:
+            self.s.emit(Scalar(step=step, name=signal, value=value))
+
+    def _resolve(self, entry: list[Any], vals: list[float]) -> Iterable[Event]:
+        entry[2] = vals[0]
+        out = []
+        while self._queue and self._queue[0][2] is not None:
+            step, signal, value = self._queue.popleft()
+            out.append(Scalar(step=step, name=signal, value=value))
+        return out
+
+    def measured(self, step: int, signal: str, value: float) -> None:
+        """A value a probe measured itself (router load): emitted as is."""
+        self.s.emit(Scalar(step=step, name=signal, value=value))
+
+
+# ---- the probe --------------------------------------------------------------------------------
+class MetricsProbe:
+    name = "metrics"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self.pub = publisher(session)
+        self._patcher = patcher
+        self._guard = patcher.guard
+        self._local = threading.local()
+        self._mine: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, wrapper)
+        self._done: set[str] = set()
+        self._finder: _ImportWatcher | None = None
+        self._hooks: dict[str, Callable[[Any], None]] = {
+            "torch.utils.tensorboard.writer": self._patch_tensorboard,
+            "tensorboardX.writer": self._patch_tensorboard,
+            "wandb.sdk.wandb_run": self._patch_wandb,
+            "mlflow": self._patch_mlflow,
+            "mlflow.tracking.client": self._patch_mlflow_client,
+        }
+
+    def install(self) -> None:
+        self._patcher.patch(csv, "writer", self._wrap_csv_writer)
+        api.log_sinks.append(self._on_log)
+        for name in self._hooks:
+            module = sys.modules.get(name)
+            if module is not None:
+                self._on_import(name, module)
+        self._finder = _ImportWatcher(set(self._hooks), self._on_import)
+        sys.meta_path.insert(0, self._finder)
+
+    def uninstall(self) -> None:
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        self._finder = None
+        if self._on_log in api.log_sinks:
+            api.log_sinks.remove(self._on_log)
+        # A library may have replaced what we patched (wandb.init rebinds wandb.log): put the
+        # original back only where our wrapper is still in place.
+        for owner, name, orig, wrapper in reversed(self._mine):
+            if owner.__dict__.get(name) is wrapper:
+                setattr(owner, name, orig)
+        self._mine.clear()
+
+    # ---- capture -------------------------------------------------------------------------------
+    def _capture(self, channel: str, values: Mapping[str, Any]) -> None:
+        self._guard(self.name, self.pub.publish, channel, values)
+
+    def _on_log(self, channel: str, values: Mapping[str, object]) -> None:
+        self._capture(channel, values)
+
+    def _wrapped(self, owner: Any, attr: str, collect: Callable[..., Mapping[str, Any] | None], channel: str) -> None:
+        """Patch ``owner.attr``: call the original, then capture ``collect(*args, **kwargs)``.
+        Nested captured calls (a fluent API calling its client) are captured once."""
+        orig = owner.__dict__.get(attr)
+        if orig is None or getattr(orig, "__traindoc__", False):
+            return
+        probe = self
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if getattr(probe._local, "inside", False):
+                return orig(*args, **kwargs)
+            probe._local.inside = True
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                probe._local.inside = False
+            probe._guard(probe.name, probe._collect, collect, channel, args, kwargs)
+            return out
+
+        wrapper.__traindoc__ = True  # type: ignore[attr-defined]
+        self._mine.append((owner, attr, orig, wrapper))
+        setattr(owner, attr, wrapper)
+
+    def _collect(self, collect: Callable[..., Mapping[str, Any] | None], channel: str,
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        values = collect(*args, **kwargs)
+        if values:
+            self.pub.publish(channel, values)
+
+    def _on_import(self, name: str, module: Any) -> None:
+        if name in self._done:
+            return
+        self._done.add(name)
+        self._guard(self.name, self._hooks[name], module)
+
+    # TensorBoard: add_scalar(tag, scalar_value, global_step=None, ...), add_scalars(main_tag,
+    # tag_scalar_dict, ...); the tags of add_scalars are main_tag/key, as TensorBoard shows them.
+    def _patch_tensorboard(self, module: Any) -> None:
+        cls = getattr(module, "SummaryWriter", None)
+        if cls is None:
+            return
+        self._wrapped(cls, "add_scalar", _tb_scalar, "tensorboard")
+        self._wrapped(cls, "add_scalars", _tb_scalars, "tensorboard")
+
+    def _patch_wandb(self, module: Any) -> None:
+        cls = getattr(module, "Run", None)
+        if cls is not None:
+            self._wrapped(cls, "log", _wandb_log, "wandb")
+
+    def _patch_mlflow(self, module: Any) -> None:
+        self._wrapped(module, "log_metric", _mlflow_metric, "mlflow")
+        self._wrapped(module, "log_metrics", _mlflow_metrics, "mlflow")
+
+    def _patch_mlflow_client(self, module: Any) -> None:
+        cls = getattr(module, "MlflowClient", None)
+        if cls is not None:
+            self._wrapped(cls, "log_metric", _mlflow_client_metric, "mlflow")
+
+    # csv: rows the script's own code writes (not libraries: pandas writes through csv too).
+    def _wrap_csv_writer(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def writer(f: Any, *args: Any, **kwargs: Any) -> Any:
+            w = orig(f, *args, **kwargs)
+            if not _called_from_script():
+                return w
+            name = os.path.basename(str(getattr(f, "name", "") or "csv"))
+            return _CsvWriter(w, _CsvTrack(probe, f"csv:{name}"))
+
+        return writer
+
+
+def _tb_scalar(writer: Any, tag: Any, scalar_value: Any = None, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+    return {str(tag): scalar_value}
+
+
+def _tb_scalars(writer: Any, main_tag: Any, tag_scalar_dict: Any = None, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+    if not isinstance(tag_scalar_dict, Mapping):
+        return {}
+    return {f"{main_tag}/{k}": v for k, v in tag_scalar_dict.items()}
+
+
+def _wandb_log(run: Any, data: Any = None, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+    return _flatten(data) if isinstance(data, Mapping) else {}
+
+
+def _mlflow_metric(key: Any, value: Any = None, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+    return {str(key): value}
+
+
+def _mlflow_metrics(metrics: Any, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+    return dict(metrics) if isinstance(metrics, Mapping) else {}
+
+
+def _mlflow_client_metric(client: Any, run_id: Any, key: Any, value: Any = None, *args: Any, **kwargs: Any) -> Mapping[str, Any]:
+    return {str(key): value}
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and depth < 3:
+            out.update(_flatten(v, key + "/", depth + 1))
+        elif isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.numel() == 1) or _is_np_scalar(v):
+            out[key] = v
+    return out
+
+
+def _is_np_scalar(v: Any) -> bool:
+    return type(v).__module__ == "numpy" and getattr(v, "size", 0) == 1
+
+
+# ---- csv ----------------------------------------------------------------------------------------
+_CSV_FILE = os.path.abspath(csv.__file__)
+
+
+def _called_from_script() -> bool:
+    """Is the code creating this writer the user's own (not the stdlib, a library, torch)?"""
+    frame = sys._getframe(2)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename) == _CSV_FILE:
+        frame = frame.f_back  # csv.DictWriter creates its writer inside csv.py
+    if frame is None:
+        return False
+    fn = frame.f_code.co_filename
+    return session_mod._is_user_file(fn) and "site-packages" not in fn and "dist-packages" not in fn
+
+
+class _CsvTrack:
+    """Reads the rows of one csv writer: the first row must be a header of names; a header
+    with nothing traindoc recognizes switches the tracking off (one flag test per row)."""
+
+    def __init__(self, probe: MetricsProbe, channel: str) -> None:
+        self.probe = probe
+        self.channel = channel
+        self.header: tuple[str, ...] | None = None
+        self.off = False
+
+    def row(self, row: Any) -> None:
+        if not isinstance(row, (list, tuple)):
+            self.off = True
+            return
+        if self.header is None:
+            if row and all(isinstance(c, str) and not _number(c) for c in row):
+                self.header = tuple(row)
+                if not self.probe.pub.signals(self.channel, self.header):
+                    self.off = True
+            else:
+                self.off = True  # no header: the columns cannot be named
+            return
+        if len(row) != len(self.header):
+            return
+        values = {h: c for h, c in zip(self.header, row) if c not in ("", None)}
+        self.probe.pub.publish(self.channel, values)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+class _CsvWriter:
+    """Stands in for a csv writer the script created: writes exactly what the real one writes,
+    then reads the row. Only ``writerow`` is read; ``writerows`` (bulk exports) passes through."""
+
+    __slots__ = ("_writer", "_track")
+
+    def __init__(self, writer: Any, track: _CsvTrack) -> None:
+        self._writer = writer
+        self._track = track
+
+    def writerow(self, row: Any) -> Any:
+        out = self._writer.writerow(row)
+        track = self._track
+        if not track.off:
+            track.probe._guard(track.probe.name, track.row, row)
+        return out
+
+    def writerows(self, rows: Any) -> Any:
+        return self._writer.writerows(rows)
+
+    @property
+    def dialect(self) -> Any:
+        return self._writer.dialect
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+# ---- import hook --------------------------------------------------------------------------------
+class _ImportWatcher:
+    """A meta-path finder that never loads anything itself: for the watched module names it
+    asks the other finders for the spec and calls back once the module has executed."""
+
+    def __init__(self, names: set[str], callback: Callable[[str, Any], None]) -> None:
+        self.names = names
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.names:
+            return None
+        try:
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is None:
+                    continue
+                loader = spec.loader
+                exec_module = getattr(loader, "exec_module", None)
+                if exec_module is None:
+                    return spec
+                callback = self.callback
+
+                def exec_and_patch(module: Any, _exec: Any = exec_module) -> None:
+                    _exec(module)
+                    callback(fullname, module)
+
+                try:
+                    loader.exec_module = exec_and_patch  # type: ignore[union-attr]
+                except (AttributeError, TypeError):
+                    pass
+                return spec
+        except Exception:  # never break the user's import
+            return None
+        return None
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+def _finite(x: float) -> bool:
+    return math.isfinite(x)

@@ -1,0 +1,77 @@
+"""Precision: healthy training scripts in many styles stay clean. Recall: breaking one line of
+a healthy script in the way the seeds describe makes the matching rule fire."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from traindoc.lint import lint_paths, lint_source
+
+CORPUS = Path(__file__).parents[1] / "lint_corpus"
+ZOO = Path(__file__).parents[2] / "src" / "traindoc" / "zoo"
+
+
+def test_corpus_is_large_enough():
+    files = sorted(CORPUS.glob("*.py"))
+    assert len(files) >= 12
+    assert sum(len(f.read_text().splitlines()) for f in files) >= 1500
+
+
+def test_healthy_corpus_is_clean():
+    result = lint_paths([CORPUS], use_config=False)
+    assert not result.errors
+    assert [(f.path, f.line, f.finding.id) for f in result.findings] == []
+
+
+def test_healthy_zoo_scripts_are_clean():
+    healthy = sorted(ZOO.glob("healthy_*.py"))
+    if not healthy:
+        pytest.skip("no healthy zoo scripts yet")
+    result = lint_paths(healthy, use_config=False)
+    assert not result.errors
+    assert [(f.path, f.line, f.finding.id) for f in result.findings] == []
+
+
+# (file, text to replace, replacement, the id that must then fire)
+MUTATIONS = [
+    ("cifar_amp_resnet.py", "            scaler.unscale_(optimizer)\n", "", "clip-before-unscale"),
+    ("cifar_amp_resnet.py", '            "scaler": scaler.state_dict(),\n', "", "checkpoint-incomplete"),
+    ("bert_finetune_manual.py",
+     "            if cfg.gradient_accumulation_steps > 1:\n                loss = loss / cfg.gradient_accumulation_steps\n",
+     "", "unscaled-grad-accumulation"),
+    ("accelerate_glue.py", "                loss = outputs.loss\n",
+     "                loss = outputs.loss / args.gradient_accumulation_steps\n", "unscaled-grad-accumulation"),
+    ("mnist_basic.py", "    model.eval()\n", "", "eval-in-train-mode"),
+    ("mnist_basic.py", "        optimizer.zero_grad()\n", "", "missing-zero-grad"),
+    ("mnist_basic.py", "        loss.backward()\n        optimizer.step()\n",
+     "        loss.backward()\n        optimizer.zero_grad()\n        optimizer.step()\n", "grad-cleared-before-step"),
+    ("distill_kd.py", "        with torch.no_grad():\n            t_logits",
+     "        with torch.inference_mode():\n            t_logits", "inference-tensor-in-autograd"),
+    ("ddp_torchrun.py", "            with torch.no_grad():\n                dist.all_reduce(loss, op=dist.ReduceOp.AVG)\n",
+     "            dist.all_reduce(loss, op=dist.ReduceOp.AVG)\n", "autograd-collective"),
+    ("ddp_torchrun.py", '            torch.save(state, path + ".partial")\n            os.replace(path + ".partial", path)\n',
+     "            torch.save(state, path)\n", "checkpoint-not-atomic"),
+    ("muon_speedrun.py", "muon_lr = 0.02", "muon_lr = 3e-4", "muon-adamw-scale-lr"),
+    ("gpt_grad_accum.py", "            loss = loss / gradient_accumulation_steps\n",
+     "            loss = torch.nan_to_num(loss) / gradient_accumulation_steps\n", "masked-nonfinite"),
+    ("reinforce.py", "    policy_loss = torch.cat(policy_loss).sum()\n",
+     "    policy_loss = torch.cat(policy_loss).sum()\n    if policy_loss > 1e4:\n        policy_loss = torch.tensor(1e4)\n",
+     "constant-loss"),
+    ("simclr.py", "    model = SimCLR().cuda()\n", "    model = SimCLR().cuda().half()\n", "bf16-master-weights"),
+    ("swa_cifar.py", "    for x, y in train_loader:\n", "    scheduler.step()\n    for x, y in train_loader:\n",
+     "scheduler-before-optimizer"),
+    ("distill_kd.py", '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits\n',
+     '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits.detach()\n',
+     "no-gradient"),
+]
+
+
+@pytest.mark.parametrize("name, old, new, expected", MUTATIONS, ids=[f"{m[0]}:{m[3]}" for m in MUTATIONS])
+def test_breaking_a_healthy_script_fires_the_rule(name, old, new, expected):
+    source = (CORPUS / name).read_text()
+    assert source.count(old) == 1, "the mutation must match the corpus file exactly once"
+    findings, errors = lint_source(source.replace(old, new), name)
+    assert not errors
+    assert {f.finding.id for f in findings} == {expected}
