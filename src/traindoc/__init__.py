@@ -22,4 +22,7 @@ def watch(model: object = None, optimizer: object = None, **options: object) -> 
 
     return Watch(model, optimizer, **options)  # type: ignore[arg-type]
 
-__all__ = ["__version__", "watch"]
+# One-line calls for what zero-code capture cannot see (traindoc/metrics.py: no torch import).
+from traindoc.metrics import log, loss_terms, watch_router  # noqa: E402
+
+__all__ = ["__version__", "watch", "log", "loss_terms", "watch_router"]

@@ -251,7 +251,7 @@ class Checkpoint:
     sched_base_lrs: tuple[float, ...] = ()
     sched_last_lrs: tuple[float, ...] = ()
     optimizer_steps: int | None = None
-    epoch: int | None = None
+    epoch: float | None = None  # fractional for Hugging Face's trainer_state.json
     tensors: int = 0
     numel: int = 0
     nbytes: int = 0
@@ -470,9 +470,9 @@ class EvalPass:
     """One evaluation phase (live): forward passes of a model under ``no_grad`` or
     ``inference_mode`` after an optimizer step, until training resumes. ``step`` is the last
     optimizer step before it; ``model`` its class, ``role`` "model" when an optimizer holds its
-    parameters, "copy" otherwise (an EMA or averaged copy). ``forwards``: root forward passes;
-    ``duration_s``: wall time from entering the first no_grad region to leaving the last;
-    ``elapsed_s``: the run's wall time when it ended. ``train_modules``: mode-dependent
+    parameters, "copy" otherwise (an EMA or averaged copy). ``duration_s``: wall time from
+    entering its first no_grad region to leaving its last (traindoc's own re-run excluded);
+    ``elapsed_s``: the run's wall time at its end. ``train_modules``: mode-dependent
     submodules (BatchNorm, Dropout ...) found in train mode at its first forward, as
     ``name (Type)``, of ``mode_modules``. ``rerun``: the largest difference between the first
     forward's output and a second forward on the same input, relative to the output's largest
@@ -482,7 +482,6 @@ class EvalPass:
     step: int
     model: str
     role: str
-    forwards: int
     duration_s: float
     elapsed_s: float
     train_modules: tuple[str, ...] = ()

@@ -149,3 +149,26 @@ def test_chunked_statistics_match_whole_tensor(tmp_path, monkeypatch) -> None:  
     assert ds.delta_norm == pytest.approx(float(d.norm()), rel=1e-12)
     assert ds.unchanged == pytest.approx(float((a.view(torch.int16) == b.view(torch.int16)).double().mean()))
     assert ds.new_nonfinite == 1 and ds.moved == pytest.approx(float(d.abs().max()))
+
+
+def test_parameters_without_optimizer_state_are_noted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ckpt_fixtures import Net, train
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.head.bias.requires_grad_(False)  # frozen after the optimizer was built: never a gradient
+    train(model, opt, steps=2)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 2}, tmp_path / "x.pt")
+    events, summary = produce.inspect(tmp_path / "x.pt")
+    assert any("1 of 10 parameters have no optimizer state" in n and "head.bias" in n for n in summary.notes)
+    head_bias = next(e for e in events if isinstance(e, ParamStats) and e.name == "head.bias")
+    assert head_bias.has_grad is False
+
+
+def test_non_contiguous_saved_tensor_is_read_in_slabs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    t = torch.randn(64, 48)
+    torch.save({"w": t.t()}, tmp_path / "t.pt")  # a transposed view is saved with its strides
+    store = open_checkpoint(tmp_path / "t.pt").model
+    chunks = list(store.chunks("w", 100))
+    assert len(chunks) > 1 and torch.equal(torch.cat(chunks), t.t().reshape(-1))

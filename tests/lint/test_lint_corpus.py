@@ -59,6 +59,7 @@ MUTATIONS = [
     ("reinforce.py", "    policy_loss = torch.cat(policy_loss).sum()\n",
      "    policy_loss = torch.cat(policy_loss).sum()\n    if policy_loss > 1e4:\n        policy_loss = torch.tensor(1e4)\n",
      "constant-loss"),
+    ("swa_cifar.py", "update_bn(train_loader, swa_model, device=device)\n", "\n", "stale-bn-eval"),
     ("simclr.py", "    model = SimCLR().cuda()\n", "    model = SimCLR().cuda().half()\n", "bf16-master-weights"),
     ("swa_cifar.py", "    for x, y in train_loader:\n", "    scheduler.step()\n    for x, y in train_loader:\n",
      "scheduler-before-optimizer"),

@@ -1,5 +1,9 @@
 """The four output formats: text, JSON (the run report's finding fields), SARIF 2.1.0
-(validated against the official schema, vendored next to this file) and GitHub annotations."""
+(validated against the official schema) and GitHub annotations.
+
+``sarif-schema-2.1.0.json`` next to this file is the OASIS schema as published in
+oasis-tcs/sarif-spec, ``Schemata/sarif-schema-2.1.0.json`` (2.1.0 errata01, 112,768 bytes,
+sha256 ddddcccb...5fce7949), vendored so the test runs offline."""
 
 from __future__ import annotations
 
@@ -132,3 +136,15 @@ def test_output_file(project, capsys):
     assert code == 1 and out == ""
     assert json.loads((project / "out.sarif").read_text())["version"] == "2.1.0"
     assert "3 findings in 2 files" in err
+
+
+def test_docs_example_is_what_lint_prints(tmp_path, capsys, monkeypatch):
+    """docs/lint.md shows the output for tests/lint/demo_train.py; keep them in step."""
+    config.clear_cache()
+    docs = (HERE.parents[1] / "docs" / "lint.md").read_text()
+    shown = docs.split("$ traindoc lint train.py src/\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "train.py").write_text((HERE / "demo_train.py").read_text())
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "train.py")
+    assert code == 1
+    assert out == shown

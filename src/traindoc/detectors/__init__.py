@@ -19,6 +19,7 @@ from traindoc.detectors.exploding_gradients import ExplodingGradients
 from traindoc.detectors.frozen_param_updated import FrozenParamUpdated
 from traindoc.detectors.frozen_parameters import FrozenParameters
 from traindoc.detectors.loss_spike import LossSpike
+from traindoc.detectors.loss_term_imbalance import LossTermImbalance
 from traindoc.detectors.lr_overridden_by_checkpoint import LrOverriddenByCheckpoint
 from traindoc.detectors.masked_nonfinite import MaskedNonfinite
 from traindoc.detectors.no_gradient import NoGradient
@@ -39,6 +40,18 @@ from traindoc.detectors.nan_hidden_by_logging import NanHiddenByLogging
 from traindoc.detectors.scheduler_before_optimizer import SchedulerBeforeOptimizer
 from traindoc.detectors.train_val_divergence import TrainValDivergence
 from traindoc.detectors.val_at_chance import ValAtChance
+# mixed precision and checkpoints (live)
+from traindoc.detectors.autocast_bypassed import AutocastBypassed
+from traindoc.detectors.checkpoint_not_atomic import CheckpointNotAtomic
+from traindoc.detectors.clip_before_unscale import ClipBeforeUnscale
+from traindoc.detectors.grad_scaler_collapse import GradScalerCollapse
+# the training loop, evaluation and data (live)
+from traindoc.detectors.data_starvation import DataStarvation
+from traindoc.detectors.eval_in_train_mode import EvalInTrainMode
+from traindoc.detectors.missing_zero_grad import MissingZeroGrad
+from traindoc.detectors.nondeterministic_eval import NondeterministicEval
+from traindoc.detectors.slow_eval import SlowEval
+from traindoc.detectors.unscaled_grad_accumulation import UnscaledGradAccumulation
 
 DETECTORS: tuple[type, ...] = (
     # gradients and updates
@@ -55,6 +68,7 @@ DETECTORS: tuple[type, ...] = (
     OptimizerParamMismatch,
     DeadRelu,
     SaturatedOutputs,
+    LossTermImbalance,
     # loss trajectory
     Divergence,
     LossSpike,
@@ -76,6 +90,18 @@ DETECTORS: tuple[type, ...] = (
     DegenerateThreshold,
     SchedulerBeforeOptimizer,
     ExpertCollapse,
+    # mixed precision and checkpoints (live)
+    GradScalerCollapse,
+    ClipBeforeUnscale,
+    AutocastBypassed,
+    CheckpointNotAtomic,
+    # the training loop, evaluation and data (live)
+    UnscaledGradAccumulation,
+    MissingZeroGrad,
+    EvalInTrainMode,
+    NondeterministicEval,
+    SlowEval,
+    DataStarvation,
 )
 
 

@@ -27,15 +27,20 @@ class CheckpointIncomplete:
     state are listed when absent but fire only when named in ``required`` (from a checkpoint
     traindoc cannot tell whether fp16 AMP was used or whether a bit-exact resume matters). Bare
     weights files (a state_dict, ``model.safetensors``) are not resume checkpoints: the detector
-    is reported not applicable to them."""
+    is reported not applicable to them. Live, a run that steps an enabled AMP GradScaler (the
+    ``amp`` signal) needs the scaler's state too; checkpoints are judged at the end, when that is
+    known."""
 
     id: ClassVar[str] = "checkpoint-incomplete"
     needs: ClassVar[frozenset[str]] = frozenset({"train_state"})
+    uses: ClassVar[frozenset[str]] = frozenset({"amp"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
         Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
         Example("ckpt/golden/complete_training.jsonl", None),
         Example("ckpt/golden/bare_weights.jsonl", None),
+        Example("zoo/ckpt_incomplete.py", -1),
+        Example("zoo/healthy_ckpt_resume.py", None),
     )
 
     @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class CheckpointIncomplete:
         required: tuple[str, ...] = ("optimizer", "scheduler", "step")
 
         def __post_init__(self) -> None:
+            object.__setattr__(self, "required", tuple(self.required))  # a TOML list is fine too
             unknown = [r for r in self.required if r not in EFFECT]
             if unknown:
                 raise ValueError(f"required must name parts among {', '.join(EFFECT)}, got {unknown}")
@@ -50,13 +56,21 @@ class CheckpointIncomplete:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._bad: list[tuple[Checkpoint, list[str], list[str]]] = []
+        self._ckpts: list[Checkpoint] = []
+        self._scaler = False  # live: the run steps an AMP GradScaler
 
     def observe(self, event: Event) -> Iterator[Finding]:
-        assert isinstance(event, Checkpoint)
-        if not event.training:
+        if not isinstance(event, Checkpoint):  # an ``amp`` event: a GradScaler is in use
+            self._scaler = True
             return iter(())
+        if event.training:
+            self._ckpts.append(event)
+        return iter(())
+
+    def _judge(self, event: Checkpoint) -> None:
         missing = []
-        for part in self.config.required:
+        required = self.config.required + (("scaler",) if self._scaler and "scaler" not in self.config.required else ())
+        for part in required:
             if part in event.has:
                 continue
             if part == "scheduler" and not event.initial_lrs:
@@ -65,16 +79,22 @@ class CheckpointIncomplete:
         if missing:
             absent = [p for p in OPTIONAL if p not in event.has and p not in missing]
             self._bad.append((event, missing, absent))
-        return iter(())
 
     def finish(self) -> Iterator[Finding]:
+        self._bad = []
+        for ck in self._ckpts:
+            self._judge(ck)
         if not self._bad:
             return
         ck, missing, absent = self._bad[0]
         at = f" (step {ck.step})" if ck.step is not None else ""
+        if ck.where:
+            at += f", saved at {ck.where},"
         why = "; ".join(f"no {m}: {EFFECT[m]}" for m in missing)
         sched_note = (" Its optimizer groups carry initial_lr, so an LR scheduler was in use."
                       if "scheduler" in missing else "")
+        if "scaler" in missing and self._scaler:
+            sched_note += " This run steps an AMP GradScaler, so its state is needed too."
         also = (f" Also absent: {', '.join(absent)} (needed for fp16 AMP / a bit-exact resume)."
                 if absent else "")
         more = f" {len(self._bad) - 1} more checkpoint(s) are incomplete too." if len(self._bad) > 1 else ""
@@ -100,7 +120,7 @@ class CheckpointIncomplete:
             evidence={"path": ck.path, "format": ck.format, "present": list(ck.has),
                       "missing": missing, "also_absent": absent, "step": ck.step,
                       "incomplete_checkpoints": [c.path for c, _, _ in self._bad]},
-            where=[c.path for c, _, _ in self._bad][:8],
+            where=([ck.where] if ck.where else []) + [c.path for c, _, _ in self._bad][:8],
         )
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator, Sequence
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Checkpoint, Event
+from traindoc.events import Checkpoint, Event, StateLoad
 from traindoc.findings import Finding
 
 
@@ -20,14 +20,21 @@ class LrOverriddenByCheckpoint:
     scheduler's ``_last_lr``, or its ``initial_lr`` from the scheduler's ``base_lrs`` (the LR was
     overwritten after the scheduler stepped, or the two states come from different runs).
     Without ``expected_lr`` and with a consistent state it stays quiet; the stored LRs are shown
-    in the ``ckpt inspect`` summary."""
+    in the ``ckpt inspect`` summary.
+
+    Live (the ``load`` signal), it compares the LRs just before and after
+    ``optimizer.load_state_dict``: the groups' ``initial_lr`` when a scheduler wrote one (so an
+    exact resume mid-schedule, whose current ``lr`` is the scheduled value, stays quiet), else
+    ``lr``; and a scheduler's ``base_lrs`` before and after its ``load_state_dict``."""
 
     id: ClassVar[str] = "lr-overridden-by-checkpoint"
     needs: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_state", "checkpoint"})
+    uses: ClassVar[frozenset[str]] = frozenset({"train_state", "checkpoint", "load"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("ckpt/golden/lr_overwritten_after_scheduler.jsonl", 120),
         Example("ckpt/golden/complete_training.jsonl", None),
+        Example("zoo/ckpt_lr_overridden.py", 30),
+        Example("zoo/healthy_ckpt_resume.py", None),
     )
 
     @dataclass(frozen=True)
@@ -44,18 +51,75 @@ class LrOverriddenByCheckpoint:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._ckpts: list[Checkpoint] = []
+        self._live: Finding | None = None  # from a load_state_dict seen live
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, StateLoad):
+            return self._loaded(event)
         if isinstance(event, Checkpoint) and event.lrs:
             self._ckpts.append(event)
         return iter(())
 
     def finish(self) -> Iterator[Finding]:
+        if self._live is not None:
+            yield self._live
+            return
         for ck in self._ckpts:
             found = self._expected(ck) or self._inconsistent(ck)
             if found is not None:
                 yield found
                 return
+
+    def _loaded(self, ev: StateLoad) -> Iterator[Finding]:
+        if self._live is not None:
+            return iter(())
+        if ev.target != "optimizer":
+            configured, loaded, what = ev.before, ev.after, "base_lrs"
+        elif ev.initial_after:  # a scheduler's base LR (kept by a scheduler built after the load)
+            configured, loaded, what = ev.initial_before or ev.before, ev.initial_after, "initial_lr"
+        elif ev.initial_before:
+            return iter(())  # the scheduler built before the load keeps its own base_lrs
+        else:
+            configured, loaded, what = ev.before, ev.after, "lr"
+        if len(configured) != len(loaded):
+            return iter(())
+        bad = [i for i, (a, b) in enumerate(zip(configured, loaded))
+               if math.isfinite(a) and math.isfinite(b) and not self._close(a, b)]
+        if not bad:
+            return iter(())
+        i = bad[0]
+        call = "optimizer.load_state_dict()" if ev.target == "optimizer" else "scheduler.load_state_dict()"
+        at = f" at {ev.where}" if ev.where else ""
+        src = f" from {ev.path}" if ev.path else " from the checkpoint"
+        groups = f"group {i}" + (f" and {len(bad) - 1} more group(s)" if len(bad) > 1 else "")
+        self._live = finding(
+            self.id, step=ev.step,
+            message=(
+                f"{call}{at} replaced the configured {what} {fmt(configured[i])} of {ev.cls} with "
+                f"{fmt(loaded[i])}{src} ({groups}): the run now trains with the checkpoint's LR, "
+                f"not the one it was configured with (configured {_lrs(configured)}, loaded {_lrs(loaded)})."
+            ),
+            cause=(
+                "Optimizer.load_state_dict restores every hyperparameter of each param group (lr, "
+                "initial_lr, betas, weight_decay) and LR schedulers restore their base_lrs, so an "
+                "LR changed in the config has no effect on a resumed run: a stale checkpoint (an "
+                "earlier run's, auto-resumed) steers it."
+            ),
+            fix=(
+                f"Decide explicitly: resume exactly with the checkpoint's settings (lr "
+                f"{fmt(loaded[i])}), or start fresh (a new output folder, no auto-resume). To keep the "
+                f"weights and moments but train at {fmt(configured[i])}: after "
+                f"optimizer.load_state_dict(...), set `for g in optimizer.param_groups: g['lr'] = "
+                f"g['initial_lr'] = {fmt(configured[i])}` and build the LR scheduler anew instead of "
+                f"loading its state."
+            ),
+            evidence={"configured": list(configured), "loaded": list(loaded), "what": what,
+                      "groups": bad[:20], "optimizer" if ev.target == "optimizer" else "scheduler": ev.cls,
+                      "path": ev.path, "where": ev.where, "lr_before": list(ev.before),
+                      "lr_after": list(ev.after)},
+            where=[w for w in (ev.where, ev.path) if w],
+        )
+        return iter([self._live])
 
     def _close(self, a: float, b: float) -> bool:
         return abs(a - b) <= self.config.rtol * max(abs(a), abs(b))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar
+from traindoc.events import Event, Scalar, SchedulerStep
 from traindoc.findings import Finding
 
 
@@ -50,11 +50,22 @@ class SchedulerBeforeOptimizer:
     warmups and warmups from 0 (where starting one step in is often deliberate) stay quiet,
     and so does a per-batch schedule over thousands of steps (the offset is then negligible).
     Needs the LR from the first step, at a constant step interval.
+
+    Live, the order is observed directly (``SchedulerStep``): a scheduler's step() before its
+    optimizer's first step() fires, with the LR the first step used against the schedule's
+    first value, and the fit above is not used. Calls made after an AMP GradScaler skipped the
+    optimizer's first step (Inf/NaN gradients) are PyTorch's own false alarm and stay quiet, and
+    so does a schedule that starts at LR 0 (skipping a step with LR 0 is often deliberate).
     """
 
     id: ClassVar[str] = "scheduler-before-optimizer"
     needs: ClassVar[frozenset[str]] = frozenset({"lr"})
+    uses: ClassVar[frozenset[str]] = frozenset({"scheduler"})
     examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/onecycle_prestep.py", 0),
+        Example("zoo/healthy_cnn_bn.py", None),
+        Example("live/golden/onecycle_prestep.jsonl", 0),
+        Example("live/golden/amp_skipped_first_step.jsonl", None),
         Example("fixtures/logs/golden/onecycle_prestepped.jsonl", 0),
         Example("fixtures/logs/golden/onecycle_correct.jsonl", None),
         Example("fixtures/logs/golden/linear_warmup.jsonl", None),
@@ -76,8 +87,11 @@ class SchedulerBeforeOptimizer:
         self._steps: list[int] = []
         self._lrs: list[float] = []
         self._done = False
+        self._live_fired = False
 
     def observe(self, event: Event) -> Iterable[Finding]:
+        if isinstance(event, SchedulerStep):
+            return self._order(event)
         if self._done:
             return ()
         assert isinstance(event, Scalar)
@@ -147,3 +161,53 @@ class SchedulerBeforeOptimizer:
             evidence={"first_lr": self._lrs[0], "intended_first_lr": start, "ratio": ratio,
                       "offset_steps": s, "max_lr": max_lr, "warmup_points": len(self._lrs)},
         )
+
+    # ---- live: the order of the calls, observed ------------------------------------------------
+    def _order(self, e: SchedulerStep) -> Iterable[Finding]:
+        self._done = True  # the observed order replaces the fit of the LR curve
+        if self._live_fired or e.early - e.skipped <= 0 or e.lr_start == 0:
+            return ()
+        self._live_fired = True  # report the first scheduler only
+        n = e.early - e.skipped
+        calls = f"{n} time{'s' if n > 1 else ''}"
+        where = f" at {e.where}" if e.where else ""
+        if math.isfinite(e.lr_first) and math.isfinite(e.lr_start) and e.lr_start > 0:
+            ratio = e.lr_first / e.lr_start
+            if abs(ratio - 1) > 1e-6:
+                used = (f"the schedule starts at {fmt(e.lr_start)} but the first optimizer step used "
+                        f"{fmt(e.lr_first)} ({fmt(ratio)}x)")
+            else:
+                used = (f"the first optimizer step used {fmt(e.lr_first)}, the schedule's first value, "
+                        f"only because the LR was set back by hand (the early call had moved it to "
+                        f"{fmt(e.lr_after)})")
+        else:
+            ratio = math.nan
+            used = f"the schedule's first value {fmt(e.lr_start)} was skipped"
+        skipped = (f" ({e.skipped} more call{'s' if e.skipped > 1 else ''} followed a step the "
+                   "GradScaler skipped and are not counted)" if e.skipped else "")
+        return (finding(
+            self.id, step=0,
+            message=(
+                f"{e.scheduler}.step() ran {calls} before the first {e.optimizer}.step(){where}: "
+                f"{used}; every later LR of the schedule comes {n} step{'s' if n > 1 else ''} "
+                f"early{skipped}."
+            ),
+            cause=(
+                f"scheduler.step() is called before optimizer.step() (the pre-1.1 loop order), or "
+                f"the {e.scheduler} is 'pre-stepped' after it is built, e.g. to silence PyTorch's "
+                "warning. PyTorch then skips the schedule's first value; a per-epoch OneCycleLR "
+                "starts at about twice max_lr / div_factor."
+            ),
+            fix=(
+                f"Remove the early call{where} and keep the order loss.backward() -> "
+                f"{e.optimizer}.step() -> scheduler.step(); do not reset the LR by hand. Step "
+                "per-batch schedules (OneCycleLR) per batch with total_steps=epochs * len(loader). "
+                "scheduler.get_last_lr() before the first step should be the schedule's start "
+                f"({fmt(e.lr_start)})."
+            ),
+            evidence={"scheduler": e.scheduler, "optimizer": e.optimizer, "early_calls": n,
+                      "calls_after_scaler_skip": e.skipped, "intended_first_lr": e.lr_start,
+                      "first_step_lr": e.lr_first, "lr_after_early_calls": e.lr_after,
+                      "ratio": ratio},
+            where=[e.where] if e.where else [],
+        ),)

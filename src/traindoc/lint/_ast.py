@@ -22,128 +22,35 @@ import operator
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
-FunctionNode = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+from traindoc.lint._nodes import (  # noqa: F401  (re-exported for the rules)
+    EVAL_WORDS,
+    LOOP_TYPES,
+    LOW_PRECISION,
+    OPTIMIZER_CLASSES,
+    SCALER_CLASSES,
+    TENSOR_FACTORIES,
+    arg,
+    arith_names,
+    contains_word,
+    dotted,
+    kwarg,
+    loss_roots,
+    method,
+    names_in,
+    number,
+    returned_names,
+    unparse,
+)
+from traindoc.lint._values import (  # noqa: F401  (re-exported for the rules)
+    fixed_filename,
+    is_constant_value,
+    is_detached_value,
+    nonfinite_checked,
+    resolve,
+    torch_saves,
+)
+
 ScopeNode = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
-
-OPTIMIZER_CLASSES = frozenset(
-    "SGD Adam AdamW Adamax Adagrad Adadelta RMSprop NAdam RAdam Rprop ASGD LBFGS SparseAdam Muon "
-    "Lion Adafactor AdamW8bit Adam8bit PagedAdamW PagedAdamW8bit PagedAdamW32bit Lamb LAMB "
-    "FusedAdam FusedLAMB FusedSGD DeepSpeedCPUAdam SOAP Shampoo Prodigy AdEMAMix SophiaG "
-    "AdamWScheduleFree SGDScheduleFree ZeroRedundancyOptimizer".split()
-)
-SCALER_CLASSES = frozenset({"GradScaler", "ShardedGradScaler"})
-LOW_PRECISION = frozenset({"torch.bfloat16", "torch.float16", "torch.half"})
-# Calls that build a tensor with no autograd history from their arguments' values.
-TENSOR_FACTORIES = frozenset(
-    "tensor as_tensor scalar_tensor zeros ones full empty zeros_like ones_like full_like "
-    "empty_like".split()
-)
-EVAL_WORDS = ("val", "eval", "test", "dev")
-LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
-
-
-def dotted(node: ast.AST | None) -> str | None:
-    """``self.model.encoder`` for a Name/Attribute chain, None for anything else."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
-def method(call: ast.AST, *names: str) -> ast.expr | None:
-    """The receiver of ``<receiver>.<name>(...)`` when ``call`` is such a call."""
-    if (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Attribute)
-        and call.func.attr in names
-    ):
-        return call.func.value
-    return None
-
-
-def kwarg(call: ast.Call, name: str) -> ast.expr | None:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    return None
-
-
-def arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
-    """Argument ``name`` given by keyword, else the positional one at ``index``."""
-    value = kwarg(call, name)
-    if value is not None:
-        return value
-    if index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
-        return call.args[index]
-    return None
-
-
-def number(node: ast.AST | None) -> float | None:
-    """The value of a numeric literal (``1e6``, ``-1``, ``float('inf')``), else None."""
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        inner = number(node.operand)
-        if inner is not None:
-            return -inner if isinstance(node.op, ast.USub) else inner
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "float"
-        and len(node.args) == 1
-        and isinstance(node.args[0], ast.Constant)
-        and isinstance(node.args[0].value, str)
-    ):
-        try:
-            return float(node.args[0].value)
-        except ValueError:
-            return None
-    return None
-
-
-def names_in(node: ast.AST) -> set[str]:
-    """Every plain name read anywhere in ``node``."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def arith_names(node: ast.AST | None) -> set[str]:
-    """Names that ``node`` combines arithmetically: ``a + w * b.mean()`` gives {a, w, b}.
-
-    Calls other than tensor methods on a name (``.mean()``, ``.float()``) are not followed:
-    ``criterion(out, y)`` contributes nothing.
-    """
-    out: set[str] = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ast.Name):
-            out.add(n.id)
-        elif isinstance(n, ast.BinOp):
-            stack += [n.left, n.right]
-        elif isinstance(n, ast.UnaryOp):
-            stack.append(n.operand)
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and not n.args:
-            stack.append(n.func.value)  # loss.mean(), loss.float()
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "sum":
-            stack += n.args
-        elif isinstance(n, (ast.List, ast.Tuple)):
-            stack += n.elts
-    return out
-
-
-def unparse(node: ast.AST, limit: int = 60) -> str:
-    """Source text of ``node`` for a message, shortened."""
-    text = ast.unparse(node)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def contains_word(text: str, words: tuple[str, ...]) -> bool:
-    low = text.lower()
-    return any(w in low for w in words)
 
 
 @dataclass
@@ -192,10 +99,18 @@ class Scope:
             if target == name and (before is None or stmt.lineno < before)
         ]
 
-    def reaching(self, name: str, line: int) -> ast.expr | None:
-        """The value of the last plain assignment to ``name`` before ``line``."""
-        found = [v for s, v in self.values_of(name, line) if not isinstance(s, ast.AugAssign)]
-        return found[-1] if found else None
+    def reaching(self, name: str, line: int, mod: Module | None = None) -> ast.expr | None:
+        """The value of the last plain assignment to ``name`` before ``line``; with ``mod``,
+        the last one not hidden in a branch (``if``/``try``) that ``line`` is outside of."""
+        found = [(s, v) for s, v in self.values_of(name, line) if not isinstance(s, ast.AugAssign)]
+        if mod is not None:
+            for stmt, value in reversed(found):
+                if not any(
+                    isinstance(a, (ast.If, ast.Try)) and not (a.lineno <= line <= (a.end_lineno or a.lineno))
+                    for a in mod.ancestors(stmt)
+                ):
+                    return value
+        return found[-1][1] if found else None
 
     @property
     def is_eval(self) -> bool:
@@ -481,7 +396,7 @@ class Module:
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         """Enclosing nodes, innermost first, up to (not including) the enclosing function."""
         node = self.parent.get(node)  # type: ignore[assignment]
-        while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+        while node is not None and not isinstance(node, _SCOPE_TYPES):
             yield node
             node = self.parent.get(node)  # type: ignore[assignment]
 
@@ -705,7 +620,10 @@ class _ChildFields(dict):  # type: ignore[type-arg]
 _CHILD_FIELDS = _ChildFields()
 # Statements and calls are what rules locate and ask the scope of: give every statement type a
 # handler so that it is recorded in scope_of.
-_STATEMENTS = [k for k in vars(ast).values() if isinstance(k, type) and issubclass(k, ast.stmt) and k is not ast.stmt]
+_STATEMENTS = [
+    k for k in vars(ast).values() if isinstance(k, type) and issubclass(k, ast.stmt) and k is not ast.stmt
+]
+_SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)
 Module._handlers = {
     ast.FunctionDef: Module._on_function,
     ast.AsyncFunctionDef: Module._on_function,
@@ -731,242 +649,9 @@ for _kind in _STATEMENTS:
     Module._handlers.setdefault(_kind, Module._statement)
 
 
-def returned_names(node: ast.AST | None) -> set[str]:
-    """The loss names a ``return`` hands back: ``loss``, ``(loss, outputs)``, ``{"loss": loss}``."""
-    if node is None:
-        return set()
-    if isinstance(node, ast.Tuple) and node.elts:
-        return returned_names(node.elts[0])
-    if isinstance(node, ast.IfExp):
-        return returned_names(node.body) | returned_names(node.orelse)
-    if isinstance(node, ast.Dict):
-        out: set[str] = set()
-        for key, value in zip(node.keys, node.values):
-            if isinstance(key, ast.Constant) and key.value == "loss":
-                out |= returned_names(value)
-        return out
-    return loss_roots(node)
-
-
-def loss_roots(node: ast.AST | None) -> set[str]:
-    """The names a loss expression is made of, without its scale factors and divisors:
-    ``(loss / accum_steps)`` gives {loss}; ``ce + aux_weight * aux_loss`` gives {ce, aux_loss}."""
-    if isinstance(node, ast.Name):
-        return {node.id}
-    if isinstance(node, ast.BinOp):
-        if isinstance(node.op, (ast.Div, ast.FloorDiv)):
-            return loss_roots(node.left)
-        if isinstance(node.op, ast.Mult):
-            left, right = loss_roots(node.left), loss_roots(node.right)
-            lossy = {n for n in left | right if "loss" in n.lower()}
-            if lossy:
-                return lossy
-            if number(node.left) is not None:
-                return right
-            if number(node.right) is not None:
-                return left
-            return left | right
-        return loss_roots(node.left) | loss_roots(node.right)
-    if isinstance(node, ast.UnaryOp):
-        return loss_roots(node.operand)
-    if isinstance(node, ast.Call):
-        if isinstance(node.func, ast.Attribute) and not node.args:
-            return loss_roots(node.func.value)  # loss.mean()
-        if isinstance(node.func, ast.Name) and node.func.id == "sum":
-            return set().union(*(loss_roots(a) for a in node.args)) if node.args else set()
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return set().union(*(loss_roots(e) for e in node.elts)) if node.elts else set()
-    return set()
-
-
-def _position(node: ast.AST) -> tuple[int, int]:
-    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-
-
 _POSITION = operator.attrgetter("lineno", "col_offset")  # statements and expressions have both
 
 
 def _ASSIGN_POSITION(item: tuple[str, ast.stmt, ast.expr]) -> tuple[int, int]:
     stmt = item[1]
     return (stmt.lineno, stmt.col_offset)
-
-
-def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
-    """A value with no autograd history: a number, ``torch.tensor(1e6)``, ``torch.zeros(())``,
-    ``x.new_tensor(0.)``, ``x * 0``."""
-    if node is None:
-        return False
-    if number(node) is not None:
-        return True
-    if isinstance(node, ast.Call):
-        q = mod.callee(node)
-        last = q.split(".")[-1]
-        if q.startswith("torch.") and last in TENSOR_FACTORIES:
-            data = node.args[0] if node.args else None
-            if last.endswith("_like"):
-                return True
-            return data is None or number(data) is not None or isinstance(data, (ast.Tuple, ast.List))
-        if isinstance(node.func, ast.Attribute) and node.func.attr in (
-            "new_tensor", "new_zeros", "new_ones", "new_full", "zero_"
-        ):
-            return node.func.attr != "new_tensor" or (bool(node.args) and number(node.args[0]) is not None)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        return number(node.left) == 0 or number(node.right) == 0
-    return False
-
-
-def is_detached_value(mod: Module, node: ast.AST | None) -> str | None:
-    """How a value lost its autograd history, as source text, else None: ``x.detach()``,
-    ``x.data``, ``torch.tensor(x.item())``, ``x.detach().requires_grad_()``."""
-    if node is None:
-        return None
-    inner = node
-    while True:
-        receiver = method(inner, "requires_grad_", "to", "float", "cuda", "clone")
-        if receiver is None:
-            break
-        inner = receiver
-    if method(inner, "detach") is not None:
-        return unparse(node)
-    if isinstance(inner, ast.Attribute) and inner.attr == "data":
-        return unparse(node)
-    if isinstance(inner, ast.Call):
-        q = mod.callee(inner)
-        if q in ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor", "torch.autograd.Variable") and inner.args:
-            data = inner.args[0]
-            if number(data) is None and _has_value_escape(data):
-                return unparse(node)
-    return None
-
-
-def _has_value_escape(node: ast.AST) -> bool:
-    """``x.item()``, ``float(x)``, ``x.data``, ``x.detach()``, ``x.tolist()`` inside ``node``."""
-    for n in ast.walk(node):
-        if method(n, "item", "detach", "tolist", "cpu", "numpy") is not None:
-            return True
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float":
-            return True
-        if isinstance(n, ast.Attribute) and n.attr == "data":
-            return True
-    return False
-
-
-def nonfinite_checked(mod: Module, test: ast.AST) -> set[str]:
-    """Names a test checks for NaN/Inf: ``torch.isnan(loss)``, ``not torch.isfinite(loss)``,
-    ``math.isnan(loss.item())``, ``loss.isnan().any()``, ``loss != loss``."""
-    out: set[str] = set()
-    for n in ast.walk(test):
-        if isinstance(n, ast.Call):
-            q = mod.callee(n)
-            last = q.split(".")[-1]
-            if last in ("isnan", "isinf", "isfinite", "isneginf", "isposinf") and (
-                q.startswith(("torch.", "math.", "np.", "numpy.")) or q == last
-            ):
-                for a in n.args:
-                    out |= arith_names(a) | _item_names(a)
-            receiver = method(n, "isnan", "isinf", "isfinite")
-            if receiver is not None:
-                out |= arith_names(receiver)
-        elif (
-            isinstance(n, ast.Compare)
-            and len(n.ops) == 1
-            and isinstance(n.ops[0], ast.NotEq)
-            and isinstance(n.left, ast.Name)
-            and isinstance(n.comparators[0], ast.Name)
-            and n.left.id == n.comparators[0].id
-        ):
-            out.add(n.left.id)
-    return out
-
-
-def _item_names(node: ast.AST) -> set[str]:
-    receiver = method(node, "item")
-    return arith_names(receiver) if receiver is not None else set()
-
-
-# -- checkpoints ------------------------------------------------------------------------------
-
-
-def torch_saves(mod: Module) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
-    """(site, object, path, torch.save call) for each checkpoint save in the file."""
-    if "torch_saves" not in mod._memo:
-        mod._memo["torch_saves"] = list(_torch_saves(mod))
-    return mod._memo["torch_saves"]  # type: ignore[return-value]
-
-
-def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
-    """The saves, found:
-
-    A direct ``torch.save(obj, path)`` is its own site. A call to a helper defined in this file
-    that hands its own parameters to ``torch.save`` (``def save_checkpoint(state, path):
-    torch.save(state, path)``) is a site too, with the caller's arguments: names are followed
-    one function deep.
-    """
-    helpers: dict[str, tuple[int | None, int | None, ast.Call]] = {}
-    for call in mod.named("save"):
-        if mod.callee(call) != "torch.save":
-            continue
-        obj, path = arg(call, 0, "obj"), arg(call, 1, "f")
-        yield call, obj, path, call
-        fn = mod.scope(call).node
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-            if params and params[0] == "self":
-                params = params[1:]
-            i_obj = params.index(obj.id) if isinstance(obj, ast.Name) and obj.id in params else None
-            i_path = params.index(path.id) if isinstance(path, ast.Name) and path.id in params else None
-            if i_obj is not None or i_path is not None:
-                helpers[fn.name] = (i_obj, i_path, call)
-    if not helpers:
-        return
-    for call in mod.named(*helpers):
-        name = dotted(call.func) or ""
-        name = name[5:] if name.startswith("self.") else name
-        if name in helpers:
-            i_obj, i_path, inner = helpers[name]
-            obj = call.args[i_obj] if i_obj is not None and i_obj < len(call.args) else None
-            path = call.args[i_path] if i_path is not None and i_path < len(call.args) else None
-            yield call, obj, path, inner
-
-
-def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:
-    """Follow a name to the value of its last assignment before ``at`` in the same function."""
-    while depth and isinstance(node, ast.Name):
-        value = mod.scope(at).reaching(node.id, getattr(at, "lineno", 0))
-        if value is None:
-            return node
-        node, depth = value, depth - 1
-    return node
-
-
-def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | None:
-    """The file name a path expression always ends in (``ckpt.pt`` for
-    ``os.path.join(out_dir, "ckpt.pt")`` or ``f"{out}/last.pt"``), None when it varies
-    (``f"ckpt_{epoch}.pt"``) or cannot be followed (a function argument)."""
-    node = resolve(mod, path, at)
-    if node is None or isinstance(node, ast.Name):
-        return None
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.rsplit("/", 1)[-1] or None
-    if isinstance(node, ast.JoinedStr):
-        tail = node.values[-1] if node.values else None
-        if isinstance(tail, ast.Constant) and isinstance(tail.value, str):
-            if "/" in tail.value:
-                return tail.value.rsplit("/", 1)[-1] or None
-            if len(node.values) == 1:
-                return tail.value
-        return None
-    if isinstance(node, ast.Call):
-        q = mod.callee(node)
-        if q.endswith(("path.join", "Path", "PurePath")) and node.args:
-            return fixed_filename(mod, node.args[-1], at)
-        if method(node, "joinpath") is not None and node.args:
-            return fixed_filename(mod, node.args[-1], at)
-        return None
-    if isinstance(node, ast.BinOp):
-        if isinstance(node.op, ast.Div):
-            return fixed_filename(mod, node.right, at)
-        if isinstance(node.op, ast.Add) and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str):
-            text = node.right.value
-            return text.rsplit("/", 1)[-1] if "/" in text and not text.endswith("/") else None
-    return None

@@ -7,9 +7,11 @@ arguments. Exit codes: 0 clean, 1 findings, 2 usage error or files that could no
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from traindoc import catalog
 from traindoc.lint import render
 from traindoc.lint.config import ConfigError
 from traindoc.lint.engine import UsageError, lint_ids, lint_paths, summary
@@ -51,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "json":
         report = render.json_report(result)
     elif args.format == "sarif":
-        chosen = [i for i in lint_ids() if select is None or i in select]
+        chosen = [i for i in lint_ids() if (select is None or i in select) and i not in ignore]
         report = render.sarif(result, chosen)
     else:
         report = render.github(result)
@@ -63,7 +65,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(summary(result), file=sys.stderr)
     else:
-        sys.stdout.write(report)
+        try:
+            sys.stdout.write(report)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `traindoc lint . | head`: the reader left, that is fine
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     if args.exit_zero and result.exit_code == 1:
         return 0
     return result.exit_code
@@ -77,8 +83,6 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 def _check_known(unknown: list[str]) -> None:
     """--select must name ids that lint can report; other catalog ids get a clear message."""
-    from traindoc import catalog
-
     for id_ in unknown:
         try:
             catalog.get(id_)

@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", choices=("cheap", "standard", "thorough"), default="standard",
                         help="how much to measure (default standard)")
     parser.add_argument("--record", metavar="PATH", help="write the event stream as JSONL (replay with `traindoc analyze`)")
+    parser.add_argument("--guard", action="store_true",
+                        help="on a loss spike or a NaN loss, restore the last good state and halve the LR "
+                             "(changes the training; stops after 3 rollbacks)")
     output.add_report_options(parser)
     parser.add_argument("target", nargs=argparse.REMAINDER, help="script.py and its own arguments")
 
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     argv0 = str(Path(target)) if not args.module else target
     doc = Watch(level=args.level, select=select, ignore=ignore, record=args.record,
-                settings=settings, script=argv0, argv=script_args)
+                settings=settings, script=argv0, argv=script_args, guard=getattr(args, "guard", False))
     code, status = _execute(doc, target, script_args, is_module=bool(args.module))
     report = doc.close(status)
     if int(os.environ.get("RANK", "0")) != 0:
@@ -84,6 +87,9 @@ def _execute(doc: object, target: str, script_args: list[str], *, is_module: boo
         traceback.print_exc()
         return 130, "interrupted"
     except BaseException as exc:  # the user's exception: print it as Python would
+        if type(exc).__name__ == "GuardStop":  # --guard gave up: its message, no traceback
+            sys.stderr.write(f"{exc}\n")
+            return 1, "stopped"
         _print_user_traceback(exc, target)
         return 1, "exception"
     finally:

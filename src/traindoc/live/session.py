@@ -212,7 +212,7 @@ class Session:
 
     def models(self) -> list[Any]:
         """The models seen training so far (roots of forward passes), still alive."""
-        return [m for m in (r() for r in self._roots.values()) if m is not None]
+        return [m for m, _ in self._roots.items()]
 
     def start(self, script: str, argv: list[str]) -> None:
         self.emit(RunStart(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from types import TracebackType
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from traindoc import config
 from traindoc.engine import Report
@@ -42,6 +42,7 @@ class Watch:
         settings: config.Settings | None = None,
         script: str = "",
         argv: list[str] | None = None,
+        guard: bool | Mapping[str, object] = False,
     ) -> None:
         from traindoc.live.session import LEVELS
 
@@ -56,6 +57,9 @@ class Watch:
         self._argv = list(argv if argv is not None else sys.argv[1:])
         self._report: Report | None = None
         self.session: Any = None
+        # The rollback guard (opt-in; live/guard.py): True, or GuardConfig fields as a mapping.
+        self._guard_options = guard
+        self._guard: Any = None
 
     def __enter__(self) -> "Watch":
         from traindoc.live.probes import Probes
@@ -74,6 +78,14 @@ class Watch:
             self.session.adopt_model(self._model)
         self._probes = Probes(self.session)
         self._probes.install()
+        if self._guard_options:
+            from traindoc.live.guard import Guard, GuardConfig
+
+            options = self._guard_options if isinstance(self._guard_options, Mapping) else {}
+            self._guard = Guard(self.session, GuardConfig(**options),  # type: ignore[arg-type]
+                                detector_config=(self._options["settings"] or config.Settings()).detectors,  # type: ignore[union-attr]
+                                announce=self._announce)
+            self._guard.install()
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -82,6 +94,8 @@ class Watch:
     def close(self, status: str = "ok") -> Report:
         """Remove the probes and finish the report (idempotent)."""
         if self._report is None:
+            if self._guard is not None:
+                self._guard.uninstall()
             self._probes.uninstall()
             self._report = self.session.finish(status)
             if self._recorder is not None:
@@ -108,6 +122,8 @@ def _status(ev: BaseException | None) -> str:
         return "exit"
     if isinstance(ev, KeyboardInterrupt):
         return "interrupted"
+    if type(ev).__name__ == "GuardStop":
+        return "stopped"
     return "exception"
 
 

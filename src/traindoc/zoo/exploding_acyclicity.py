@@ -9,9 +9,10 @@ the total gradient norm is in the thousands on every step (~18K at step 0, still
 last step). The script clips with `clip_grad_norm_(model.parameters(), max_norm=1.0)` on every
 step, so each update is a normalised step in the penalty's direction and the reconstruction
 signal is lost. Reproduces seed 001 (grad norm 46,767 -> 12K from a torch.matrix_power
-acyclicity term, lambda 0.1, clip 1.0); catalog `exploding-gradients` and `clipping-every-step`.
+acyclicity term, lambda 0.1, clip 1.0); catalog `exploding-gradients` and `clipping-every-step`,
+and `loss-term-imbalance` (the penalty, at weight 0.1, supplies ~100% of the gradient).
 
-traindoc-expect: exploding-gradients clipping-every-step
+traindoc-expect: exploding-gradients clipping-every-step loss-term-imbalance@0
 """
 
 from __future__ import annotations

@@ -60,7 +60,9 @@ class Distiller(nn.Module):
         return self.student(x)
 
 
-def kd_loss(s_logits: torch.Tensor, t_logits: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+def kd_loss(
+    s_logits: torch.Tensor, t_logits: torch.Tensor, temperature: torch.Tensor
+) -> torch.Tensor:
     log_p_s = F.log_softmax(s_logits / temperature, dim=-1)
     p_t = F.softmax(t_logits / temperature, dim=-1)
     return F.kl_div(log_p_s, p_t, reduction="batchmean") * temperature**2
@@ -78,7 +80,8 @@ def load_teacher(gen: torch.Generator) -> nn.Module:
 def make_data(n: int, teacher: nn.Module, gen: torch.Generator):
     """Inputs from a Gaussian mixture; hard labels are the teacher's predictions."""
     centers = torch.randn(N_CLASSES, IN_DIM, generator=gen) * 3.0 / math.sqrt(IN_DIM)
-    x = centers[torch.randint(0, N_CLASSES, (n,), generator=gen)] + torch.randn(n, IN_DIM, generator=gen)
+    cluster = torch.randint(0, N_CLASSES, (n,), generator=gen)
+    x = centers[cluster] + torch.randn(n, IN_DIM, generator=gen)
     with torch.no_grad():
         y = teacher(x).argmax(dim=1)
     return x, y

@@ -119,7 +119,8 @@ def main() -> None:
             step += 1
 
             if step % args.log_every == 0 or step == 1:
-                print(f"step {step:4d} | loss {loss.item():.4f} | lr {scheduler.get_last_lr()[0]:.4f}")
+                lr = scheduler.get_last_lr()[0]
+                print(f"step {step:4d} | loss {loss.item():.4f} | lr {lr:.4f}")
             if step % args.eval_every == 0 or step == args.steps:
                 val_loss, val_acc = evaluate(model, val_loader)
                 print(f"step {step:4d} | val loss {val_loss:.4f} | val acc {val_acc:.3f}")

@@ -86,7 +86,9 @@ def pretrain_backbone(x, y, args) -> Backbone:
     model = Classifier(backbone, n_classes=8)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     model.train()
-    train_steps(model, optimizer, x, y, args.pretrain_steps, args.batch_size, args.log_every, "pretrain")
+    train_steps(
+        model, optimizer, x, y, args.pretrain_steps, args.batch_size, args.log_every, "pretrain"
+    )
     return backbone  # the pretraining head and optimizer are dropped here
 
 
@@ -115,7 +117,10 @@ def main() -> None:
 
     model.train()
     model.backbone.eval()  # frozen: keep it in inference behaviour
-    train_steps(model, optimizer, x_train, y_tgt[:2560], args.steps, args.batch_size, args.log_every, "finetune")
+    train_steps(
+        model, optimizer, x_train, y_tgt[:2560], args.steps, args.batch_size, args.log_every,
+        "finetune",
+    )
 
     print(f"target val acc {accuracy(model, x_val, y_tgt[2560:]):.3f}")
 

@@ -96,7 +96,8 @@ def main() -> None:
             opt.step()
 
         if step % args.log_every == 0 or step == args.steps - 1:
-            print(f"step {step:4d} | loss {loss.item():.4f} | muon lr {muon.param_groups[0]['lr']:.4f}")
+            muon_lr = muon.param_groups[0]["lr"]
+            print(f"step {step:4d} | loss {loss.item():.4f} | muon lr {muon_lr:.4f}")
 
     model.eval()
     with torch.no_grad():

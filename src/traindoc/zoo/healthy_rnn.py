@@ -87,7 +87,10 @@ def main() -> None:
             optimizer.step()
 
             if step % args.log_every == 0:
-                print(f"epoch {epoch} step {step:4d} | loss {loss.item():.4f} | grad_norm {grad_norm.item():.3f}")
+                print(
+                    f"epoch {epoch} step {step:4d} | loss {loss.item():.4f}"
+                    f" | grad_norm {grad_norm.item():.3f}"
+                )
             step += 1
             if step >= args.steps:
                 break

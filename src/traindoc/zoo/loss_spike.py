@@ -5,8 +5,9 @@ the usual setup for data that was shuffled once when the shards were written). O
 written by a buggy export: its 64 rows have labels permuted and features in the wrong unit
 (x50). It is the 61st batch of the run, so at step 60 of 120 the loss jumps from ~0.45 to
 ~186 (~280x its 20-step average); the Adam step on that batch perturbs the model for a few
-steps and the loss recovers to its pre-spike level. Nothing else is wrong with the run. Reproduces seed 003 §11
-("Rollback on Loss Spike: loss > 3 * loss_moving_avg"); catalog `loss-spike`.
+steps and the loss recovers to its pre-spike level. Nothing else is wrong with the run.
+Reproduces seed 003 §11 ("Rollback on Loss Spike: loss > 3 * loss_moving_avg"); catalog
+`loss-spike`.
 
 traindoc-expect: loss-spike
 """

@@ -32,7 +32,7 @@ def get_args() -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=16)
     p.add_argument("--d-model", type=int, default=32)
-    p.add_argument("--n-layers", type=int, default=2)
+    p.add_argument("--n-layers", type=int, default=1)
     p.add_argument("--n-heads", type=int, default=4)
     p.add_argument("--lr", type=float, default=5e-6, help="Muon LR (hidden matrices)")
     p.add_argument("--aux-lr", type=float, default=1e-6, help="AdamW LR (embeddings, norms, head)")
@@ -84,14 +84,22 @@ def make_chain(gen: torch.Generator, sharpness: float = 3.0) -> torch.Tensor:
     return torch.softmax(sharpness * torch.randn(VOCAB, VOCAB, generator=gen), dim=1)
 
 
-def get_batch(
-    chain: torch.Tensor, batch_size: int, seq_len: int, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    seq = torch.empty(batch_size, seq_len + 1, dtype=torch.long)
-    seq[:, 0] = torch.randint(0, VOCAB, (batch_size,), generator=gen)
+def make_corpus(
+    chain: torch.Tensor, n_seqs: int, seq_len: int, gen: torch.Generator
+) -> torch.Tensor:
+    """n_seqs token sequences of length seq_len + 1 sampled from the chain."""
+    seq = torch.empty(n_seqs, seq_len + 1, dtype=torch.long)
+    seq[:, 0] = torch.randint(0, VOCAB, (n_seqs,), generator=gen)
     for t in range(1, seq_len + 1):
         seq[:, t] = torch.multinomial(chain[seq[:, t - 1]], 1, generator=gen).squeeze(1)
-    return seq[:, :-1], seq[:, 1:]
+    return seq
+
+
+def get_batch(
+    corpus: torch.Tensor, batch_size: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = corpus[torch.randint(0, len(corpus), (batch_size,), generator=gen)]
+    return rows[:, :-1], rows[:, 1:]
 
 
 def build_optimizers(model: nn.Module, lr: float, aux_lr: float) -> list[torch.optim.Optimizer]:
@@ -111,7 +119,7 @@ def main() -> None:
     args = get_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
-    chain = make_chain(gen)
+    corpus = make_corpus(make_chain(gen), 2048, args.seq_len, gen)
 
     model = TinyLM(VOCAB, args.d_model, args.n_layers, args.n_heads, args.seq_len)
     optimizers = build_optimizers(model, args.lr, args.aux_lr)
@@ -126,7 +134,7 @@ def main() -> None:
 
     model.train()
     for step in range(args.steps):
-        x, y = get_batch(chain, args.batch_size, args.seq_len, gen)
+        x, y = get_batch(corpus, args.batch_size, gen)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
 

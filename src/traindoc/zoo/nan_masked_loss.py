@@ -67,7 +67,11 @@ def main() -> None:
 
     x, y = load_sensor_log(30 * args.batch_size, cycle=3 * args.batch_size, gen=gen)
     loader = DataLoader(
-        TensorDataset(x, y), batch_size=args.batch_size, shuffle=False, drop_last=True, num_workers=0
+        TensorDataset(x, y),
+        batch_size=args.batch_size,
+        shuffle=False,
+        drop_last=True,
+        num_workers=0,
     )
 
     model = SensorRegressor(N_CHANNELS, args.hidden)

@@ -6,7 +6,8 @@ positive for each anchor is drawn from the anchor's class, and the sampler does 
 anchor itself; when it picks it, the distance is exactly 0 and the backward of sqrt at 0 is
 inf * 0 = NaN. The loss of that step is still finite, but every gradient is NaN; Adam writes the
 NaN into every weight and from the next step on the loss is NaN. Nothing guards it and the loop
-keeps printing `loss nan`. With the default seed the first self-pair is drawn at step 2.
+keeps printing `loss nan`. With the default seed the first self-pair is drawn at step 2 (NaN
+gradients at step 2, NaN loss from step 3 on).
 Catalog `nonfinite`.
 
 traindoc-expect: nonfinite

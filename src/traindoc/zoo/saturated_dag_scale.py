@@ -1,4 +1,4 @@
-"""Amortised causal-structure model whose edge logits are scaled by d_model**-0.5: outputs stuck at 0.5.
+"""Causal-structure model whose edge logits are scaled by d_model**-0.5: outputs stuck near 0.5.
 
 Each training example is a small dataset (64 observations of 10 variables) drawn from its own
 random linear DAG; the model encodes every variable's column into a d_model=512 token, an edge

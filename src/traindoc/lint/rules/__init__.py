@@ -15,6 +15,7 @@ from traindoc.lint.rules.checkpoint_not_atomic import CheckpointNotAtomic
 from traindoc.lint.rules.clip_before_unscale import ClipBeforeUnscale
 from traindoc.lint.rules.constant_loss import ConstantLoss
 from traindoc.lint.rules.detached_prediction import DetachedPrediction
+from traindoc.lint.rules.ema_without_buffers import EmaWithoutBuffers
 from traindoc.lint.rules.eval_in_train_mode import EvalInTrainMode
 from traindoc.lint.rules.grad_cleared_before_step import GradClearedBeforeStep
 from traindoc.lint.rules.inference_tensor_in_autograd import InferenceTensorInAutograd
@@ -35,6 +36,7 @@ RULES: tuple[type, ...] = (
     UnscaledGradAccumulation,
     ClipBeforeUnscale,
     EvalInTrainMode,
+    EmaWithoutBuffers,
     InferenceTensorInAutograd,
     CheckpointNotAtomic,
     CheckpointIncomplete,

@@ -111,7 +111,7 @@ class AutogradCollective:
                 why = self._requires_grad(mod, scope, tensor, call.lineno)
                 if why is None:
                     continue
-                value = scope.reaching(tensor, call.lineno)
+                value = scope.reaching(tensor, call.lineno, mod)
                 source = dotted(method(value, "clone")) if value is not None else None
                 if source:
                     fix = (f"Build `{tensor}` from `{source}.detach().clone()` instead of "
@@ -131,7 +131,7 @@ class AutogradCollective:
                 )
 
     def _requires_grad(self, mod: Module, scope: Scope, name: str, line: int) -> str | None:
-        value = scope.reaching(name, line)
+        value = scope.reaching(name, line, mod)
         if value is not None and (is_detached_value(mod, value) or is_constant_value(mod, value)):
             return None
         if value is not None and _escapes(value):

@@ -118,7 +118,9 @@ class Bf16MasterWeights:
             if not casts:
                 continue
             optimizers = [
-                c for c in mod.constructors() if mod.scope_of.get(c) is scope and mod.kind_of_call(c) == "optimizer"
+                c
+                for c in mod.constructors()
+                if mod.scope_of.get(c) is scope and mod.kind_of_call(c) == "optimizer"
             ]
             for node, model, dtype in casts:
                 for opt in optimizers:

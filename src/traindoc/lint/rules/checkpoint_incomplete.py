@@ -8,6 +8,7 @@ from typing import ClassVar, Iterator
 from traindoc.lint._ast import Module, dotted, fixed_filename, kwarg, method, resolve, torch_saves
 from traindoc.lint.rules._common import Hit, Invalid
 
+PARTS = ("model", "optimizer", "scheduler", "scaler", "step")
 STEP_KEYS = ("step", "epoch", "iter", "update", "tokens", "samples_seen")
 EFFECT = {
     "optimizer": "the optimizer's moments from zero",
@@ -51,7 +52,7 @@ class CheckpointIncomplete:
             import torch
 
             def save(model, optimizer, path):
-                torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}, "last.pt")
+                torch.save({"model_state_dict": model.state_dict(), "optimizer_state_dict": optimizer.state_dict()}, "model_opt.pt")
             """,
             4,
         ),
@@ -113,7 +114,7 @@ class CheckpointIncomplete:
             if found is None:
                 continue
             node, keys, receivers = found
-            have = {part for part in ("model", "optimizer", "scheduler", "scaler", "step") if _has(part, keys, receivers, mod)}
+            have = {part for part in PARTS if _has(part, keys, receivers, mod)}
             if "model" not in have or not ({"optimizer", "step"} & have):
                 continue
             missing, effects, entries = [], [], []
@@ -177,8 +178,9 @@ def _has(part: str, keys: list[str], receivers: list[str], mod: Module) -> bool:
     for key, receiver in zip(keys, receivers):
         low = key.lower()
         role = mod.role(receiver) if receiver else None
-        if part == "model" and (("model" in low or "state_dict" in low or low in ("net", "weights", "params")) and "optim" not in low and "sched" not in low and "scaler" not in low):
-            return True
+        if part == "model" and ("model" in low or "state_dict" in low or low in ("net", "weights", "params")):
+            if not any(other in low for other in ("optim", "sched", "scaler")):
+                return True
         if part == "optimizer" and ("optim" in low or low in ("opt",) or role == "optimizer"):
             return True
         if part == "scheduler" and ("sched" in low or role == "scheduler"):

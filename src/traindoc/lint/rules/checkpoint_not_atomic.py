@@ -10,15 +10,15 @@ from traindoc.lint.rules._common import Hit, Invalid
 
 RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
 TEMP_WORDS = ("tmp", "temp", ".part", "partial")
-TEMPFILE = ("NamedTemporaryFile", "mkstemp", "TemporaryDirectory", "mkdtemp")
 
 
 class CheckpointNotAtomic:
     """``torch.save`` writes straight to a fixed file name that is overwritten each time and
     read back to resume (``last.pt``, ``ckpt.pt``, ``checkpoint.pt``, or a path this file
-    ``torch.load``s to resume), with no ``os.replace``/``os.rename`` in the same function. A crash or
-    preemption mid-write leaves a truncated file and nothing to resume from. Per-epoch names
-    (``ckpt_{epoch}.pt``) and one-off exports (``model_final.pt``) stay quiet.
+    ``torch.load``s to resume), from a loop or a save function, with no ``os.replace`` /
+    ``os.rename`` next to it. A crash or preemption mid-write leaves a truncated file and nothing
+    to resume from. Per-epoch names (``ckpt_{epoch}.pt``) and one-off saves at the end of a run
+    (``torch.save(model.state_dict(), "checkpoint.pth")``) stay quiet.
     """
 
     id: ClassVar[str] = "checkpoint-not-atomic"
@@ -83,6 +83,7 @@ class CheckpointNotAtomic:
 
         train(model, optimizer, loader)
         torch.save(model.state_dict(), "model_final.pt")
+        torch.save(model.state_dict(), "checkpoint.pth")
         """,
         """
         import torch
@@ -106,6 +107,11 @@ class CheckpointNotAtomic:
             resumed = path is not None and mod.text(path, 400) in loaded
             if not resumed and not any(w in name.lower() for w in RESUME_WORDS):
                 continue
+            repeated = resumed or mod.loops_around(call) or any(
+                w in mod.scope(call).name.lower() for w in ("save", "checkpoint", "ckpt")
+            )
+            if not repeated:
+                continue  # a one-off save at the end of a run does not overwrite a resume point
             if self._renames(mod, call) or self._renames(mod, inner):
                 continue
             yield Hit(
@@ -120,9 +126,9 @@ class CheckpointNotAtomic:
             )
 
     def _renames(self, mod: Module, call: ast.Call) -> bool:
-        for c in mod.named_in(mod.scope(call), "replace", "rename", "move", *TEMPFILE):
+        for c in mod.named_in(mod.scope(call), "replace", "rename", "move"):
             q = mod.callee(c)
-            if q in ("os.replace", "os.rename", "shutil.move") or q.startswith("tempfile."):
+            if q in ("os.replace", "os.rename", "shutil.move"):
                 return True
             if method(c, "replace", "rename") is not None and len(c.args) == 1:
                 return True  # Path(tmp).replace(path)

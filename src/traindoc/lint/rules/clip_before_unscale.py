@@ -118,7 +118,7 @@ class ClipBeforeUnscale:
                 limit = kwarg(call, "max_norm") or kwarg(call, "clip_value")
                 if limit is None and len(call.args) > 1:
                     limit = call.args[1]
-                shown = f" {mod.text(limit)}" if limit is not None else ""
+                shown = f" `{mod.text(limit)}`" if limit is not None else ""
                 yield Hit(
                     call,
                     f"`{mod.text(call)}` (line {call.lineno}) clips gradients that are still "
@@ -136,7 +136,8 @@ class ClipBeforeUnscale:
         if name not in CLIP:
             return False
         head = q.rsplit(".", 1)[0] if "." in q else ""
-        return head in ("torch.nn.utils", "torch.nn.utils.clip_grad", "nn.utils") or head == "" or q.startswith("torch.nn.utils")
+        # torch.nn.utils.clip_grad_norm_ (through any alias), or a bare imported name
+        return head == "" or head == "nn.utils" or q.startswith("torch.nn.utils")
 
 
 def _disabled(mod: Module, scaler: str) -> bool:

@@ -16,6 +16,10 @@ FUNCTIONAL_LOSSES = frozenset(
 )
 
 
+# losses whose two arguments play the same role: a detached first argument may be the target
+SYMMETRIC = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"})
+
+
 class DetachedPrediction:
     """A loss term is computed from a prediction that was ``.detach()``ed (``aux =
     model.aux_head(feats).detach()`` then ``F.mse_loss(aux, target)``) and the term is added to
@@ -69,6 +73,16 @@ class DetachedPrediction:
             loss.backward()
             optimizer.step()
         """,
+        """
+        import torch.nn.functional as F
+
+        for x1, x2 in loader:
+            target = target_net(x2).detach()
+            loss = F.mse_loss(target, predictor(online_net(x1)))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -92,6 +106,8 @@ class DetachedPrediction:
                 found = _detached_prediction(mod, scope, value.args[0], stmt.lineno)
                 if found is None:
                     continue
+                if q.split(".")[-1] in SYMMETRIC and len(value.args) > 1 and _computed(scope, value.args[1]):
+                    continue  # mse(target.detach(), prediction): the order does not matter
                 name, how, line = found
                 yield Hit(
                     stmt,
@@ -111,6 +127,17 @@ def _builds_loss(mod: Module, call: ast.AST) -> bool:
         if mod.callee(call).split(".")[-1].endswith("Loss"):
             return True
         call = call.func.value if isinstance(call.func, ast.Attribute) else None  # type: ignore[assignment]
+    return False
+
+
+def _computed(scope: Scope, node: ast.expr) -> bool:
+    """``node`` is computed in this function (a call, or a name assigned from one): possibly a
+    prediction, unlike a batch's target that arrives from the loader."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            return True
+        if isinstance(n, ast.Name) and any(isinstance(v, ast.Call) for _, v in scope.values_of(n.id)):
+            return True
     return False
 
 

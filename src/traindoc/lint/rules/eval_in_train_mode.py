@@ -9,6 +9,12 @@ from traindoc.lint._ast import Module, contains_word, dotted, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 
+FRAMEWORK_HOOKS = frozenset(
+    {"validation_step", "test_step", "predict_step", "on_validation_epoch_end", "on_test_epoch_end",
+     "prediction_step", "evaluation_loop", "evaluate_step"}
+)
+
+
 class EvalInTrainMode:
     """A trained model runs under ``torch.no_grad()`` / ``torch.inference_mode()`` over a
     validation loader (or in a function named like ``evaluate``) while nothing in the file
@@ -87,15 +93,31 @@ class EvalInTrainMode:
             with torch.no_grad():
                 train_acc = (out.argmax(1) == y).float().mean()
         """,
+        """
+        import lightning as L
+        import torch
+
+        class Classifier(L.LightningModule):
+            def validation_step(self, batch, batch_idx):
+                x, y = batch
+                with torch.no_grad():  # Lightning already runs this in eval mode
+                    for chunk_x, chunk_y in zip(x.split(64), y.split(64)):
+                        self.log("val_loss", self.loss_fn(self(chunk_x), chunk_y))
+
+            def configure_optimizers(self):
+                return torch.optim.AdamW(self.parameters(), lr=1e-3)
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
         if _sets_eval_mode(mod):
             return
-        models = mod.trained_models()
+        models = mod.trained_models() - {"self"}  # `self(x)` inside a module is not "the model"
         if not models:
             return
         for scope in mod.scopes:
+            if scope.name in FRAMEWORK_HOOKS:
+                continue  # Lightning / Trainer put the model in eval mode around these
             blocks: list[tuple[ast.AST, list[ast.stmt], str]] = []
             fn = scope.node
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, dotted, method
+from traindoc.lint._ast import Module, Scope, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 

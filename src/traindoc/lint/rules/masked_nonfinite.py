@@ -24,8 +24,8 @@ class MaskedNonfinite:
     """The loss (or a trained model's output) is made finite by force, or the error it causes
     is swallowed: ``if torch.isnan(loss): loss = <constant>``, ``torch.nan_to_num(loss)``,
     ``torch.where(torch.isnan(loss), 0, loss)``, or a ``try``/``except`` around backward that
-    catches a broad error and does not re-raise. Skipping the step (``continue``) or raising is
-    fine and stays quiet.
+    catches a broad error and neither re-raises nor reports the traceback. Skipping the step
+    explicitly (``continue``) or raising is fine and stays quiet.
     """
 
     id: ClassVar[str] = "masked-nonfinite"
@@ -252,7 +252,7 @@ class MaskedNonfinite:
                 continue
             for handler in block.handlers:
                 caught = _broad(handler.type)
-                if caught is None or _reraises(handler) or _about_oom(handler):
+                if caught is None or _reraises(handler) or _about_oom(handler) or _reports(handler):
                     continue
                 b = inside[0]
                 label = f"except {caught}" if caught else "except"
@@ -282,6 +282,20 @@ def _broad(node: ast.expr | None) -> str | None:
 
 def _reraises(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(n, ast.Raise) for n in ast.walk(handler))
+
+
+def _reports(handler: ast.ExceptHandler) -> bool:
+    """The handler prints the traceback (``logger.exception``, ``traceback.print_exc``): the
+    error is reported, not hidden."""
+    for n in ast.walk(handler):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+            if n.func.attr in ("exception", "print_exc", "print_exception", "format_exc"):
+                return True
+            if n.func.attr in ("error", "warning", "critical") and any(
+                kw.arg == "exc_info" for kw in n.keywords
+            ):
+                return True
+    return False
 
 
 def _about_oom(handler: ast.ExceptHandler) -> bool:

@@ -88,7 +88,9 @@ class MissingZeroGrad:
             steps = mod.optimizer_steps(scope)
             for loop in scope.loops:
                 inside_b = [b for b in scope.backwards if mod.inside(b.call, loop) and b.via != "wrapper"]
-                inside_s = [(c, o) for c, o in steps if mod.inside(c, loop)]
+                inside_s = [
+                    (c, o) for c, o in steps if mod.inside(c, loop) and not _built_inside(mod, scope, o, loop)
+                ]
                 if inside_b and inside_s:
                     call, opt = inside_s[0]
                     b = inside_b[0]
@@ -103,6 +105,12 @@ class MissingZeroGrad:
                         "forward pass or right after the optimizer step.",
                     )
                     break  # one finding per scope: the outer loop holds the inner one
+
+
+def _built_inside(mod: Module, scope, opt: str, loop: ast.AST) -> bool:
+    """The optimizer is built afresh inside the loop: each one steps once, nothing accumulates
+    across its steps (a numerics check, not a training loop)."""
+    return any(mod.inside(stmt, loop) for stmt, _ in scope.values_of(opt))
 
 
 def _clears_gradients(mod: Module) -> bool:

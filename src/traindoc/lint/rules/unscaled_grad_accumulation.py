@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Backward, Module, Scope, arith_names, dotted, kwarg, number
+from traindoc.lint._ast import Backward, Module, Scope, arith_names, dotted, kwarg, method, number
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -116,6 +116,15 @@ class UnscaledGradAccumulation:
             if step % log_every == 0:
                 print(step)
         """,
+        """
+        for i, (x, y) in enumerate(loader):
+            criterion(model(x), y).backward()
+            if (i + 1) % accum == 0:
+                for p in model.parameters():
+                    p.grad /= accum
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -127,7 +136,7 @@ class UnscaledGradAccumulation:
             for b in scope.backwards:
                 if b.via in ("tensor", "scaler"):
                     yield from self._unscaled(mod, scope, b, steps)
-                elif divisor is not None and mod.role(b.owner) == "accelerator" and b.owner and "fabric" not in b.owner:
+                elif divisor is not None and _is_accelerate(mod, b.owner):
                     yield from self._divided_twice(mod, scope, b, divisor)
 
     def _unscaled(self, mod: Module, scope: Scope, b: Backward, steps) -> Iterator[Hit]:
@@ -142,7 +151,7 @@ class UnscaledGradAccumulation:
             if guard is None or mod.inside(b.call, guard[0]):
                 continue
             every = guard[1]
-            if _is_scaled(mod, scope, b, every):
+            if _is_scaled(mod, scope, b, every) or _scales_grads(guard[0]):
                 return
             name = mod.text(b.loss)
             yield Hit(
@@ -158,7 +167,9 @@ class UnscaledGradAccumulation:
             )
             return
 
-    def _divided_twice(self, mod: Module, scope: Scope, b: Backward, divisor: tuple[ast.Call, str]) -> Iterator[Hit]:
+    def _divided_twice(
+        self, mod: Module, scope: Scope, b: Backward, divisor: tuple[ast.Call, str]
+    ) -> Iterator[Hit]:
         ctor, steps_text = divisor
         for node, by in _divisions(scope, b):
             text = mod.text(by)
@@ -178,6 +189,11 @@ class UnscaledGradAccumulation:
                 return
 
 
+def _is_accelerate(mod: Module, owner: str | None) -> bool:
+    """``owner.backward(loss)`` is Accelerate's (Fabric's backward does not divide)."""
+    return bool(owner) and mod.role(owner) == "accelerator" and "fabric" not in (owner or "")
+
+
 def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST) -> tuple[ast.If, str] | None:
     """The ``if ... % N == 0`` around ``call`` inside ``loop``, with N as text."""
     for a in mod.ancestors(call):
@@ -190,6 +206,19 @@ def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST) -> tuple[ast.If, s
                     if value is None or value > 1:
                         return a, mod.text(n.right)
     return None
+
+
+def _scales_grads(guard: ast.If) -> bool:
+    """The guarded block divides the gradients themselves (``p.grad /= n``,
+    ``p.grad.div_(n)``) before stepping: scaling the loss is then not needed."""
+    for n in ast.walk(guard):
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, (ast.Div, ast.Mult)):
+            if "grad" in (dotted(n.target) or ""):
+                return True
+        receiver = method(n, "div_", "mul_")
+        if receiver is not None and "grad" in (dotted(receiver) or ""):
+            return True
+    return False
 
 
 def _is_scaled(mod: Module, scope: Scope, b: Backward, every: str) -> bool:

@@ -5,11 +5,27 @@ removes them in reverse (the Patcher restores every patched function)."""
 from __future__ import annotations
 
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.amp import AmpProbes
+from traindoc.live.probes.checkpoints import CheckpointProbes
 from traindoc.live.probes.core import CoreProbes
+from traindoc.live.probes.data import DataProbes
+from traindoc.live.probes.eval import EvalProbes
+from traindoc.live.probes.loop import LoopProbes
+from traindoc.live.probes.losses import LossTermsProbe
+from traindoc.live.probes.metrics import MetricsProbe
+from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.session import Session
 
 PROBES: tuple[type, ...] = (
     CoreProbes,
+    AmpProbes,  # after core: wraps its clip_grad_norm_ wrapper
+    CheckpointProbes,
+    LoopProbes,  # after core: its step hook runs after the session has counted the step
+    EvalProbes,
+    DataProbes,
+    MetricsProbe,
+    RouterProbe,  # after metrics: shares its Publisher
+    LossTermsProbe,  # after core: its backward wrapper runs first, before the user's backward
 )
 
 

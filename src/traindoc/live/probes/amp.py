@@ -60,7 +60,7 @@ class AmpProbes:
         self._clip_scale: torch.Tensor | None = None
         self._clip_sites = 0
         # autocast coverage (sampled steps)
-        self._scaler_used = False
+        self._scaled: set[int] = set()  # steps in which a GradScaler scaled a loss
         self._fwd: list[Any] = []
         self._prev_change: Any = None
         self._rows: list[tuple[int, str, int, bool, str, str]] = []
@@ -121,7 +121,7 @@ class AmpProbes:
 
     def _on_scale(self, scaler: Any, out: Any) -> None:
         self._active[id(scaler)] = scaler
-        self._scaler_used = True
+        self._scaled.add(self.s.current_step)
         scale = scaler._scale
         if isinstance(out, torch.Tensor) and out.numel() == 1 and scale is not None and scale.device == out.device:
             self.s.loss_scales[id(out)] = scale  # the session divides at backward(), before update()
@@ -359,12 +359,15 @@ class AmpProbes:
     def _emit_autocast(self, upto: int) -> None:
         rows = [r for r in self._rows if r[0] <= upto]
         if not rows:
+            if self._scaled and min(self._scaled) <= upto:
+                self._scaled = {k for k in self._scaled if k > upto}
             return
         self._rows = [r for r in self._rows if r[0] > upto]
         for step in sorted({r[0] for r in rows}):
             seen = self._seen.pop(step, set())
-            if not seen and not self._scaler_used:
-                continue  # not a mixed-precision run (so far): nothing to check
+            scaled = step in self._scaled
+            if not seen and not scaled:
+                continue  # not a mixed-precision step: nothing to check
             mine = [r for r in rows if r[0] == step]
             names: dict[str, tuple[int, str, str]] = {}
             for _, name, numel, fp32, device, reason in mine:
@@ -377,7 +380,7 @@ class AmpProbes:
                 devices[device] += numel
             unique = {r[1]: r[2] for r in mine}
             self.s.emit(AutocastCheck(
-                step=step, autocast=tuple(sorted(seen)), scaler=self._scaler_used,
+                step=step, autocast=tuple(sorted(seen)), scaler=scaled,
                 modules=len(unique), numel=sum(unique.values()), fp32=tuple(names)[:50],
                 fp32_numel=sum(n for n, _, _ in names.values()),
                 device=devices.most_common(1)[0][0] if devices else "",
@@ -385,6 +388,7 @@ class AmpProbes:
             ))
         for old in [k for k in self._seen if k <= upto]:
             del self._seen[old]
+        self._scaled = {k for k in self._scaled if k > upto}
 
 
 def _autocast_devices() -> tuple[str, ...]:

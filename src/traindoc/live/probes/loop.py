@@ -1,12 +1,14 @@
 """The training loop's order: LR schedulers against optimizer steps, and how gradients are built
 between two optimizer steps (accumulation, clearing).
 
-Scheduler order: ``LRScheduler.step`` is patched (and the subclasses that override it and call
-their children, SequentialLR and ChainedScheduler). ``ReduceLROnPlateau`` is an LRScheduler
-subclass in torch 2.x but overrides ``step(metrics)`` without calling the base class and is left
-out on purpose: it is driven by a metric, has no schedule whose first value could be skipped, and
-is often stepped by an evaluation before training. A scheduler's construction-time step is not
-the user's and is ignored. A call before its optimizer's first ``step()`` is "early"; if an AMP
+Scheduler order: ``LRScheduler._update_lr``, which every ``LRScheduler.step`` calls after its
+own order check, is patched rather than ``step`` itself, so that PyTorch's warning (issued in
+``step`` with stacklevel=2) still points at the user's line. SequentialLR and ChainedScheduler
+override ``step`` and step their children, which are seen with their own class.
+``ReduceLROnPlateau`` is an LRScheduler subclass in torch 2.x but overrides ``step(metrics)``
+without calling the base class and is left out on purpose: it is driven by a metric, has no
+schedule whose first value could be skipped, and is often stepped by an evaluation before
+training. A scheduler's construction-time step is not the user's and is ignored. A call before its optimizer's first ``step()`` is "early"; if an AMP
 GradScaler skipped that optimizer's step (``scaler.step(opt)`` was called but found Inf/NaN),
 the call is counted as ``skipped``: PyTorch warns there too, but the user's order is right.
 
@@ -34,7 +36,7 @@ from torch.utils.data import dataloader as _dl
 from traindoc.events import Event, GradAccumulation, Scalar, SchedulerStep
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher, is_compiling
-from traindoc.live.session import Session, user_site
+from traindoc.live.session import ObjectMap, Session, user_site
 
 _MAX_NORMS = 16  # gradient norms kept per interval (one per backward)
 
@@ -127,27 +129,26 @@ class LoopProbes:
         self._local = threading.local()
         self._sched_depth = 0
         # scheduler order
-        self._stepped: set[int] = set()  # optimizers that have stepped (ids)
-        self._scaler_tried: set[int] = set()  # optimizers passed to GradScaler.step
-        self._early: dict[int, _Early] = {}
-        self._sched_done: set[int] = set()
-        self._sched_refs: dict[int, Any] = {}
+        # Keyed by identity, ignoring dead objects (Python reuses ids).
+        self._stepped = ObjectMap()  # optimizers that have stepped
+        self._scaler_tried = ObjectMap()  # optimizers passed to GradScaler.step
+        self._early = ObjectMap()  # scheduler -> _Early
+        self._sched_done = ObjectMap()  # schedulers whose order is settled
         # gradients between steps
         self._backwards = 0
         self._batches = 0
         self._unmeasured = 0
         self._opt_steps = 0
         self._last_bwd_stamp = 0
-        self._intervals: dict[int, _Interval] = {}
+        self._intervals = ObjectMap()  # optimizer -> _Interval
         self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
         self._scaled: dict[int, float] = {}
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
         self._handles.append(register_optimizer_step_post_hook(self._post_step))
-        self._patch(_sched.LRScheduler, "step", self._wrap_sched_step)
-        for cls in _overriding_schedulers():
-            self._patch(cls, "step", self._wrap_sched_step)
+        hook = "_update_lr" if hasattr(_sched.LRScheduler, "_update_lr") else "step"  # torch < 2.6: step
+        self._patch(_sched.LRScheduler, hook, self._wrap_sched_step)
         self._patch(torch.Tensor, "backward", self._wrap_backward)
         self._patch(torch.autograd, "backward", self._wrap_backward)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
@@ -161,8 +162,8 @@ class LoopProbes:
             h.remove()
         self._handles.clear()
         # Schedulers whose optimizer never stepped: report what was seen.
-        for key in list(self._early):
-            self._guard("scheduler", self._emit_early, key, math.nan)
+        for sched, _ in self._early.items():
+            self._guard("scheduler", self._emit_early, sched, math.nan)
 
     # ---- scheduler order -----------------------------------------------------------------------
     def _wrap_sched_step(self, orig: Any) -> Any:
@@ -170,7 +171,7 @@ class LoopProbes:
 
         @functools.wraps(orig)
         def step(sched: Any, *args: Any, **kwargs: Any) -> Any:
-            if probes._sched_depth or id(sched) in probes._sched_done:
+            if probes._sched_depth or sched in probes._sched_done:
                 return orig(sched, *args, **kwargs)  # a child of Sequential/Chained, or settled
             probes._sched_depth += 1
             try:
@@ -189,29 +190,28 @@ class LoopProbes:
         opt = getattr(sched, "optimizer", None)
         if opt is None:
             return
-        key = id(sched)
-        if id(opt) in self._stepped or getattr(opt, "_opt_called", False):
-            if key not in self._early:
-                self._sched_done.add(key)
+        if opt in self._stepped or getattr(opt, "_opt_called", False):
+            if sched not in self._early:
+                self._sched_done[sched] = True
                 self.s.emit(SchedulerStep(step=self.s.step, scheduler=type(sched).__name__,
                                           optimizer=type(opt).__name__))
             return
-        rec = self._early.get(key)
+        rec = self._early.get(sched)
         if rec is None:
-            rec = self._early[key] = _Early(sched, opt, user_site(2))
-            self._sched_refs[key] = weakref.ref(sched)
+            rec = _Early(sched, opt, user_site(2))
+            self._early[sched] = rec
         rec.early += 1
-        if id(opt) in self._scaler_tried:
+        if opt in self._scaler_tried:
             rec.skipped += 1
 
     def _after_sched(self, sched: Any) -> None:
-        rec = self._early.get(id(sched))
+        rec = self._early.get(sched)
         if rec is not None:
             rec.lr_after = _lr0(rec.opt_ref())
 
-    def _emit_early(self, key: int, lr_first: float) -> None:
-        rec = self._early.pop(key)
-        self._sched_done.add(key)
+    def _emit_early(self, sched: Any, lr_first: float) -> None:
+        rec = self._early.pop(sched)
+        self._sched_done[sched] = True
         self.s.emit(SchedulerStep(
             step=self.s.step, scheduler=rec.scheduler, optimizer=rec.optimizer, early=rec.early,
             skipped=rec.skipped, lr_start=rec.lr_start, lr_after=rec.lr_after, lr_first=lr_first,
@@ -223,7 +223,7 @@ class LoopProbes:
 
         @functools.wraps(orig)
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            probes._scaler_tried.add(id(optimizer))
+            probes._scaler_tried[optimizer] = True
             return orig(scaler, optimizer, *args, **kwargs)
 
         return step
@@ -248,27 +248,26 @@ class LoopProbes:
     # ---- optimizer steps -----------------------------------------------------------------------
     def _post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         self._opt_steps += 1
-        if id(opt) not in self._stepped:
+        if opt not in self._stepped:
             self._guard("scheduler", self._first_step, opt)
-        iv = self._intervals.get(id(opt))
+        iv = self._intervals.get(opt)
         if iv is not None and self._backwards > iv.backwards and self._unmeasured == iv.unmeasured:
             self._guard("accumulation", self._close_interval, opt, iv)
         self._mark = (self._backwards, self._batches, self._unmeasured)
-        self._intervals[id(opt)] = _Interval(*self._mark)
+        self._intervals[opt] = _Interval(*self._mark)
         self._scaled.clear()
         if self.s.sampled and not is_compiling():
             self._guard("lr", self._emit_lr, opt)
 
     def _first_step(self, opt: Any) -> None:
-        self._stepped.add(id(opt))
+        self._stepped[opt] = True
         lr = _lr0(opt)
-        for key, rec in list(self._early.items()):
+        for sched, rec in self._early.items():
             if rec.opt_ref() is opt:
-                self._emit_early(key, lr)
+                self._emit_early(sched, lr)
 
     def _emit_lr(self, opt: Any) -> None:
-        entry = self.s._optimizers.get(id(opt))
-        if entry is None or entry[0] != 0:
+        if self.s._optimizers.get(opt) != 0:
             return  # the LR series follows the first optimizer
         lr = _lr0(opt)
         if math.isfinite(lr):
@@ -314,12 +313,7 @@ class LoopProbes:
         return backward
 
     def _optimizers(self) -> list[Any]:
-        opts = []
-        for _, ref in list(self.s._optimizers.values()):
-            opt = ref()
-            if opt is not None:
-                opts.append(opt)
-        return opts
+        return [opt for opt, _ in self.s._optimizers.items()]
 
     def _pre_backward(self, tensor: torch.Tensor) -> None:
         self._last_bwd_stamp = self._opt_steps
@@ -327,9 +321,10 @@ class LoopProbes:
         if factor is None:
             factor = loss_factor(tensor)
         for opt in self._optimizers():
-            iv = self._intervals.get(id(opt))
+            iv = self._intervals.get(opt)
             if iv is None:
-                iv = self._intervals[id(opt)] = _Interval(*self._mark)  # its first interval
+                iv = _Interval(*self._mark)  # its first interval
+                self._intervals[opt] = iv
             first = iv.first_stamp is None
             if first:
                 iv.first_stamp = self._opt_steps
@@ -350,7 +345,7 @@ class LoopProbes:
 
     def _post_backward(self) -> None:
         for opt in self._optimizers():
-            iv = self._intervals.get(id(opt))
+            iv = self._intervals.get(opt)
             if iv is None or len(iv.post) >= _MAX_NORMS:
                 continue
             grads = _grads(opt)
@@ -361,8 +356,7 @@ class LoopProbes:
         if iv.first_stamp is None:
             return
         s = self.s
-        entry = s._optimizers.get(id(opt))
-        index = entry[0] if entry is not None else -1
+        index = s._optimizers.get(opt, -1)
         step = s.step
         backwards = self._backwards - iv.backwards
         batches = self._batches - iv.batches
@@ -406,16 +400,3 @@ def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     dev = norms.device
     return torch.linalg.vector_norm(norms.to(dev).float())
 
-
-def _overriding_schedulers() -> list[type]:
-    """LRScheduler subclasses of torch that override ``step`` (and call their children's),
-    except ReduceLROnPlateau (see the module docstring)."""
-    out: list[type] = []
-    stack = list(_sched.LRScheduler.__subclasses__())
-    while stack:
-        cls = stack.pop()
-        stack.extend(cls.__subclasses__())
-        if ("step" in cls.__dict__ and cls.__module__ == _sched.__name__
-                and not issubclass(cls, _sched.ReduceLROnPlateau) and cls not in out):
-            out.append(cls)
-    return out

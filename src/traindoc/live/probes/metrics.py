@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import math
 import os
 import sys
 import threading
@@ -39,7 +38,7 @@ from traindoc.live.probes._patch import Patcher
 from traindoc.live.session import Session
 
 # Signals the live face measures itself: logged copies are kept as metrics.
-LIVE_SIGNALS = frozenset({"loss", "grad_norm"})
+LIVE_SIGNALS = frozenset({"loss", "grad_norm", "lr"})
 
 _publishers: "weakref.WeakKeyDictionary[Session, Publisher]" = weakref.WeakKeyDictionary()
 
@@ -428,6 +427,3 @@ class _ImportWatcher:
     def invalidate_caches(self) -> None:
         pass
 
-
-def _finite(x: float) -> bool:
-    return math.isfinite(x)

@@ -50,13 +50,18 @@ def torch_load(path: Path, *, trust: bool = False) -> tuple[object, bool]:
     Returns the object and whether its tensors are memory-mapped from the file.
     """
     obj = _torch_load(path, trust=trust)
-    return obj, zipfile.is_zipfile(path)
+    mapped = zipfile.is_zipfile(path)
+    if mapped:
+        from traindoc.sources.ckpt._tensors import register_mapped
+
+        register_mapped(path)
+    return obj, mapped
 
 
 def _torch_load(path: Path, *, trust: bool) -> object:
+    check_file(path)  # before importing torch: a wrong path fails at once
     import torch
 
-    check_file(path)
     is_zip = zipfile.is_zipfile(path)  # torch.save's format since 1.6; only it can be mmap'd
     kwargs: dict[str, object] = {"map_location": "cpu", "mmap": is_zip}
     with warnings.catch_warnings():

@@ -10,6 +10,7 @@ so the resident set stays near one chunk instead of growing to the file size.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
@@ -91,12 +92,19 @@ class TorchStore(Store):
 
     def chunks(self, name: str, size: int = CHUNK) -> Iterator[torch.Tensor]:
         t = self._t[name]
-        flat = t.reshape(-1)  # a view when contiguous (the usual case); else one copy
-        view = flat.data_ptr() == t.data_ptr() and t.is_contiguous()
+        if t.dim() == 0:
+            yield t.reshape(1)
+            return
+        if not t.is_contiguous():  # a saved view: copy one slab of rows at a time, never all of it
+            rows = max(1, size // max(1, t[0].numel()))
+            for start in range(0, t.shape[0], rows):
+                yield t[start : start + rows].reshape(-1)
+            return
+        flat = t.view(-1)
         for start in range(0, flat.numel(), size):
             chunk = flat[start : start + size]
             yield chunk
-            if self._mapped and view:  # the caller is done with it: drop its pages now
+            if self._mapped:  # the caller is done with it: drop its pages now
                 _dontneed_range(chunk.data_ptr(), chunk.numel() * chunk.element_size())
 
     def get(self, name: str) -> torch.Tensor:
@@ -115,6 +123,7 @@ class SafetensorsStore(Store):
 
         self.path = path
         self._f = safe_open(str(path), framework="pt", device="cpu")
+        register_mapped(path)  # safe_open maps the file; slices are views of its pages
         self._names = list(self._f.keys())
         self._info: dict[str, Info] = {}
         self.metadata: dict[str, str] = dict(self._f.metadata() or {})
@@ -140,7 +149,9 @@ class SafetensorsStore(Store):
         step = max(1, size // row)  # rows per slice; a single row larger than ``size`` is one chunk
         sl = self._f.get_slice(name)
         for start in range(0, info.shape[0], step):
-            yield sl[start : start + step].reshape(-1)
+            chunk = sl[start : start + step].reshape(-1)
+            yield chunk
+            _dontneed_range(chunk.data_ptr(), chunk.numel() * chunk.element_size())
 
     def get(self, name: str) -> torch.Tensor:
         return self._f.get_tensor(name)
@@ -179,22 +190,32 @@ class MultiStore(Store):
             store.close()
 
 
-def _dontneed(t: torch.Tensor) -> None:
-    """madvise(MADV_DONTNEED) over the pages of an mmap'd tensor (Linux; a no-op elsewhere).
+def register_mapped(path: str | Path) -> None:
+    """``path`` is memory-mapped by a reader (torch.load(mmap=True), safe_open): its pages may be
+    handed back to the kernel once read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    _FILES.add(((os.major(st.st_dev), os.minor(st.st_dev), st.st_ino), os.path.realpath(path)))
+    _RANGES.clear()
 
-    Only for private *file* mappings (``torch.load(mmap=True)``): clean pages are dropped and
-    re-read from the file if touched again, so no data changes. Never call it on ordinary memory,
-    where it would zero the pages.
-    """
+
+def _dontneed(t: torch.Tensor) -> None:
+    """Hand back the pages of a tensor read from a memory-mapped checkpoint (see below)."""
     storage = t.untyped_storage()
     _dontneed_range(storage.data_ptr(), storage.nbytes())
 
 
 def _dontneed_range(start: int, nbytes: int, advice: int = 4) -> None:
-    """madvise(advice) over the whole pages inside [start, start + nbytes); 4 = MADV_DONTNEED,
-    1 = MADV_RANDOM (no readahead: for sparse reads of a few blocks)."""
+    """madvise(advice) over the whole pages of [start, start + nbytes) that lie in a private
+    mapping of a registered checkpoint file (Linux; a no-op elsewhere). 4 = MADV_DONTNEED: clean
+    file-backed pages are dropped and re-read from the file if touched again, so no data changes;
+    1 = MADV_RANDOM: no readahead, for sparse reads. Addresses are checked against
+    /proc/self/maps, so ordinary memory (where DONTNEED would zero the pages) is never touched.
+    """
     global _MADVISE
-    if _MADVISE is False:
+    if _MADVISE is False or not _FILES or nbytes <= 0:
         return
     try:
         if _MADVISE is None:
@@ -207,15 +228,40 @@ def _dontneed_range(start: int, nbytes: int, advice: int = 4) -> None:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
             _MADVISE = libc.madvise
+        end = start + nbytes
+        if not any(lo <= start < hi for lo, hi in _RANGES):
+            _RANGES[:] = _file_ranges()  # a new mapping since the last look
         page = 4096
-        lo = (start + page - 1) // page * page  # whole pages inside the tensor only
-        hi = (start + nbytes) // page * page
-        if hi > lo:
-            _MADVISE(lo, hi - lo, advice)  # type: ignore[operator]
+        for lo, hi in _RANGES:
+            a, b = max(lo, start), min(hi, end)
+            a = (a + page - 1) // page * page  # whole pages inside the range only
+            b = b // page * page
+            if b > a:
+                _MADVISE(a, b - a, advice)  # type: ignore[operator]
     except Exception:  # noqa: BLE001 - an optimization only
         _MADVISE = False
 
 
+def _file_ranges() -> list[tuple[int, int]]:
+    """Address ranges of private mappings of the registered files, from /proc/self/maps."""
+    keys = {k for k, _ in _FILES}
+    paths = {p for _, p in _FILES}
+    out = []
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[1][3] != "p":  # private mappings only
+                continue
+            major, minor = (int(x, 16) for x in parts[3].split(":"))
+            name = parts[5].strip()
+            if ((major, minor, int(parts[4])) in keys) or name in paths:
+                lo, hi = parts[0].split("-")
+                out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+_FILES: set[tuple[tuple[int, int, int], str]] = set()
+_RANGES: list[tuple[int, int]] = []
 _MADVISE: object = None
 
 

@@ -60,7 +60,7 @@ class Summary:
     format: str
     training: bool
     step: int | None
-    epoch: int | None
+    epoch: float | None
     optimizer_steps: int | None
     has: list[str]
     missing: list[str]
@@ -169,6 +169,7 @@ def inspect(path: str | Path, *, trust: bool = False) -> tuple[list[Event], Summ
         slots = _optim.map_names(opts, ck.model)
         step = _step_of(ck, opts)
         summary = _summary(ck, opts, step)
+        summary.notes += _stateless(opts, slots)
         events: list[Event] = [_run_start(str(ck.path)), _checkpoint_event(ck, opts, step, summary)]
         events += _optimizer_events(ck, opts, slots, step)
         for role, store in (("model", ck.model), ("ema", ck.ema)):
@@ -252,6 +253,7 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
     old_step, step = _step_of(old, old_opts), _step_of(new, opts)
     result = DiffSummary(old=_summary(old, old_opts, old_step), new=_summary(new, opts, step), steps=None)
     result.steps = _steps_between(old, new, old_opts, opts, result.notes)
+    result.notes += _stateless(opts, slots)
     n_steps = result.steps or 1
     events: list[Event] = [
         _run_start(f"{old.path} -> {new.path}"),
@@ -426,6 +428,23 @@ def _optimizer_events(ck: Ckpt, opts: Sequence[Opt], slots: dict[str, Slot], ste
             ))
         out.append(Optimizer(step=step or 0, index=o.index, cls=o.cls, groups=tuple(groups)))
     return out
+
+
+def _stateless(opts: Sequence[Opt], slots: dict[str, Slot]) -> list[str]:
+    """Parameters an optimizer holds but never made state for: they never got a gradient."""
+    notes = []
+    for o in opts:
+        if not o.state or o.cls == "unknown":
+            continue
+        pids = [pid for g in o.groups for pid in g.params]
+        missing = [pid for pid in pids if pid not in o.state]
+        if missing:
+            names = {s.pid: n for n, s in slots.items() if s.optimizer == o.index}
+            shown = ", ".join(names.get(pid, f"#{pid}") for pid in missing[:6])
+            notes.append(f"optimizer {o.index}: {len(missing)} of {len(pids)} parameters have no "
+                         f"optimizer state, so they never received a gradient: {shown}"
+                         + (" ..." if len(missing) > 6 else ""))
+    return notes
 
 
 def _has_grad(opts: Sequence[Opt], slot: Slot | None) -> bool | None:

@@ -54,7 +54,7 @@ class Ckpt:
     schedulers: list[Mapping[str, object]] = field(default_factory=list)
     has: set[str] = field(default_factory=set)
     step: int | None = None
-    epoch: int | None = None
+    epoch: float | None = None
     training: bool = False
     notes: list[str] = field(default_factory=list)
     file_bytes: int = 0
@@ -155,7 +155,7 @@ def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
             state = json.loads(state_json.read_text(encoding="utf-8"))
             ck.step = _int_like(state.get("global_step"))
             epoch = state.get("epoch")
-            ck.epoch = int(epoch) if isinstance(epoch, (int, float)) and math.isfinite(epoch) else None
+            ck.epoch = float(epoch) if isinstance(epoch, (int, float)) and math.isfinite(epoch) else None
             ck.has.add("step")
         except (OSError, ValueError, AttributeError) as exc:
             ck.notes.append(f"trainer_state.json is unreadable ({exc}); step unknown")

@@ -47,7 +47,7 @@ def _head(s: Summary) -> str:
     if s.step is not None:
         bits.append(f"step {s.step}")
     if s.epoch is not None:
-        bits.append(f"epoch {s.epoch}")
+        bits.append(f"epoch {s.epoch:g}")
     if s.optimizer_steps is not None and s.optimizer_steps != s.step:
         bits.append(f"optimizer steps {s.optimizer_steps}")
     return f"{s.path} ({', '.join(bits)})"

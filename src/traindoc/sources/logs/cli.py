@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     overrides = mapping.parse_overrides(args.map)
     log = logs.load([Path(p) for p in args.paths], overrides)
     log.argv = tuple(sys.argv[1:])
+    if args.max_norm is not None and log.table.events is None and "grad_norm" not in log.signals():
+        raise UsageError("--max-norm needs a gradient norm column in the log; map one with "
+                         "--map grad_norm=COLUMN")
+    gc.freeze()  # the log's millions of values live to the end: keep the collector off them
     describe(log, sys.stderr)
 
     detectors = {k: dict(v) for k, v in settings.detectors.items()}
@@ -56,9 +61,6 @@ def run(args: argparse.Namespace) -> int:
         detectors.setdefault("metric-divergence", {}).setdefault("watch", tuple(watch))
     events: Iterator[Event] = log.events()
     if args.max_norm is not None:
-        if "grad_norm" not in log.signals():
-            raise UsageError("--max-norm needs a gradient norm column in the log; map one with "
-                             "--map grad_norm=COLUMN")
         if _clip_takes_max_norm():
             detectors.setdefault("clipping-every-step", {})["max_norm"] = args.max_norm
         else:

@@ -2,16 +2,19 @@
 Lightning's ``CSVLogger`` ``metrics.csv`` (sparse rows: train and val metrics on different
 rows, empty cells where a row has no value, ``step`` and ``epoch`` columns).
 
-Columns are converted whole (``map(float, column)`` runs at C speed); only a column with empty
-or text cells takes the cell-by-cell path.
+Speed: a file without quotes whose lines all have the header's number of fields (nearly every
+metrics log) is split in one ``str.split`` and sliced into columns; anything else goes through
+the ``csv`` module. Columns are converted whole (``map(float, column)`` runs at C speed); only
+a column with empty or text cells takes the cell-by-cell path.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import math
+from itertools import repeat
 from pathlib import Path
+from typing import Sequence
 
 from traindoc.errors import UsageError
 from traindoc.sources.logs._table import Series, Table, to_float
@@ -22,86 +25,95 @@ _DELIMITERS = (",", "\t", ";", "|")
 
 def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Table:
     """``text`` is the file's content; ``x_override`` is ("step"|"epoch", column) from --map."""
-    lines = text.splitlines()
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    if not lines:
-        raise UsageError(f"{path} is empty; pass the metrics file your training wrote")
-    delim = max(_DELIMITERS, key=lines[0].count)
-    if lines[0].count(delim) == 0:
-        raise UsageError(
-            f"{path}: the first line has no comma, tab or semicolon, so this is not a CSV header "
-            f"({lines[0][:60]!r}); pass a CSV with a header row, a TensorBoard event file, a "
-            "trainer_state.json or a .jsonl log")
-    try:
-        rows = list(csv.reader(io.StringIO(text.lstrip("\r\n")), delimiter=delim))
-    except csv.Error as exc:
-        raise UsageError(f"{path}: not a readable CSV ({exc}); check the file") from None
-    rows = [r for r in rows if r]
-    header = [h.strip() for h in rows[0]]
-    raw_header = list(header)
-    if len(set(header)) != len(header) or any(not h for h in header):
-        header = _unique(header)
-    ncol = len(header)
     table = Table(format="csv", files=[str(path)])
-    body = rows[1:]
-    # A header repeated further down (a resumed run that appended with a new header).
-    repeats = [i for i, r in enumerate(body) if [c.strip() for c in r] == raw_header]
+    header, columns = _split(path, text, table)
+    return _build(path, table, header, columns, x_override)
+
+
+def _split(path: Path, text: str, table: Table) -> tuple[list[str], list[Sequence[str]]]:
+    """The header and the columns (cells as text), with notes on what was skipped."""
+    lines = text.splitlines()
+    start = 0
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    if start == len(lines):
+        raise UsageError(f"{path} is empty; pass the metrics file your training wrote")
+    head = lines[start]
+    delim = max(_DELIMITERS, key=head.count)
+    if head.count(delim) == 0:
+        raise UsageError(
+            f"{path}: the first line has no comma, tab, semicolon or bar, so it is not a CSV header "
+            f"({head[:60]!r}); pass a CSV with a header row, a TensorBoard event file, a "
+            "trainer_state.json or a .jsonl log")
+    body_lines = [ln for ln in lines[start + 1:] if ln.strip()]
+    if body_lines and not text.endswith(("\n", "\r")) and body_lines[-1].count(delim) < head.count(delim):
+        table.notes.append(f"{path.name}: the last line is cut short (the run was stopped while writing?); "
+                           "it is skipped")
+        body_lines.pop()
+    # A header repeated further down: a resumed run that appended to the file with a new header.
+    repeats = [i for i, ln in enumerate(body_lines) if ln == head]
     if repeats:
         table.notes.append(f"{path.name}: the header row repeats {len(repeats)} time(s) (appended runs); "
                            "those rows are skipped")
-        skip = set(repeats)
-        body = [r for i, r in enumerate(body) if i not in skip]
-    if body and len(body[-1]) < ncol and not text.endswith(("\n", "\r")):
-        table.notes.append(f"{path.name}: the last line is cut short (the run was stopped while writing?); "
-                           "it is skipped")
-        body.pop()
-    if not body:
+        body_lines = [ln for ln in body_lines if ln != head]
+    if not body_lines:
         raise UsageError(f"{path} has a header but no rows of values; wait for the run to log, or pass "
                          "another file")
-    bad = next((i for i, r in enumerate(body) if len(r) > ncol), None)
-    if bad is not None:
+    ncol = head.count(delim) + 1
+    if '"' not in text and all(map((ncol - 1).__eq__, map(str.count, body_lines, repeat(delim)))):
+        flat = delim.join(body_lines).split(delim)
+        return _unique([h.strip() for h in head.split(delim)]), [flat[j::ncol] for j in range(ncol)]
+    try:
+        rows = [r for r in csv.reader([head, *body_lines], delimiter=delim) if r]
+    except csv.Error as exc:
+        raise UsageError(f"{path}: not a readable CSV ({exc}); check the file") from None
+    header = [h.strip() for h in rows[0]]
+    ncol = len(header)
+    body = rows[1:]
+    lengths = list(map(len, body))
+    if max(lengths) > ncol:
+        bad = next(i for i, n in enumerate(lengths) if n > ncol)
         raise UsageError(
-            f"{path}: line {bad + 2} has {len(body[bad])} fields but the header has {ncol}; the file "
-            f"is corrupt or its delimiter is not {delim!r}; fix or cut that line")
-    if any(len(r) != ncol for r in body):
+            f"{path}: a row ({len(body[bad])} fields) is longer than the header ({ncol} fields): the file "
+            f"is corrupt or its delimiter is not {delim!r}; fix or cut that line ({','.join(body[bad])[:60]!r})")
+    if min(lengths) < ncol:
         body = [r + [""] * (ncol - len(r)) for r in body]
-    columns = list(zip(*body))
+    return _unique(header), list(zip(*body))
 
+
+def _build(path: Path, table: Table, header: list[str], columns: list[Sequence[str]],
+           x_override: tuple[str, str] | None) -> Table:
     lower = [h.lower() for h in header]
+    n = len(columns[0])
     if {"epoch", "step"} <= set(lower) and any("" in c for c in columns):
         table.format = "lightning-csv"
     xi, kind = _x_column(header, lower, x_override, path)
-    n = len(body)
     if xi is None:
         xs = list(range(n))
         table.notes.append(f"{path.name}: no step or epoch column; rows are numbered 0..{n - 1}")
     else:
         table.x, table.x_column = kind, header[xi]
-        raw = [to_float(c) for c in columns[xi]]
-        if any(v is None or not math.isfinite(v) for v in raw):
-            missing = sum(v is None or not math.isfinite(v) for v in raw)
-            if missing == n:
-                raise UsageError(f"{path}: the {header[xi]} column holds no numbers; pass "
-                                 "--map step=COLUMN to name the step column")
-            table.notes.append(f"{path.name}: {missing} row(s) without a {header[xi]} value are skipped")
-        ints = [v is not None and math.isfinite(v) and v == int(v) for v in raw]
-        if not all(ok for ok, v in zip(ints, raw) if v is not None and math.isfinite(v)):
+        found = _x_values(columns[xi], header[xi], path, table)
+        if found is None:
             table.notes.append(f"{path.name}: {header[xi]} has fractional values; rows are numbered instead")
             xs = list(range(n))
             table.x, table.x_column = "step", None
         else:
-            xs = [int(v) if v is not None and math.isfinite(v) else -1 for v in raw]
-            if kind == "epoch" and min(x for x in xs if x >= 0) == 1:
+            xs = found
+            valid = [x for x in xs if x >= 0]
+            if not valid:
+                raise UsageError(f"{path}: the {header[xi]} column holds no step >= 0; pass --map "
+                                 "step=COLUMN to name the step column")
+            if kind == "epoch" and min(valid) == 1:
                 xs = [x - 1 if x >= 0 else -1 for x in xs]
                 table.notes.append(f"{path.name}: {header[xi]} starts at 1; shown 0-based (epoch 1 is step 0)")
-    keep_all = all(x >= 0 for x in xs)
+    keep_all = min(xs) >= 0
     for j, name in enumerate(header):
         if j == xi:
             continue
         col = columns[j]
         try:
-            vals = list(map(float, col))
+            vals: list[float] | None = list(map(float, col))
         except ValueError:
             vals = None
         if vals is not None and keep_all:
@@ -110,16 +122,42 @@ def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Ta
         cells = [to_float(c) for c in col] if vals is None else vals
         steps = [x for x, v in zip(xs, cells) if v is not None and x >= 0]
         values = [v for x, v in zip(xs, cells) if v is not None and x >= 0]
-        text_cells = sum(1 for c, v in zip(col, cells) if v is None and c.strip())
+        text_cells = [c for c, v in zip(col, cells) if v is None and c.strip()]
         if not values:
             if text_cells:
                 table.non_numeric.append(name)
             continue
         if text_cells:
-            first = next(c for c, v in zip(col, cells) if v is None and c.strip())
-            table.notes.append(f"{name}: {text_cells} non-numeric cell(s) skipped (e.g. {first[:20]!r})")
+            table.notes.append(f"{name}: {len(text_cells)} non-numeric cell(s) skipped (e.g. {text_cells[0][:20]!r})")
         table.series[name] = Series(steps, values)
     return table
+
+
+def _x_values(col: Sequence[str], name: str, path: Path, table: Table) -> list[int] | None:
+    """The x column as ints, -1 marking rows to skip (no value, or a negative one); None when
+    the values are fractional."""
+    try:
+        xs = list(map(int, col))  # the common case, at C speed
+    except ValueError:
+        pass
+    else:
+        negative = sum(1 for x in xs if x < 0) if min(xs) < 0 else 0
+        if negative:
+            table.notes.append(f"{path.name}: {negative} row(s) with a negative {name} are skipped")
+            xs = [max(x, -1) for x in xs]
+        return xs
+    raw = [to_float(c) for c in col]
+    good = [v for v in raw if v is not None and math.isfinite(v)]
+    if not good:
+        raise UsageError(f"{path}: the {name} column holds no numbers; pass --map step=COLUMN to name "
+                         "the step column")
+    if any(v != int(v) for v in good):
+        return None
+    xs = [int(v) if v is not None and math.isfinite(v) and v >= 0 else -1 for v in raw]
+    skipped = xs.count(-1)
+    if skipped:
+        table.notes.append(f"{path.name}: {skipped} row(s) without a {name} value >= 0 are skipped")
+    return xs
 
 
 def _x_column(header: list[str], lower: list[str], override: tuple[str, str] | None,
@@ -138,6 +176,7 @@ def _x_column(header: list[str], lower: list[str], override: tuple[str, str] | N
 
 
 def _unique(header: list[str]) -> list[str]:
+    """Header names made unique and non-empty (``loss, loss`` -> ``loss, loss_2``)."""
     seen: dict[str, int] = {}
     out = []
     for i, h in enumerate(header):

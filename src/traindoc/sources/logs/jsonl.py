@@ -56,33 +56,43 @@ def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Ta
             if found is not None:
                 xkey, kind = found, k
                 break
-    xs: list[int] = []
-    last = -1
-    carried = 0
+    xs: list[int] = []  # -1: skip the line (a negative step)
+    last = 0
+    carried = negative = 0
     for i, r in enumerate(rows):
         if xkey is None:
             xs.append(i)
             continue
         v = r.get(xkey)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v == int(v):
+        if isinstance(v, str):
+            v = _number(v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            last = v
+        elif isinstance(v, float) and math.isfinite(v) and v == int(v):
             last = int(v)
         elif v is not None:
             raise UsageError(f"{path}: {xkey} = {v!r} on object {i + 1} is not a whole number; pass "
                              "--map step=KEY to name the step key")
         else:
             carried += 1
-        xs.append(max(last, 0))
+        negative += last < 0
+        xs.append(last if last >= 0 else -1)
     if xkey is None:
         table.notes.append(f"{path.name}: no step or epoch key; lines are numbered 0..{len(rows) - 1}")
     else:
         table.x, table.x_column = kind, xkey
         if carried:
             table.notes.append(f"{path.name}: {carried} line(s) without {xkey} take the previous line's")
-        if kind == "epoch" and xs and min(xs) == 1:
-            xs = [x - 1 for x in xs]
+        if negative:
+            table.notes.append(f"{path.name}: {negative} line(s) with a negative {xkey} are skipped")
+        valid = [x for x in xs if x >= 0]
+        if kind == "epoch" and valid and min(valid) == 1:
+            xs = [x - 1 if x >= 0 else -1 for x in xs]
             table.notes.append(f"{path.name}: {xkey} starts at 1; shown 0-based (epoch 1 is step 0)")
     text_keys: set[str] = set()
     for x, r in zip(xs, rows):
+        if x < 0:
+            continue
         for k, v in r.items():
             if k == xkey:
                 continue
@@ -125,8 +135,8 @@ def _number(v: object) -> float | None:
     if isinstance(v, (int, float)):
         try:
             return float(v)
-        except OverflowError:  # an int beyond float range
-            return None
+        except OverflowError:  # an int beyond float range is, as a float, infinite
+            return math.inf if v > 0 else -math.inf
     if isinstance(v, str):
         try:
             return float(v)

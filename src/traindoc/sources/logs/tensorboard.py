@@ -36,9 +36,6 @@ _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
-# Event{wall_time, step, summary{value{tag, simple_value}}}: add_scalar's layout. The groups
-# are checked for consistency (lengths add up, the float tag byte follows the tag) after a match.
-_FAST = re.compile(rb"\x09.{8}\x10([\x80-\xff]{0,9}[\x00-\x7f])\x2a(.)\x0a(.)\x0a(.)", re.S)
 # TensorProto dtypes that hold one number; value: (struct format, size).
 _DTYPES = {1: ("<f", 4), 2: ("<d", 8), 3: ("<i", 4), 9: ("<q", 8), 19: ("<e", 2), 4: ("<B", 1),
            5: ("<h", 2), 6: ("<b", 1)}
@@ -113,57 +110,109 @@ def _read_file(path: Path, buf: bytes, out: dict[str, Series], table: Table) -> 
         raise UsageError(f"{path}: not a TensorBoard event file (bad record header); pass an "
                          "events.out.tfevents.* file or its folder")
     plugin: dict[str, str] = {}
-    fast = _FAST.match
-    u64 = _U64.unpack_from
-    f32 = _F32.unpack_from
+    # Per tag: add_scalar records found by the scanner (raw bytes, decoded at the end), and
+    # records decoded one by one, with the index among the raw ones where each belongs.
+    raw: dict[bytes, tuple[list[bytes], list[bytes]]] = {}
+    lists: dict[bytes, list[tuple[int, int, float]]] = {}
+    scan = None
     pos = 0
-    lists: dict[str, tuple[list[int], list[float]]] = {}
-    first = True
     try:
         while pos < n:
+            if scan is not None:
+                pos = _scan(scan, buf, pos, raw)
+                if pos >= n:
+                    break
+            # One record the slow way: another layout, a new tag, or the first records.
             if pos + 12 > n:
                 _cut(path, pos, table)
                 break
-            (length,) = u64(buf, pos)
-            start = pos + 12
-            end = start + length
+            (length_,) = _U64.unpack_from(buf, pos)
+            start, end = pos + 12, pos + 12 + length_
             if end + 4 > n:
                 if _masked_crc(buf[pos:pos + 8]) != _U32.unpack_from(buf, pos + 8)[0]:
                     raise Corrupt(f"bad record length at byte {pos}")
                 _cut(path, pos, table)
                 break
-            m = fast(buf, start, end)
-            if m is not None:
-                e = m.end()
-                taglen = buf[e - 1]
-                tag_end = e + taglen
-                if (tag_end + 5 == end and buf[tag_end] == 0x15 and buf[e - 3] == taglen + 7
-                        and buf[e - 5] == taglen + 9 and taglen < 128):
-                    sb = m.group(1)
-                    step = sb[0] if len(sb) == 1 else _varint(sb, 0)[0]
-                    tag = buf[e:tag_end]
-                    pair = lists.get(tag)  # type: ignore[call-overload]
-                    if pair is None:
-                        pair = lists[tag] = ([], [])  # type: ignore[index]
-                    pair[0].append(step)
-                    pair[1].append(f32(buf, tag_end + 1)[0])
-                    pos = end + 4
-                    first = False
-                    continue
-            _event(buf, start, end, lists, plugin, first)
-            first = False
+            new_tag = _event(buf, start, end, lists, raw, plugin, pos == 0)
             pos = end + 4
+            if new_tag is not None and new_tag not in raw:
+                raw[new_tag] = ([], [])
+                scan = _scanner(list(raw))
     except (Corrupt, IndexError, struct.error, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: corrupt event file near byte {pos} ({exc}); TensorBoard cannot read "
                          "it either; pass the other files of the run") from None
-    for tag, (steps, values) in lists.items():
-        name = tag.decode("utf-8", "replace") if isinstance(tag, bytes) else tag
+    for tag in dict.fromkeys([*lists, *raw]):
+        steps_b, values_b = raw.get(tag, ([], []))
+        steps = [b[0] if len(b) == 1 else (b[0] & 127 | b[1] << 7) if len(b) == 2 else
+                 (b[0] & 127 | (b[1] & 127) << 7 | b[2] << 14) if len(b) == 3 else _varint(b, 0)[0]
+                 for b in steps_b]
+        values = list(struct.unpack(f"<{len(values_b)}f", b"".join(values_b)))
+        # Points decoded the slow way go back to their place in file order.
+        for at, step, value in reversed(lists.get(tag, [])):
+            steps.insert(at, step)
+            values.insert(at, value)
+        if not steps:
+            continue
+        name = tag.decode("utf-8", "replace")
         old = out.get(name)
         if old is None:
             out[name] = Series(steps, values)
         else:  # the same tag in a later file of the run (a restart): appended, then re-ordered
             old.steps.extend(steps)
             old.values.extend(values)
+
+
+def _scanner(tags: list[bytes]) -> re.Pattern[bytes]:
+    """A regex for whole records (length 8, crc 4, data, crc 4) in add_scalar's layout with
+    one of ``tags``: Event{wall_time, step, summary{value{tag, simple_value}}}. A match spans
+    37 bytes plus the step's varint and the tag; groups: step varint, tag, float."""
+    alt = b"|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True))
+    return re.compile(rb".{12}\x09.{8}\x10([\x80-\xff]{0,9}[\x00-\x7f])\x2a.\x0a.\x0a.(" + alt
+                      + rb")\x15(.{4}).{4}", re.S)
+
+
+_CHUNK = 1 << 22
+
+
+def _scan(scan: re.Pattern[bytes], buf: bytes, pos: int, raw: dict[bytes, tuple[list[bytes], list[bytes]]]) -> int:
+    """Consume the add_scalar records that follow ``pos`` back to back, a few MB at a time with
+    ``findall`` (no Python per record), and return where they stop. A chunk is taken only when
+    its matches tile it exactly: the first starts at ``pos``, the last ends where their summed
+    lengths say, so nothing between them was skipped."""
+    n = len(buf)
+    while pos < n and scan.match(buf, pos) is not None:
+        found = scan.findall(buf, pos, min(n, pos + _CHUNK))
+        steps, tags, values = zip(*found)
+        size = 37 * len(found) + sum(map(len, steps)) + sum(map(len, tags))
+        last = scan.match(buf, pos + size - 37 - len(steps[-1]) - len(tags[-1]))
+        if last is None or last.end() != pos + size or last.groups() != found[-1]:
+            return _scan_one_by_one(scan, buf, pos, raw)
+        if len(set(tags)) == 1:
+            pair = raw[tags[0]]
+            pair[0].extend(steps)
+            pair[1].extend(values)
+        else:
+            for step, tag, value in found:
+                pair = raw[tag]
+                pair[0].append(step)
+                pair[1].append(value)
+        pos += size
+    return pos
+
+
+def _scan_one_by_one(scan: re.Pattern[bytes], buf: bytes, pos: int,
+                     raw: dict[bytes, tuple[list[bytes], list[bytes]]]) -> int:
+    """The same, record by record (a chunk where other records sit between add_scalar ones)."""
+    end = min(len(buf), pos + _CHUNK)
+    m = scan.match(buf, pos)
+    while m is not None and pos < end:
+        step, tag, value = m.groups()
+        pair = raw[tag]
+        pair[0].append(step)
+        pair[1].append(value)
+        pos = m.end()
+        m = scan.match(buf, pos)
+    return pos
 
 
 def _cut(path: Path, pos: int, table: Table) -> None:
@@ -211,7 +260,10 @@ def _fields(buf: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
         raise Corrupt("message overruns its length")
 
 
-def _event(buf: bytes, start: int, end: int, lists: dict, plugin: dict[str, str], first: bool) -> None:  # type: ignore[type-arg]
+def _event(buf: bytes, start: int, end: int, lists: dict[bytes, list[tuple[int, int, float]]],
+           raw: dict[bytes, tuple[list[bytes], list[bytes]]], plugin: dict[str, str], first: bool) -> bytes | None:
+    """Decode one Event record into ``lists``; return its tag when the record is a lone
+    simple_value (add_scalar's layout), so that later records of that tag take the fast path."""
     step = 0
     summary: tuple[int, int] | None = None
     version = False
@@ -225,16 +277,17 @@ def _event(buf: bytes, start: int, end: int, lists: dict, plugin: dict[str, str]
     if first and not version and summary is None:
         raise Corrupt("the first record is neither a file_version nor a summary")
     if summary is None:
-        return
-    for num, wire, (vs, ve) in ((n, w, v) for n, w, v in _fields(buf, *summary) if n == 1 and w == 2):
+        return None
+    values = [v for n, w, v in _fields(buf, *summary) if n == 1 and w == 2]
+    last: bytes | None = None
+    for vs, ve in values:
         tag, value = _value(buf, vs, ve, plugin)
         if tag is None or value is None:
             continue
-        pair = lists.get(tag)
-        if pair is None:
-            pair = lists[tag] = ([], [])
-        pair[0].append(step)
-        pair[1].append(value)
+        at = len(raw[tag][0]) if tag in raw else 0
+        lists.setdefault(tag, []).append((at, step, value))
+        last = tag
+    return last if len(values) == 1 else None
 
 
 def _value(buf: bytes, start: int, end: int, plugin: dict[str, str]) -> tuple[bytes | None, float | None]:

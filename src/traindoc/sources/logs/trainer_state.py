@@ -44,9 +44,11 @@ def read(path: Path, data: object) -> Table:
             skipped += 1
             continue
         step = entry.get("step")
-        if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
+        if isinstance(step, float) and math.isfinite(step):
+            step = int(step)
+        if not isinstance(step, int) or isinstance(step, bool):
             raise UsageError(f"{path}: log_history[{i}] has no step; the file is corrupt")
-        x = max(int(step) - 1, 0)
+        x = max(step - 1, 0)
         for key, value in entry.items():
             if key in ("step", "epoch"):
                 continue
@@ -77,8 +79,8 @@ def _number(value: object) -> float | None:
     if isinstance(value, (int, float)):
         try:
             return float(value)
-        except OverflowError:  # an int beyond float range
-            return None
+        except OverflowError:  # an int beyond float range is, as a float, infinite
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str):  # json.dumps writes NaN as NaN, but a few writers quote it
         try:
             return float(value)

@@ -1,0 +1,96 @@
+"""checkpoint-not-atomic: a checkpoint written straight over the previous one at its final path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding
+from traindoc.events import Event, SaveFile
+from traindoc.findings import Finding
+
+
+class CheckpointNotAtomic:
+    """``torch.save`` wrote a checkpoint over the previous one in place: a second save to the same
+    path while the first file is still there (not renamed away in between), or a training
+    checkpoint written over a file that already existed (from an earlier run) and never moved.
+    Saves to paths that change (``ckpt_step_1200.pt``) and saves to a temporary file then moved
+    into place with ``os.replace``/``os.rename``/``shutil.move``/``Path.rename`` stay quiet."""
+
+    id: ClassVar[str] = "checkpoint-not-atomic"
+    needs: ClassVar[frozenset[str]] = frozenset({"save"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/ckpt_not_atomic.py", 20),
+        Example("zoo/healthy_ckpt_resume.py", None),
+        Example("zoo/ckpt_incomplete.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._direct: dict[str, SaveFile] = {}  # saved, not (yet) moved into place
+        self._steps: dict[str, list[int]] = {}  # in-place saves per path
+        self._first: SaveFile | None = None
+        self._overwrote_existing = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, SaveFile)
+        if event.op == "move":
+            self._direct.pop(event.source, None)
+            return
+        previous = self._direct.get(event.path)
+        self._direct[event.path] = event
+        if previous is None or not event.existed:
+            return  # a new file, or the previous one was moved away (a rename traindoc did not see)
+        steps = self._steps.setdefault(event.path, [previous.step])
+        steps.append(event.step)
+        if self._first is None:
+            self._first = event
+            yield self._finding()
+
+    def finish(self) -> Iterator[Finding]:
+        if self._first is None:
+            stale = [e for e in self._direct.values() if e.existed and e.training]
+            if stale:
+                self._first, self._overwrote_existing = stale[0], True
+                self._steps[stale[0].path] = [stale[0].step]
+        if self._first is not None:
+            yield self._finding()
+
+    def _finding(self) -> Finding:
+        first = self._first
+        assert first is not None
+        steps = self._steps.get(first.path, [first.step])
+        at = f" at {first.where}" if first.where else ""
+        kind = "training checkpoint" if first.training else "checkpoint"
+        if self._overwrote_existing:
+            what = (f"torch.save{at} wrote the {kind} {first.path} over the file already there (step "
+                    f"{first.step}) and never renamed it into place")
+        else:
+            what = (f"torch.save{at} wrote the {kind} {first.path} in place {len(steps)} times (steps "
+                    f"{', '.join(map(str, steps[:8]))}{' ...' if len(steps) > 8 else ''}), each over the previous one, "
+                    "with no rename of a finished file into place")
+        others = sorted(p for p in self._steps if p != first.path)
+        also = f"; also {len(others)} other path(s) such as {others[0]}" if others else ""
+        return finding(
+            self.id, step=first.step,
+            message=what + also + ".",
+            cause=(
+                "The checkpoint is written straight to the path resume reads. A crash, preemption "
+                "or full disk during the write leaves a truncated file there, and the previous "
+                "good checkpoint is already overwritten: torch.load then fails ('failed finding "
+                "central directory') and the run restarts from scratch."
+            ),
+            fix=(
+                f"Write to a temporary file in the same folder, then rename it over the old one: "
+                f"tmp = path + '.tmp'; torch.save(state, tmp); os.replace(tmp, path) (os.replace "
+                f"is atomic on POSIX and Windows). Or keep the last two checkpoints."
+            ),
+            evidence={"path": first.path, "saves_in_place": len(steps), "steps": steps[:50],
+                      "training_checkpoint": first.training, "where": first.where,
+                      "overwrote_existing_file": self._overwrote_existing, "other_paths": others[:10]},
+            where=[w for w in (first.where, first.path) if w],
+        )

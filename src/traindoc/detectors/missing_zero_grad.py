@@ -1,0 +1,103 @@
+"""missing-zero-grad: gradients are never cleared between optimizer steps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, GradAccumulation
+from traindoc.findings import Finding
+
+
+class MissingZeroGrad:
+    """On ``confirm`` consecutive sampled steps of one optimizer, its gradients were neither None
+    nor zero before any backward() since its previous step: each step's first backward() added
+    to the gradient the previous steps left (``carried`` > 0). Gradient accumulation is not this
+    failure: it clears once per optimizer step, so the interval before each step starts from
+    None or zero however many backward() calls it holds. Needs sampled steps (live)."""
+
+    id: ClassVar[str] = "missing-zero-grad"
+    needs: ClassVar[frozenset[str]] = frozenset({"accumulation"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/missing_zero_grad.py", 1),
+        Example("zoo/healthy_accumulation.py", None),
+        Example("live/golden/missing_zero_grad.jsonl", 1),
+        Example("live/golden/healthy_accumulation.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        confirm: int = 3  # consecutive sampled steps without a clear
+
+        def __post_init__(self) -> None:
+            if self.confirm < 2:
+                raise ValueError(f"confirm must be >= 2, got {self.confirm}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._streak: dict[int, list[GradAccumulation]] = {}
+        self._fired: list[GradAccumulation] | None = None
+        self._open: int | None = None  # the optimizer whose uncleared run is still going on
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, GradAccumulation)
+        e = event
+        streak = self._streak.setdefault(e.optimizer, [])
+        if e.cleared or not e.carried > 0:
+            streak.clear()
+            if self._open == e.optimizer:
+                self._open = None
+            return
+        streak.append(e)
+        if self._fired is not None and self._open == e.optimizer:
+            if e.step == self._fired[-1].step + 1:
+                self._fired.append(e)  # the same run of steps goes on: refined at the end
+            else:
+                self._open = None  # a gap in the sampled steps: keep the evidence contiguous
+        elif self._fired is None and len(streak) >= self.config.confirm:
+            self._fired, self._open = list(streak), e.optimizer
+            yield self._finding()
+
+    def finish(self) -> Iterator[Finding]:
+        if self._fired is not None:
+            yield self._finding()
+
+    def _finding(self) -> Finding:
+        run = self._fired or []
+        e, last = run[0], run[-1]
+        at_step = [r.norms[-1] for r in run if r.norms]
+        series = " -> ".join(fmt(x) for x in at_step[:8]) + (" ..." if len(at_step) > 8 else "")
+        growth = at_step[-1] / at_step[0] if len(at_step) >= 2 and at_step[0] > 0 else None
+        where = f" at {e.where}" if e.where else ""
+        steps = [r.step for r in run]
+        return finding(
+            self.id, step=e.step,
+            message=(
+                f"the gradients of {e.cls}'s {e.params} parameters were not cleared between optimizer "
+                f"steps on {len(run)} sampled steps in a row ({steps[0]}-{steps[-1]}): each step's "
+                f"first backward() added to what the previous steps left (gradient norm "
+                f"{fmt(e.carried)} carried into step {e.step}), and the gradient norm at the steps "
+                f"grew {series}" + (f" ({fmt(growth)}x)" if growth else "") + ". No zero_grad(), "
+                "set-to-None or zeroing ran in between (threshold: "
+                f"{self.config.confirm} steps)."
+            ),
+            cause=(
+                f"optimizer.zero_grad() is missing from the loop, runs on another optimizer or "
+                f"module than the one stepped ({e.cls}), sits in a branch that rarely runs, or is "
+                "placed after the loop. Each step then applies the sum of all gradients so far: "
+                "the update grows every step and follows old batches instead of the current one."
+            ),
+            fix=(
+                f"Clear once per optimizer step, right after {e.cls}.step(){where}: "
+                "`optimizer.zero_grad()` (sets .grad to None). With gradient accumulation, clear "
+                "after the step that closes the micro-batches; with several optimizers, clear each "
+                "one or call model.zero_grad()."
+            ),
+            evidence={
+                "optimizer": e.cls, "parameters": e.params, "consecutive_steps": len(run),
+                "steps": steps[:20], "carried_norm": e.carried,
+                "grad_norm_at_steps": at_step[:20], "backwards_per_step": last.backwards,
+            },
+            where=[e.where] if e.where else [],
+        )

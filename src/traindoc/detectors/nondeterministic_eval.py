@@ -1,0 +1,85 @@
+"""nondeterministic-eval: in eval mode, two forward passes on the same input differ."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, EvalPass
+from traindoc.findings import Finding
+
+
+class NondeterministicEval:
+    """On the first forward of an evaluation phase with the whole model in eval mode, live
+    traindoc ran the forward a second time on the same input (RNG state and buffers restored
+    afterwards) and compared the outputs. Fires when they differ by more than ``tolerance``
+    relative to the output's largest magnitude: a random op ignores ``model.eval()``. Differences
+    of nondeterministic GPU kernels (about 1e-6 relative) stay below the tolerance."""
+
+    id: ClassVar[str] = "nondeterministic-eval"
+    needs: ClassVar[frozenset[str]] = frozenset({"eval"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/nondeterministic_eval.py", 29),
+        Example("zoo/healthy_cnn_bn.py", None),
+        Example("live/golden/nondeterministic_eval.jsonl", 29),
+        Example("live/golden/healthy_eval.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        tolerance: float = 1e-4  # relative difference between the two passes
+
+        def __post_init__(self) -> None:
+            if not self.tolerance > 0:
+                raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._checked = 0
+        self._fired = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, EvalPass)
+        if math.isnan(event.rerun):
+            return
+        self._checked += 1
+        if self._fired or not event.rerun > self.config.tolerance:
+            return
+        self._fired = True
+        yield self._finding(event)
+
+    def finish(self) -> Iterator[Finding]:
+        return iter(())
+
+    def _finding(self, e: EvalPass) -> Finding:
+        where = f" (evaluated at {e.where})" if e.where else ""
+        name = e.first_diff.split(" (")[0]
+        parent = f" of {name.rsplit('.', 1)[0]}" if "." in name else ""
+        first = (f" The first module whose output differed is {e.first_diff}: the random op runs "
+                 f"in it or in the forward code{parent} just before it." if e.first_diff else "")
+        return finding(
+            self.id, step=e.step,
+            message=(
+                f"in eval mode, two forward passes of {e.model} on the same input differ by "
+                f"{fmt(e.rerun_abs)} ({fmt(e.rerun)} of the output's largest magnitude; tolerance "
+                f"{fmt(self.config.tolerance)}) at the evaluation after step {e.step}{where}.{first}"
+            ),
+            cause=(
+                "A random op in the forward pass does not follow model.eval(): functional dropout "
+                "without the mode (`F.dropout(x, p)` defaults to training=True), a dropout rate "
+                "passed to an attention kernel (`scaled_dot_product_attention(..., dropout_p=p)`), "
+                "noise or random masking not gated by `self.training`, or sampling instead of the mean."
+            ),
+            fix=(
+                "Pass the mode explicitly: `F.dropout(x, p=self.p, training=self.training)`, "
+                "`dropout_p=self.p if self.training else 0.0`; gate random ops with "
+                "`if self.training:`; prefer nn.Dropout modules, which follow model.eval(). Check "
+                "with `model.eval(); torch.equal(model(x), model(x))`."
+            ),
+            evidence={"model": e.model, "relative_difference": e.rerun, "absolute_difference": e.rerun_abs,
+                      "tolerance": self.config.tolerance, "first_differing_module": e.first_diff,
+                      "evaluations_checked": self._checked},
+            where=[w for w in (e.where, e.first_diff) if w],
+        )

@@ -1,0 +1,95 @@
+"""slow-eval: evaluation takes a large share of the run's wall time."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, EvalPass, RunEnd
+from traindoc.findings import Finding
+
+
+class SlowEval:
+    """Evaluation phases (live: no_grad/inference_mode forward passes after an optimizer step,
+    until training resumes) take ``share`` or more of the wall time of the periodic part of the
+    run: from the end of the first evaluation to the end of the last, the evaluations in between
+    against that span (the script's set-up and a final evaluation do not count). Needs at least
+    ``min_evals`` evaluations and a span of ``min_span_s``."""
+
+    id: ClassVar[str] = "slow-eval"
+    needs: ClassVar[frozenset[str]] = frozenset({"eval"})
+    uses: ClassVar[frozenset[str]] = frozenset({"end"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("live/golden/slow_eval.jsonl", 4),
+        Example("live/golden/healthy_eval.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        share: float = 0.25  # of the wall time between evaluations
+        min_evals: int = 3
+        min_span_s: float = 0.5
+
+        def __post_init__(self) -> None:
+            if not 0 < self.share < 1:
+                raise ValueError(f"share must be in (0, 1), got {self.share}")
+            if self.min_evals < 3:
+                raise ValueError(f"min_evals must be >= 3, got {self.min_evals}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._evals: list[EvalPass] = []
+        self._end: RunEnd | None = None
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, RunEnd):
+            self._end = event
+        else:
+            assert isinstance(event, EvalPass)
+            self._evals.append(event)
+        return iter(())
+
+    def finish(self) -> Iterator[Finding]:
+        cfg, evals = self.config, self._evals
+        if len(evals) < cfg.min_evals:
+            return
+        first, last = evals[0], evals[-1]
+        span = last.elapsed_s - first.elapsed_s
+        spent = sum(e.duration_s for e in evals[1:])
+        if span < cfg.min_span_s or last.step <= first.step or spent / span < cfg.share:
+            return
+        share = spent / span
+        per_eval = spent / (len(evals) - 1)
+        per_step = max(span - spent, 1e-9) / (last.step - first.step)
+        gaps = [b.step - a.step for a, b in zip(evals, evals[1:]) if b.step > a.step]
+        interval = statistics.median(gaps) if gaps else last.step - first.step
+        # Evaluating every I steps costs E / (E + I * T): a 10% share needs I = 9 E / T.
+        suggested = max(int(interval) + 1, int(round(9 * per_eval / per_step, -1)) or 10)
+        total = sum(e.duration_s for e in evals)
+        run = f" ({fmt(total)} s in all, of a {fmt(self._end.duration_s)} s run)" if self._end else ""
+        yield finding(
+            self.id, step=first.step,
+            message=(
+                f"evaluation took {share:.0%} of the wall time between the first and the last of "
+                f"{len(evals)} evaluations (threshold {cfg.share:.0%}): {fmt(per_eval)} s per "
+                f"evaluation every {fmt(interval)} steps, against {fmt(per_step * 1e3)} ms per "
+                f"training step{run}."
+            ),
+            cause=(
+                "The evaluation interval is short for the cost of one evaluation (an interval chosen "
+                "for a debug run), or each evaluation runs on the whole validation set, with a small "
+                "batch size, or recomputes something that does not change (a frozen teacher)."
+            ),
+            fix=(
+                f"Evaluate less often: about every {suggested} steps keeps evaluation near 10% of "
+                "the run. Evaluate a fixed subset during training (e.g. 50 batches) and the full "
+                "set at the end; use a larger batch and torch.inference_mode() for evaluation."
+            ),
+            evidence={"evaluations": len(evals), "share": share, "seconds_per_eval": per_eval,
+                      "interval_steps": interval, "ms_per_train_step": per_step * 1e3,
+                      "eval_seconds_total": total, "suggested_interval": suggested,
+                      "threshold": cfg.share},
+            where=[first.where] if first.where else [],
+        )

@@ -1,0 +1,107 @@
+"""unscaled-grad-accumulation: several micro-batches accumulate into one optimizer step but the
+loss is not divided by their number."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, GradAccumulation
+from traindoc.findings import Finding
+
+
+class UnscaledGradAccumulation:
+    """An optimizer steps after N >= 2 backward() calls, each on its own DataLoader batch (N
+    batches drawn between the steps), and each call got the loss as the loss function computed
+    it: the autograd graph shows no division by a constant between the two (``scale`` times N
+    is ``min_factor`` or more). The accumulated gradient is then the sum of the micro-batch
+    gradients, not their mean. Several backward() calls on one batch (a multi-term loss, a GAN's
+    real and fake terms, LBFGS closures) and steps where another optimizer stepped in between
+    are not accumulation and are not judged. Needs sampled steps (live)."""
+
+    id: ClassVar[str] = "unscaled-grad-accumulation"
+    needs: ClassVar[frozenset[str]] = frozenset({"accumulation"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/unscaled_accumulation.py", 0),
+        Example("zoo/healthy_accumulation.py", None),
+        Example("zoo/healthy_gpt.py", None),
+        Example("live/golden/unscaled_accumulation.jsonl", 0),
+        Example("live/golden/healthy_accumulation.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        confirm: int = 2  # sampled steps showing it before firing
+        min_factor: float = 2.0  # scale x micro-batches: the gradient is this many means
+
+        def __post_init__(self) -> None:
+            if self.confirm < 1:
+                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            if self.min_factor <= 1:
+                raise ValueError(f"min_factor must be > 1, got {self.min_factor}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._hits: list[GradAccumulation] = []
+        self._judged = 0
+        self._fired = False
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        assert isinstance(event, GradAccumulation)
+        e = event
+        if e.interleaved or e.backwards < 2 or e.batches != e.backwards or not math.isfinite(e.scale):
+            return
+        self._judged += 1
+        if e.scale * e.backwards < self.config.min_factor:
+            return
+        self._hits.append(e)
+        if not self._fired and len(self._hits) >= self.config.confirm:
+            self._fired = True
+            yield self._finding()
+
+    def finish(self) -> Iterator[Finding]:
+        if self._fired:
+            yield self._finding()  # final evidence: how many steps showed it
+
+    def _finding(self) -> Finding:
+        e = self._hits[0]
+        n = e.backwards
+        norms = list(e.norms)
+        ratio = norms[-1] / norms[0] if len(norms) >= 2 and norms[0] > 0 else math.nan
+        series = " -> ".join(fmt(x) for x in norms[:8]) + (" ..." if len(norms) > 8 else "")
+        scaled = "as computed (not divided)" if e.scale == 1.0 else f"multiplied by {fmt(e.scale)}, not by 1/{n}"
+        growth = (f"; the gradient norm grew {series} over the micro-batches, {fmt(ratio)}x that of a "
+                  f"single micro-batch" if math.isfinite(ratio) else "")
+        where = f" at {e.backward_where}" if e.backward_where else ""
+        return finding(
+            self.id, step=e.step,
+            message=(
+                f"{e.cls}.step() at step {e.step} applied {n} accumulated micro-batch gradients: "
+                f"{n} backward() calls on {e.batches} DataLoader batches, each handed the loss "
+                f"{scaled}{where}{growth}. The step uses the sum of the {n} gradients, "
+                f"{fmt(e.scale * n)}x their mean (seen on {len(self._hits)} of {self._judged} "
+                f"sampled accumulation steps; threshold {fmt(self.config.min_factor)}x)."
+            ),
+            cause=(
+                f"The loss of each micro-batch is not divided by the number of micro-batches ({n}), "
+                f"so the gradients add up instead of averaging. With {e.cls} at lr {fmt(e.lr)} the "
+                f"update is about {n}x what one batch of the same total size gives (for SGD and "
+                f"momentum SGD the effective LR is {fmt(e.lr * n)}); Adam-type optimizers cancel most "
+                f"of a constant factor, but clip_grad_norm_ and gradient-norm logging see {n}x the norm."
+            ),
+            fix=(
+                f"Divide before backward{where}: `loss = loss / {n}` (your accumulation steps), then "
+                "`loss.backward()`. If micro-batches differ in size, divide by the total number of "
+                "samples or tokens of the accumulated batch. If the summed gradient is intended, "
+                f"lower the LR by {n}x and silence this id."
+            ),
+            evidence={
+                "micro_batches": n, "batches": e.batches, "loss_scale": e.scale,
+                "norms_per_micro_batch": norms, "growth_vs_single": ratio,
+                "optimizer": e.cls, "lr": e.lr, "steps_seen": len(self._hits),
+                "accumulation_steps_judged": self._judged, "first_steps": [h.step for h in self._hits[:10]],
+            },
+            where=[w for w in (e.backward_where, e.where) if w],
+        )

@@ -1,0 +1,199 @@
+"""What a value is, as far as the source shows: a constant, a detached copy, a NaN test, a
+checkpoint save and the file it writes. Used by several rules; each takes the ``Module`` to
+resolve names through the file's imports and assignments.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Iterator
+
+from traindoc.lint._nodes import TENSOR_FACTORIES, arg, arith_names, dotted, method, number, unparse
+
+if TYPE_CHECKING:
+    from traindoc.lint._ast import Module
+
+
+def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
+    """A value with no autograd history: a number, ``torch.tensor(1e6)``, ``torch.zeros(())``,
+    ``x.new_tensor(0.)``, ``x * 0``."""
+    if node is None:
+        return False
+    if number(node) is not None:
+        return True
+    if isinstance(node, ast.Call):
+        q = mod.callee(node)
+        last = q.split(".")[-1]
+        if q.startswith("torch.") and last in TENSOR_FACTORIES:
+            data = node.args[0] if node.args else None
+            if last.endswith("_like"):
+                return True
+            return data is None or number(data) is not None or isinstance(data, (ast.Tuple, ast.List))
+        if isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "new_tensor", "new_zeros", "new_ones", "new_full", "zero_"
+        ):
+            return node.func.attr != "new_tensor" or (bool(node.args) and number(node.args[0]) is not None)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return number(node.left) == 0 or number(node.right) == 0
+    return False
+
+
+REBUILDERS = ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor", "torch.autograd.Variable")
+
+
+def is_detached_value(mod: Module, node: ast.AST | None) -> str | None:
+    """How a value lost its autograd history, as source text, else None: ``x.detach()``,
+    ``x.data``, ``torch.tensor(x.item())``, ``x.detach().requires_grad_()``."""
+    if node is None:
+        return None
+    inner = node
+    while True:
+        receiver = method(inner, "requires_grad_", "to", "float", "cuda", "clone")
+        if receiver is None:
+            break
+        inner = receiver
+    if method(inner, "detach") is not None:
+        return unparse(node)
+    if isinstance(inner, ast.Attribute) and inner.attr == "data":
+        return unparse(node)
+    if isinstance(inner, ast.Call):
+        q = mod.callee(inner)
+        if q in REBUILDERS and inner.args:
+            data = inner.args[0]
+            if number(data) is None and _has_value_escape(data):
+                return unparse(node)
+    return None
+
+
+def _has_value_escape(node: ast.AST) -> bool:
+    """``x.item()``, ``float(x)``, ``x.data``, ``x.detach()``, ``x.tolist()`` inside ``node``."""
+    for n in ast.walk(node):
+        if method(n, "item", "detach", "tolist", "cpu", "numpy") is not None:
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float":
+            return True
+        if isinstance(n, ast.Attribute) and n.attr == "data":
+            return True
+    return False
+
+
+def nonfinite_checked(mod: Module, test: ast.AST) -> set[str]:
+    """Names a test checks for NaN/Inf: ``torch.isnan(loss)``, ``not torch.isfinite(loss)``,
+    ``math.isnan(loss.item())``, ``loss.isnan().any()``, ``loss != loss``."""
+    out: set[str] = set()
+    for n in ast.walk(test):
+        if isinstance(n, ast.Call):
+            q = mod.callee(n)
+            last = q.split(".")[-1]
+            if last in ("isnan", "isinf", "isfinite", "isneginf", "isposinf") and (
+                q.startswith(("torch.", "math.", "np.", "numpy.")) or q == last
+            ):
+                for a in n.args:
+                    out |= arith_names(a) | _item_names(a)
+            receiver = method(n, "isnan", "isinf", "isfinite")
+            if receiver is not None:
+                out |= arith_names(receiver)
+        elif (
+            isinstance(n, ast.Compare)
+            and len(n.ops) == 1
+            and isinstance(n.ops[0], ast.NotEq)
+            and isinstance(n.left, ast.Name)
+            and isinstance(n.comparators[0], ast.Name)
+            and n.left.id == n.comparators[0].id
+        ):
+            out.add(n.left.id)
+    return out
+
+
+def _item_names(node: ast.AST) -> set[str]:
+    receiver = method(node, "item")
+    return arith_names(receiver) if receiver is not None else set()
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def torch_saves(mod: Module) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """(site, object, path, torch.save call) for each checkpoint save in the file."""
+    if "torch_saves" not in mod._memo:
+        mod._memo["torch_saves"] = list(_torch_saves(mod))
+    return mod._memo["torch_saves"]  # type: ignore[return-value]
+
+
+def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """The saves, found:
+
+    A direct ``torch.save(obj, path)`` is its own site. A call to a helper defined in this file
+    that hands its own parameters to ``torch.save`` (``def save_checkpoint(state, path):
+    torch.save(state, path)``) is a site too, with the caller's arguments: names are followed
+    one function deep.
+    """
+    helpers: dict[str, tuple[int | None, int | None, ast.Call]] = {}
+    for call in mod.named("save"):
+        if mod.callee(call) != "torch.save":
+            continue
+        obj, path = arg(call, 0, "obj"), arg(call, 1, "f")
+        yield call, obj, path, call
+        fn = mod.scope(call).node
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+            if params and params[0] == "self":
+                params = params[1:]
+            i_obj = params.index(obj.id) if isinstance(obj, ast.Name) and obj.id in params else None
+            i_path = params.index(path.id) if isinstance(path, ast.Name) and path.id in params else None
+            if i_obj is not None or i_path is not None:
+                helpers[fn.name] = (i_obj, i_path, call)
+    if not helpers:
+        return
+    for call in mod.named(*helpers):
+        name = dotted(call.func) or ""
+        name = name[5:] if name.startswith("self.") else name
+        if name in helpers:
+            i_obj, i_path, inner = helpers[name]
+            obj = call.args[i_obj] if i_obj is not None and i_obj < len(call.args) else None
+            path = call.args[i_path] if i_path is not None and i_path < len(call.args) else None
+            yield call, obj, path, inner
+
+
+def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:
+    """Follow a name to the value of its last assignment before ``at`` in the same function."""
+    while depth and isinstance(node, ast.Name):
+        value = mod.scope(at).reaching(node.id, getattr(at, "lineno", 0))
+        if value is None:
+            return node
+        node, depth = value, depth - 1
+    return node
+
+
+def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | None:
+    """The file name a path expression always ends in (``ckpt.pt`` for
+    ``os.path.join(out_dir, "ckpt.pt")`` or ``f"{out}/last.pt"``), None when it varies
+    (``f"ckpt_{epoch}.pt"``) or cannot be followed (a function argument)."""
+    node = resolve(mod, path, at)
+    if node is None or isinstance(node, ast.Name):
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value.rsplit("/", 1)[-1] or None
+    if isinstance(node, ast.JoinedStr):
+        tail = node.values[-1] if node.values else None
+        if isinstance(tail, ast.Constant) and isinstance(tail.value, str):
+            if "/" in tail.value:
+                return tail.value.rsplit("/", 1)[-1] or None
+            if len(node.values) == 1:
+                return tail.value
+        return None
+    if isinstance(node, ast.Call):
+        q = mod.callee(node)
+        if q.endswith(("path.join", "Path", "PurePath")) and node.args:
+            return fixed_filename(mod, node.args[-1], at)
+        if method(node, "joinpath") is not None and node.args:
+            return fixed_filename(mod, node.args[-1], at)
+        return None
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div):
+            return fixed_filename(mod, node.right, at)
+        right = node.right
+        if isinstance(node.op, ast.Add) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+            text = node.right.value
+            return text.rsplit("/", 1)[-1] if "/" in text and not text.endswith("/") else None
+    return None

@@ -1,0 +1,245 @@
+"""The checkpoint probes: what the run saves, how it puts the file in place, what it resumes.
+
+- ``torch.save``: the object being saved is read the way ``traindoc ckpt`` reads a file (which
+  of model / optimizer / scheduler / scaler / step / rng / ema it holds, the stored LRs), from
+  references only: no tensor is copied or read. A checkpoint gives a ``Checkpoint`` event (the
+  ckpt face's, so its detectors work live) and a ``SaveFile`` event (path, whether a file was
+  already there, the user's file:line).
+- ``os.replace`` / ``os.rename`` (which ``shutil.move`` and ``Path.rename``/``replace`` call):
+  a file torch.save wrote being moved into place gives a ``SaveFile`` "move" event.
+- ``torch.load`` remembers which file each loaded object came from, so that
+- ``Optimizer.load_state_dict`` / LR schedulers' ``load_state_dict`` can give a ``StateLoad``
+  event: the LRs just before and just after the load, and the checkpoint path.
+
+Nothing here runs per training step; everything of ours runs under ``patcher.guard``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.optim.lr_scheduler as lr_scheduler
+
+from traindoc.events import Checkpoint, SaveFile, StateLoad
+from traindoc.live.probes._patch import Patcher
+from traindoc.live.session import Session, user_site
+
+_RECENT_LOADS = 32
+
+
+class CheckpointProbes:
+    name = "checkpoints"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self._patcher = patcher
+        self._saved: set[str] = set()  # files torch.save wrote (absolute paths)
+        self._loads: list[tuple[int, str]] = []  # (id of a loaded object or its parts, path)
+        self._pending: Any = None
+        self._in_sched_load = False
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        self._patcher.guard(self.name, fn, *args)
+
+    def install(self) -> None:
+        patch = self._patcher.patch
+        save = self._wrap_save(torch.serialization.save)
+        load = self._wrap_load(torch.serialization.load)
+        for owner in (torch, torch.serialization):
+            patch(owner, "save", lambda orig, w=save: w)
+            patch(owner, "load", lambda orig, w=load: w)
+        patch(os, "replace", self._wrap_move)
+        patch(os, "rename", self._wrap_move)
+        patch(torch.optim.Optimizer, "load_state_dict", self._wrap_optimizer_load)
+        for cls in _scheduler_classes():
+            patch(cls, "load_state_dict", self._wrap_scheduler_load)
+
+    def uninstall(self) -> None:
+        self._loads.clear()
+
+    # ---- torch.save and moves ---------------------------------------------------------------
+    def _wrap_save(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._pending = None
+            probe._guard(probe._before_save, f)
+            pending, probe._pending = probe._pending, None
+            out = orig(obj, f, *args, **kwargs)
+            if pending is not None:
+                probe._guard(probe._after_save, obj, *pending)
+            return out
+
+        return save
+
+    def _before_save(self, f: Any) -> None:
+        path = _path_of(f)
+        if path is not None:
+            self._pending = (path, os.path.exists(path))
+
+    def _after_save(self, obj: Any, path: str, existed: bool) -> None:
+        s = self.s
+        step, where = s.current_step, user_site(1)
+        ck = _checkpoint_event(obj, path, step)
+        if ck is None and not isinstance(obj, torch.nn.Module):
+            return  # not a checkpoint (a tensor, a list, metrics)
+        self._saved.add(path)
+        if ck is not None:
+            s.emit(dataclasses.replace(ck, where=where))
+        s.emit(SaveFile(step=step, op="save", path=path, existed=existed,
+                        training=bool(ck is not None and ck.training), where=where))
+
+    def _wrap_move(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(src, dst, *args, **kwargs)
+            if probe._saved:  # the usual case for every other rename: one set lookup
+                probe._guard(probe._on_move, src, dst)
+            return out
+
+        return move
+
+    def _on_move(self, src: Any, dst: Any) -> None:
+        source, target = _path_of(src), _path_of(dst)
+        if source is None or target is None or source not in self._saved:
+            return
+        self._saved.discard(source)
+        self._saved.add(target)
+        self.s.emit(SaveFile(step=self.s.current_step, op="move", path=target, source=source,
+                             where=user_site(1)))
+
+    # ---- torch.load and load_state_dict -------------------------------------------------------
+    def _wrap_load(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(f, *args, **kwargs)
+            probe._guard(probe._on_load, f, out)
+            return out
+
+        return load
+
+    def _on_load(self, f: Any, obj: Any) -> None:
+        path = _path_of(f)
+        if path is None:
+            return
+        parts = [obj]
+        if isinstance(obj, dict):
+            for value in obj.values():
+                parts.append(value)
+                if isinstance(value, (list, tuple)):
+                    parts.extend(value[:8])
+        self._loads = (self._loads + [(id(p), path) for p in parts[:64]])[-_RECENT_LOADS * 4:]
+
+    def _source(self, state_dict: Any) -> str:
+        return next((path for oid, path in reversed(self._loads) if oid == id(state_dict)), "")
+
+    def _wrap_optimizer_load(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def load_state_dict(opt: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._pending = None
+            probe._guard(probe._remember_lrs, opt)
+            before, probe._pending = probe._pending, None
+            out = orig(opt, state_dict, *args, **kwargs)
+            if before is not None:
+                probe._guard(probe._on_optimizer_load, opt, state_dict, before)
+            return out
+
+        return load_state_dict
+
+    def _remember_lrs(self, opt: Any) -> None:
+        self._pending = _group_lrs(opt.param_groups)
+
+    def _on_optimizer_load(self, opt: Any, state_dict: Any, before: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
+        lrs, initial = _group_lrs(opt.param_groups)
+        self.s.emit(StateLoad(
+            step=self.s.current_step, target="optimizer", cls=type(opt).__name__, before=before[0],
+            after=lrs, initial_before=before[1], initial_after=initial, path=self._source(state_dict),
+            where=user_site(1),
+        ))
+
+    def _wrap_scheduler_load(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def load_state_dict(sched: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+            if probe._in_sched_load:  # a subclass calling super(), or SequentialLR's children
+                return orig(sched, state_dict, *args, **kwargs)
+            before = _floats(getattr(sched, "base_lrs", ()))
+            probe._in_sched_load = True
+            try:
+                out = orig(sched, state_dict, *args, **kwargs)
+            finally:
+                probe._in_sched_load = False
+            probe._guard(probe._on_scheduler_load, sched, state_dict, before)
+            return out
+
+        return load_state_dict
+
+    def _on_scheduler_load(self, sched: Any, state_dict: Any, before: tuple[float, ...]) -> None:
+        after = _floats(getattr(sched, "base_lrs", ()))
+        if not before and not after:
+            return
+        self.s.emit(StateLoad(
+            step=self.s.current_step, target="scheduler", cls=type(sched).__name__, before=before,
+            after=after, path=self._source(state_dict), where=user_site(1),
+        ))
+
+
+def _path_of(f: Any) -> str | None:
+    """The absolute path of a file argument; None for file objects and buffers."""
+    if isinstance(f, (str, os.PathLike)):
+        p = os.fspath(f)
+        return os.path.abspath(p) if isinstance(p, str) else None
+    return None
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in values)
+    except (TypeError, ValueError, RuntimeError):
+        return ()
+
+
+def _group_lrs(groups: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    lrs = _floats(g.get("lr", float("nan")) for g in groups)
+    initial = _floats(g["initial_lr"] for g in groups) if groups and all("initial_lr" in g for g in groups) else ()
+    return lrs, initial
+
+
+def _scheduler_classes() -> list[type]:
+    """LR scheduler classes that define their own load_state_dict (LambdaLR does not call super)."""
+    out = []
+    for value in vars(lr_scheduler).values():
+        if isinstance(value, type) and issubclass(value, lr_scheduler.LRScheduler) and "load_state_dict" in vars(value):
+            out.append(value)
+    return out
+
+
+def _checkpoint_event(obj: Any, path: str, step: int) -> Checkpoint | None:
+    """The ckpt face's reading of an object about to be written: a Checkpoint event, or None
+    when it is not a checkpoint. Only references and tensor metadata are touched."""
+    from traindoc.errors import UsageError
+    from traindoc.sources.ckpt import _optim, produce, read
+
+    try:
+        ck = read._from_object(obj, Path(path), trust=False, mapped=False)
+    except UsageError:
+        return None
+    if ck.format == "tensor":
+        return None
+    read._finish(ck)
+    opts = [_optim.parse(sd, i) for i, sd in enumerate(ck.optimizers)]
+    summary = produce._summary(ck, opts, step)
+    return produce._checkpoint_event(ck, opts, step, summary)

@@ -1,0 +1,419 @@
+"""Evaluation passes: forward passes of a model under ``no_grad`` / ``inference_mode`` after an
+optimizer step, until training resumes (the next step's backward closes the round).
+
+``torch.no_grad`` and ``torch.inference_mode`` are patched (``__enter__``/``__exit__``), so the
+training step itself pays nothing: a region entered before the round's optimizer step (a
+teacher's forward, ``clip_grad_norm_``'s own no_grad) is not followed. A region entered after
+the step installs global forward hooks until its first root forward (a module with parameters
+called at depth 0) has been looked at, then removes them: the rest of the evaluation runs at
+full speed. At that first forward of each phase traindoc records the modules in train mode
+that change behaviour with the mode (BatchNorm, Dropout, stochastic depth), the BatchNorm
+running statistics of the evaluated model and of the training model it mirrors (an EMA copy),
+and on the first phases, when the model is in eval mode, re-runs the forward once on the same
+input to see whether it is deterministic. The re-run saves and restores the CPU, CUDA, Python
+and NumPy RNG states and the model's buffers, so the user's run continues bit-identically.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import sys
+import time
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+from torch.nn.modules import module as _module
+
+from traindoc.events import BatchNormState, EvalPass, Event
+from traindoc.live import measure
+from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.session import Session, _frame_modules, user_site
+
+_RERUNS = 2  # evaluation phases whose first forward is re-run (determinism check)
+_BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
+_MAX_BUFFER_BYTES = 256 << 20  # larger models: no re-run (their buffers are not snapshotted)
+_FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
+
+
+def _mode_dependent(m: nn.Module) -> bool:
+    """A module whose output depends on train/eval mode."""
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        return bool(m.track_running_stats)
+    if isinstance(m, nn.modules.dropout._DropoutNd) or isinstance(m, nn.AlphaDropout):
+        return float(getattr(m, "p", 0.0)) > 0
+    name = type(m).__name__
+    if "DropPath" in name or "StochasticDepth" in name or "Dropout" in name:
+        return float(getattr(m, "drop_prob", getattr(m, "p", 1.0)) or 0.0) > 0
+    return False
+
+
+def _unwrap(m: Any) -> Any:
+    """The model inside AveragedModel/EMA wrappers, DDP and torch.compile."""
+    for _ in range(4):
+        inner = getattr(m, "_orig_mod", None) or getattr(m, "module", None)
+        if not isinstance(inner, nn.Module):
+            return m
+        m = inner
+    return m
+
+
+class _Phase:
+    __slots__ = ("step", "t0", "last_exit", "model", "role", "train_modules", "mode_modules",
+                 "rerun", "names", "where", "closed")
+
+    def __init__(self, step: int, t0: float) -> None:
+        self.step = step
+        self.t0 = t0
+        self.last_exit: float | None = None
+        self.model = ""
+        self.role = "model"
+        self.train_modules: tuple[str, ...] = ()
+        self.mode_modules = 0
+        self.rerun: torch.Tensor | None = None  # [abs diff, max |out|, per-module differs...]
+        self.names: list[str] = []
+        self.where = ""
+        self.closed = False
+
+
+class EvalProbes:
+    name = "eval"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self._patch = patcher.patch
+        self._guard = patcher.guard
+        self._hooks: list[Any] = []
+        self._depth = 0  # nested tracked no_grad regions
+        self._region_t0 = 0.0
+        self._fdepth = 0  # module call depth while hooked
+        self._phase: _Phase | None = None
+        self._phases = 0
+        self._reruns = 0
+        self._busy = False  # inside our own re-run
+        self._plan_rerun = False
+        self._prints: list[tuple[str, torch.Tensor]] | None = None
+        self._bn_prev: dict[tuple[str, str], torch.Tensor] = {}
+        self._mnames: dict[int, str] = {}
+        self._skipped = 0.0  # seconds spent in our re-runs (not the user's evaluation)
+
+    # ---- install / uninstall -----------------------------------------------------------------
+    def install(self) -> None:
+        for cls in (torch.no_grad, torch.inference_mode):
+            self._patch(cls, "__enter__", self._wrap_enter)
+            self._patch(cls, "__exit__", self._wrap_exit)
+        self.s.round_listeners.append(self._on_round)
+
+    def uninstall(self) -> None:
+        self._set_hooks(False)
+        if self._on_round in self.s.round_listeners:
+            self.s.round_listeners.remove(self._on_round)
+        self._guard("eval", self._close_phase)
+        self._depth = 0
+
+    # ---- regions -----------------------------------------------------------------------------
+    def _wrap_enter(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def __enter__(ctx: Any) -> Any:
+            out = orig(ctx)
+            # Only regions after the round's optimizer step can be an evaluation.
+            if probes._depth or (probes.s.round_done and not probes._busy):
+                probes._guard("eval", probes._enter, ctx)
+            return out
+
+        return __enter__
+
+    def _wrap_exit(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def __exit__(ctx: Any, *args: Any) -> Any:
+            out = orig(ctx, *args)
+            if ctx.__dict__.get("_traindoc_region"):
+                probes._guard("eval", probes._exit, ctx)
+            return out
+
+        return __exit__
+
+    def _enter(self, ctx: Any) -> None:
+        if is_compiling():
+            return
+        ctx.__dict__["_traindoc_region"] = True
+        self._depth += 1
+        if self._depth == 1:
+            self._region_t0 = time.perf_counter()
+            if self._phase is None:
+                self._set_hooks(True)  # until the phase's first root forward
+
+    def _exit(self, ctx: Any) -> None:
+        ctx.__dict__.pop("_traindoc_region", None)
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self._set_hooks(False)
+            if self._phase is not None:
+                self._phase.last_exit = time.perf_counter()
+
+    def _set_hooks(self, on: bool) -> None:
+        if on and not self._hooks:
+            self._fdepth = 0
+            self._hooks = [
+                _module.register_module_forward_pre_hook(self._pre),
+                _module.register_module_forward_hook(self._post, with_kwargs=True),
+            ]
+        elif not on and self._hooks:
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+
+    # ---- forward hooks (only inside an evaluation region, until its first root forward) ------
+    def _pre(self, module: Any, args: Any) -> None:
+        if is_compiling():
+            return
+        depth = self._fdepth
+        self._fdepth += 1
+        if self._busy:
+            return
+        if depth == 0 and self._phase is None and next(module.parameters(), None) is not None:
+            self._guard("eval", self._start_phase, module)
+
+    def _post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+        if is_compiling():
+            return
+        self._fdepth = max(0, self._fdepth - 1)
+        if self._prints is not None and self._fdepth > 0 and len(self._prints) < 2 * _FINGERPRINTS:
+            self._guard("eval", self._fingerprint, module, output)
+            return
+        if self._fdepth == 0 and not self._busy:
+            if self._plan_rerun:
+                self._plan_rerun = False
+                self._guard("eval", self._rerun, module, args, kwargs, output)
+            self._prints = None
+            self._set_hooks(False)  # the rest of this evaluation runs without hooks
+
+    # ---- one evaluation phase ----------------------------------------------------------------
+    def _start_phase(self, module: nn.Module) -> None:
+        if _in_update_bn():
+            return  # re-estimating BatchNorm statistics on purpose (swa_utils.update_bn)
+        s = self.s
+        ph = self._phase = _Phase(s.step, self._region_t0)
+        self._phases += 1
+        inner = _unwrap(module)
+        ph.model = type(inner).__name__
+        ph.where = user_site(4)
+        held = _held_params(s)
+        owned = any(id(p) in held for p in inner.parameters())
+        ph.role = "model" if owned else "copy"
+        modes = [(n, m) for n, m in inner.named_modules() if _mode_dependent(m)]
+        ph.mode_modules = len(modes)
+        ph.train_modules = tuple(f"{n or type(inner).__name__} ({type(m).__name__})"
+                                 for n, m in modes if m.training)
+        if self._phases <= _BN_PHASES or self._phases % 10 == 0:
+            self._batchnorm(inner, owned, held)
+        if (self._reruns < _RERUNS and not module.training and not ph.train_modules
+                and all(not m.training for m in inner.modules()) and _rerun_safe(module)):
+            self._reruns += 1
+            self._plan_rerun = True
+            self._prints = []
+            self._mnames = {id(m): n for n, m in inner.named_modules()}
+
+    def _fingerprint(self, module: Any, output: Any) -> None:
+        outs = measure.first_float_tensors(output, limit=1)
+        if not outs or self._prints is None:
+            return
+        x = outs[0].detach().float()
+        name = self._mnames.get(id(module)) or "?"
+        self._prints.append((f"{name} ({type(module).__name__})", torch.stack([x.sum(), x.abs().sum()])))
+
+    def _rerun(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        """Run the forward once more on the same input and keep the difference (on device)."""
+        ph = self._phase
+        first = measure.first_float_tensors(output, limit=1)
+        if ph is None or not first:
+            return
+        prints1, self._prints = self._prints or [], []
+        t0 = time.perf_counter()
+        saved = _save_rng()
+        buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()]
+        self._busy = True
+        try:
+            with torch.no_grad():
+                out2 = module(*args, **(kwargs or {}))
+        finally:
+            self._busy = False
+            with torch.no_grad():
+                for b, version, copy in buffers:
+                    if b._version != version:
+                        b.copy_(copy)  # our re-run changed a buffer: put the user's value back
+            _restore_rng(saved)
+            prints2, self._prints = self._prints or [], None
+            self._skipped += time.perf_counter() - t0
+        second = measure.first_float_tensors(out2, limit=1)
+        if not second or second[0].shape != first[0].shape:
+            return
+        with torch.no_grad():
+            a, b = first[0].detach().float(), second[0].detach().float()
+            parts = [(a - b).abs().max().reshape(1), a.abs().max().reshape(1)]
+            if len(prints1) == len(prints2) and prints1:
+                p1 = torch.stack([t for _, t in prints1])
+                p2 = torch.stack([t for _, t in prints2])
+                tol = 1e-4 * p1[:, 1].abs() + 1e-6
+                parts.append(((p1 - p2).abs().max(dim=1).values > tol).float())
+                ph.names = [n for n, _ in prints1]
+        ph.rerun = torch.cat([t.to(parts[0].device) for t in parts])
+
+    def _batchnorm(self, inner: nn.Module, owned: bool, held: set[int]) -> None:
+        bns = [(n, m) for n, m in inner.named_modules()
+               if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None]
+        if not bns:
+            return
+        pairs: list[tuple[str, list[tuple[str, Any]]]] = [("model" if owned else "ema", bns)]
+        if not owned:
+            twin = _find_twin(self.s, inner, {n for n, _ in bns}, held)
+            if twin is not None:
+                pairs.append(("model", [(n, m) for n, m in twin.named_modules()
+                                        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                        and m.running_mean is not None]))
+        step = self.s.step
+        rows: list[tuple[str, str, int, bool]] = []
+        parts: list[torch.Tensor] = []
+        with torch.no_grad():
+            for role, mods in pairs:
+                for name, m in mods:
+                    mean, var = m.running_mean, m.running_var
+                    sample = measure.strided(mean).clone()
+                    prev = self._bn_prev.get((role, name))
+                    changed = (prev != sample).any() if prev is not None and prev.shape == sample.shape \
+                        else torch.zeros((), dtype=torch.bool, device=mean.device)
+                    self._bn_prev[(role, name)] = sample
+                    affine = m.weight is not None and m.bias is not None
+                    at_init_affine = ((m.weight == 1).all() & (m.bias == 0).all()) if affine \
+                        else torch.zeros((), dtype=torch.bool, device=mean.device)
+                    nbt = m.num_batches_tracked.float() if m.num_batches_tracked is not None \
+                        else torch.full((), -1.0, device=mean.device)
+                    parts.append(torch.stack([
+                        (mean == 0).all().float(), (var == 1).all().float(), nbt.to(mean.device),
+                        at_init_affine.float().to(mean.device), changed.float().to(mean.device),
+                    ]))
+                    rows.append((role, name or type(m).__name__, mean.numel(), affine, prev is not None))
+            dev = parts[0].device
+            packed = torch.cat([t.to(dev) for t in parts])
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            for i, (role, name, channels, affine, compared) in enumerate(rows):
+                m0, v1, nbt, aff, changed = vals[5 * i:5 * i + 5]
+                yield BatchNormState(
+                    step=step, module=name, channels=channels, mean_at_init=bool(m0),
+                    var_at_init=bool(v1), num_batches_tracked=int(nbt) if nbt >= 0 else None,
+                    affine_at_init=bool(aff) if affine else None,
+                    changed=bool(changed) if compared else None, role=role,
+                )
+
+        self.s.defer(packed, decode)
+
+    def _on_round(self, step: int) -> None:
+        if self._phase is not None:
+            self._guard("eval", self._close_phase)
+
+    def _close_phase(self) -> None:
+        ph, self._phase = self._phase, None
+        if ph is None or ph.closed or not ph.model:
+            return
+        ph.closed = True
+        end = ph.last_exit if ph.last_exit is not None else time.perf_counter()
+        duration = max(0.0, end - ph.t0 - self._skipped)
+        self._skipped = 0.0
+        elapsed = end - self.s._t0
+
+        def event(rerun: float, rerun_abs: float, first_diff: str) -> EvalPass:
+            return EvalPass(step=ph.step, model=ph.model, role=ph.role, duration_s=duration,
+                            elapsed_s=elapsed, train_modules=ph.train_modules,
+                            mode_modules=ph.mode_modules, rerun=rerun, rerun_abs=rerun_abs,
+                            first_diff=first_diff, where=ph.where)
+
+        if ph.rerun is None:
+            self.s.emit(event(math.nan, math.nan, ""))
+            return
+        names = ph.names
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            diff, scale = vals[0], vals[1]
+            flags = vals[2:]
+            first = next((names[i] for i, f in enumerate(flags) if f and i < len(names)), "")
+            rel = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+            yield event(rel, diff, first)
+
+        self.s.defer(ph.rerun, decode)
+
+
+def _held_params(s: Session) -> set[int]:
+    held: set[int] = set()
+    for opt, _ in s._optimizers.items():
+        held.update(id(p) for g in opt.param_groups for p in g["params"])
+    return held
+
+
+def _find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
+    """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
+    and that has BatchNorm modules of the same names."""
+    candidates = [m for m, _ in s._roots.items()] + _frame_modules(sys._getframe(1))
+    for cand in candidates:
+        if cand is None:
+            continue
+        inner = _unwrap(cand)
+        if inner is copy or not any(id(p) in held for p in inner.parameters()):
+            continue
+        names = {n for n, m in inner.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+        if bn_names <= names:
+            return inner
+    return None
+
+
+def _in_update_bn() -> bool:
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "update_bn" and frame.f_code.co_filename.endswith("swa_utils.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _rerun_safe(module: nn.Module) -> bool:
+    """No user hooks anywhere (a re-run would call them twice) and buffers small enough to
+    snapshot."""
+    for hooks in (_module._global_forward_hooks, _module._global_forward_pre_hooks):
+        for hook in hooks.values():
+            if not getattr(hook, "__module__", "").startswith("traindoc"):
+                return False
+    nbytes = 0
+    for m in module.modules():
+        if m._forward_hooks or m._forward_pre_hooks:
+            return False
+        for b in m._buffers.values():
+            if b is not None:
+                nbytes += b.numel() * b.element_size()
+    return nbytes <= _MAX_BUFFER_BYTES
+
+
+def _save_rng() -> dict[str, Any]:
+    saved: dict[str, Any] = {"cpu": torch.random.get_rng_state(), "random": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # The CUDA generators' state (seed and offset) lives on the host: no device sync.
+        saved["cuda"] = torch.cuda.get_rng_state_all()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        saved["numpy"] = np.random.get_state()
+    return saved
+
+
+def _restore_rng(saved: dict[str, Any]) -> None:
+    torch.random.set_rng_state(saved["cpu"])
+    random.setstate(saved["random"])
+    if "cuda" in saved:
+        torch.cuda.set_rng_state_all(saved["cuda"])
+    if "numpy" in saved:
+        sys.modules["numpy"].random.set_state(saved["numpy"])
+

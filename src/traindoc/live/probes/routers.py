@@ -1,0 +1,154 @@
+"""Mixture-of-experts routers: expert load Gini and entropy from the router's outputs.
+
+A router is recognized without code changes when it sits next to its experts: a child module
+of a block that also holds a ``ModuleList``/``ModuleDict`` whose name contains "expert" with E
+entries (Mixtral's ``block_sparse_moe.gate`` next to ``block_sparse_moe.experts``), and whose
+output ends in a dimension of E (an ``nn.Linear(d, E)``, or any module named gate/router/gating/
+routing, checked on its output). A block with an ``num_experts``-like integer attribute and a
+gate/router child counts too. ``traindoc.watch_router(module)`` names any other router.
+
+On sampled steps (training forwards only) the top-1 expert of every token is read from the
+router's output on its device (``argmax`` over the last dimension, ``bincount``) and read back in
+the step's one batched transfer; after the step the load's Gini coefficient (0 even, (E-1)/E
+all tokens on one expert) and entropy (nats) are emitted as ``expert_gini``/``expert_entropy``.
+With several routers the most collapsed one (highest Gini) is reported for the step.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Iterable
+
+import torch
+
+from traindoc import metrics as api
+from traindoc.events import Event
+from traindoc.live import measure
+from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.metrics import publisher
+from traindoc.live.session import ObjectMap, Session
+
+ROUTER_WORDS = ("gate", "router", "gating", "routing", "w_gate", "wg")
+EXPERT_COUNT_ATTRS = ("num_experts", "n_experts", "num_local_experts", "n_routed_experts", "experts_count")
+
+
+class RouterProbe:
+    name = "routers"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self._guard = patcher.guard
+        self.pub = publisher(session)
+        self._routers = ObjectMap()  # module -> (name, experts, hook handle)
+        self._scanned = ObjectMap()  # models already searched for routers
+        self._load: dict[int, dict[int, list[float]]] = {}  # step -> router (id) -> counts
+
+    def install(self) -> None:
+        self.s.round_listeners.append(self._on_round)
+        api.router_sinks.append(self._on_router)
+        for module, experts in list(api.routers.items()):
+            self._add(module, type(module).__name__, experts)
+
+    def uninstall(self) -> None:
+        if self._on_round in self.s.round_listeners:
+            self.s.round_listeners.remove(self._on_round)
+        if self._on_router in api.router_sinks:
+            api.router_sinks.remove(self._on_router)
+        for _, _, handle in self._routers.values():
+            handle.remove()
+        self._routers = ObjectMap()
+
+    # ---- finding routers -----------------------------------------------------------------------
+    def _on_router(self, module: Any, experts: int | None) -> None:
+        self._guard(self.name, self._add, module, type(module).__name__, experts)
+
+    def _add(self, module: Any, name: str, experts: int | None) -> None:
+        if module in self._routers or not isinstance(module, torch.nn.Module):
+            return
+        handle = module.register_forward_hook(self._hook)
+        self._routers[module] = (name, experts, handle)
+        self.pub.claim("expert_gini")
+        self.pub.claim("expert_entropy")
+
+    def _scan(self, model: Any) -> None:
+        for parent_name, parent in model.named_modules():
+            children = dict(parent.named_children())
+            experts = None
+            for cname, child in children.items():
+                if "expert" in cname.lower() and isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)) \
+                        and len(child) >= 2:
+                    experts = len(child)
+                    break
+            if experts is None:
+                counts = [getattr(parent, a, None) for a in EXPERT_COUNT_ATTRS]
+                experts = next((c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 2), None)
+                by_count = True
+            else:
+                by_count = False
+            if experts is None:
+                continue
+            for cname, child in children.items():
+                if "expert" in cname.lower():
+                    continue
+                named = cname.lower() in ROUTER_WORDS or any(w in cname.lower() for w in ("router", "gating"))
+                linear = isinstance(child, torch.nn.Linear) and child.out_features == experts
+                if named or (linear and not by_count):
+                    full = f"{parent_name}.{cname}" if parent_name else cname
+                    self._add(child, full, experts)
+
+    # ---- measuring -----------------------------------------------------------------------------
+    def _hook(self, module: Any, args: Any, output: Any) -> None:
+        if is_compiling() or not self.s.measuring or not torch.is_grad_enabled():
+            return
+        self._guard(self.name, self._on_output, module, output)
+
+    def _on_output(self, module: Any, output: Any) -> None:
+        entry = self._routers.get(module)
+        if entry is None:
+            return
+        experts = entry[1]
+        scores = next((t for t in measure.first_float_tensors(output, limit=4)
+                       if t.ndim >= 1 and (t.shape[-1] == experts if experts else 2 <= t.shape[-1] <= 4096)), None)
+        if scores is None or scores.numel() == 0:
+            return
+        e = int(scores.shape[-1])
+        with torch.no_grad():
+            top = scores.detach().reshape(-1, e).argmax(-1)
+            counts = torch.bincount(top, minlength=e).float()
+        step = self.s.current_step
+        # Read in the step's one batched transfer, not here.
+        self.s.defer(counts, functools.partial(self._decode, step, id(module)))
+
+    def _decode(self, step: int, router: int, vals: list[float]) -> Iterable[Event]:
+        acc = self._load.setdefault(step, {})
+        old = acc.get(router)
+        acc[router] = vals if old is None or len(old) != len(vals) else [a + b for a, b in zip(old, vals)]
+        return ()
+
+    def _on_round(self, step: int) -> None:
+        self._guard(self.name, self._round, step)
+
+    def _round(self, step: int) -> None:
+        models = self.s.models()
+        for model in models:
+            if model not in self._scanned:
+                self._scanned[model] = True
+                self._scan(model)
+        for s in sorted(k for k in self._load if k <= step):
+            loads = self._load.pop(s)
+            stats = [load_stats(v) for v in loads.values() if sum(v) > 0]
+            if not stats:
+                continue
+            gini, entropy = max(stats)
+            self.pub.measured(s, "expert_gini", gini)
+            self.pub.measured(s, "expert_entropy", entropy)
+
+
+def load_stats(counts: list[float]) -> tuple[float, float]:
+    """(Gini coefficient, entropy in nats) of an expert load vector."""
+    n, total = len(counts), float(sum(counts))
+    xs = sorted(counts)
+    gini = (2.0 * sum((i + 1) * x for i, x in enumerate(xs)) / (n * total)) - (n + 1) / n
+    entropy = -sum((x / total) * math.log(x / total) for x in xs if x > 0)
+    return max(0.0, gini), entropy

@@ -1,0 +1,25 @@
+"""torchrun: each rank observes itself, rank 0 reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from traindoc import zoo
+from conftest import ENV
+
+
+def test_torchrun_two_ranks(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "traindoc", "run", "--json", str(report), str(zoo.case("healthy_ddp").path), "--steps", "30"],
+        capture_output=True, text=True, env=ENV, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["run"]["ranks"] == 2 and data["run"]["steps"] == 30
+    assert [f["id"] for f in data["findings"] if f["severity"] != "info"] == []
+    assert out.stderr.count("traindoc report") == 1  # only rank 0 reports
