@@ -104,3 +104,10 @@ def test_bad_input_is_one_line_exit_2(tmp: Path) -> None:
     garbage.write_text("{not json\n")
     out = traindoc("analyze", str(garbage))
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "g.jsonl:1" in out.stderr
+
+
+def test_ctrl_c_still_reports(tmp: Path) -> None:
+    out = traindoc("run", str(write(tmp, "raise KeyboardInterrupt")))
+    assert out.returncode == 130
+    assert "KeyboardInterrupt" in out.stderr and "traindoc report" in out.stderr
+    assert "ended by interrupted" in out.stderr

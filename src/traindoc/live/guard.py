@@ -15,11 +15,13 @@ What it does, after every ``optimizer.step()``:
    detectors (the engine announces an id once; the guard must see every occurrence). It reacts
    to a loss spike and to a non-finite loss or parameter (a non-finite gradient with a finite
    loss is what an AMP GradScaler skips on its own).
-3. Keeps the last good state in memory: every ``every`` steps a copy of the parameters the
+3. Keeps the last states in memory: every ``every`` steps a copy of the parameters the
    optimizers hold, the optimizers' state and the models' buffers (on their device, no
-   transfer), promoted to "good" once the next step's loss is fine; the state before the first
-   step is the first good one.
-4. On a trigger: restores the good state, multiplies the LR by ``factor`` (each group's ``lr``
+   transfer); the two newest copies are kept, the first being the state before the first step.
+   ``loss-spike`` reports a spike once the loss is back down (a step or more after the jump),
+   so the state restored is the newest one taken at least two steps before the step the
+   finding names: its own next loss came before the trouble.
+4. On a trigger: restores that state, multiplies the LR by ``factor`` (each group's ``lr``
    and ``initial_lr``/``max_lr``/``min_lr``, and the ``base_lrs`` of LR schedulers on that
    optimizer, so a schedule does not undo it), and reports it as a ``guard-rollback`` finding.
    After ``max_rollbacks`` rollbacks, the next trigger restores the good state once more and
@@ -47,6 +49,7 @@ from traindoc.findings import Finding
 from traindoc.live.session import ObjectMap, Session
 
 TRIGGERS = ("loss-spike", "nonfinite")
+KEEP = 2  # states kept in memory
 _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 
 
@@ -56,7 +59,7 @@ class GuardStop(BaseException):
 
 @dataclass(frozen=True)
 class GuardConfig:
-    every: int = 20  # steps between snapshots of the state
+    every: int = 10  # steps between snapshots of the state
     factor: float = 0.5  # LR multiplier applied at each rollback
     max_rollbacks: int = 3
 
@@ -88,8 +91,7 @@ class Guard:
         self._announce = announce
         self._opts = ObjectMap()  # the optimizers seen stepping
         self._handles: list[Any] = []
-        self._good: _Snapshot | None = None
-        self._pending: _Snapshot | None = None
+        self._snaps: list[_Snapshot] = []  # oldest first, at most KEEP
         self._trigger: Finding | None = None
         self._rollbacks: list[dict[str, Any]] = []
         self._broken = ""
@@ -106,7 +108,7 @@ class Guard:
         self._handles.clear()
         if self._on_event in self.s.event_listeners:
             self.s.event_listeners.remove(self._on_event)
-        self._good = self._pending = None
+        self._snaps = []
 
     # ---- watching ------------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
@@ -124,11 +126,11 @@ class Guard:
             self._disable(exc)
 
     def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if self._broken or self._good is not None:
+        if self._broken or self._snaps:
             return
         try:
             self._opts[opt] = True
-            self._good = self._take(-1)  # the state before the first update
+            self._snaps.append(self._take(-1))  # the state before the first update
         except Exception as exc:
             self._disable(exc)
 
@@ -154,10 +156,8 @@ class Guard:
         if step == self._last_step:
             return  # a second optimizer in the same step
         self._last_step = step
-        if self._pending is not None and step > self._pending.step:
-            self._good, self._pending = self._pending, None  # its next loss was fine
-        if self._pending is None and step - (self._good.step if self._good else -1) >= self.config.every:
-            self._pending = self._take(step)
+        if step - (self._snaps[-1].step if self._snaps else -1) >= self.config.every:
+            self._snaps = self._snaps[-(KEEP - 1):] + [self._take(step)]
 
     # ---- state ---------------------------------------------------------------------------------
     def _optimizers(self) -> list[Any]:
@@ -203,10 +203,12 @@ class Guard:
 
     # ---- acting --------------------------------------------------------------------------------
     def _rollback(self, trigger: Finding, step: int) -> None:
-        good = self._good
-        self._pending = None
-        if good is None:
+        at = trigger.step if trigger.step is not None else step
+        older = [snap for snap in self._snaps if snap.step <= at - 2]
+        if not older:
             return
+        good = older[-1]
+        self._snaps = older  # the newer copies may hold the trouble
         opts = self._optimizers()
         # The LRs now (a schedule may have moved them since the snapshot): the restore puts the
         # snapshot's back, these are what gets lowered.
