@@ -83,8 +83,8 @@ def _execute(doc: object, target: str, script_args: list[str], *, is_module: boo
         return 0, "ok"
     except SystemExit as exc:
         return _exit_code(exc.code), "exit"
-    except KeyboardInterrupt:
-        traceback.print_exc()
+    except KeyboardInterrupt as exc:
+        _print_user_traceback(exc, target)
         return 130, "interrupted"
     except BaseException as exc:  # the user's exception: print it as Python would
         if type(exc).__name__ == "GuardStop":  # --guard gave up: its message, no traceback

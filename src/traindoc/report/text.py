@@ -29,7 +29,8 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
         bits.append(f"{float(run['duration_s']):.1f} s")  # type: ignore[arg-type]
     if run.get("status") not in (None, "ok"):
         bits.append(f"ended by {run['status']}")
-    console.rule(f"[bold]{escape(head)}[/] ({', '.join(bits)})")
+    console.rule("[bold]traindoc report[/]")
+    console.print(f"{escape(head.removeprefix('traindoc report: '))}: {', '.join(bits)}")
     if not report.findings:
         console.print("No findings: nothing in this run looks broken to the detectors that ran.")
     for sev in SEVERITIES:

@@ -154,6 +154,7 @@ class MetricsProbe:
         self._mine: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, wrapper)
         self._done: set[str] = set()
         self._finder: _ImportWatcher | None = None
+        self._active = False  # a method bound while watching (wandb.log = run.log) outlives us
         self._hooks: dict[str, Callable[[Any], None]] = {
             "torch.utils.tensorboard.writer": self._patch_tensorboard,
             "tensorboardX.writer": self._patch_tensorboard,
@@ -163,6 +164,7 @@ class MetricsProbe:
         }
 
     def install(self) -> None:
+        self._active = True
         self._patcher.patch(csv, "writer", self._wrap_csv_writer)
         api.log_sinks.append(self._on_log)
         for name in self._hooks:
@@ -173,6 +175,7 @@ class MetricsProbe:
         sys.meta_path.insert(0, self._finder)
 
     def uninstall(self) -> None:
+        self._active = False
         if self._finder is not None and self._finder in sys.meta_path:
             sys.meta_path.remove(self._finder)
         self._finder = None
@@ -202,7 +205,7 @@ class MetricsProbe:
 
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if getattr(probe._local, "inside", False):
+            if not probe._active or getattr(probe._local, "inside", False):
                 return orig(*args, **kwargs)
             probe._local.inside = True
             try:
@@ -371,7 +374,7 @@ class _CsvWriter:
     def writerow(self, row: Any) -> Any:
         out = self._writer.writerow(row)
         track = self._track
-        if not track.off:
+        if not track.off and track.probe._active:
             track.probe._guard(track.probe.name, track.row, row)
         return out
 

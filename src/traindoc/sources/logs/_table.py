@@ -17,6 +17,9 @@ from typing import Callable, Iterator
 from traindoc.events import Event, Scalar
 
 
+MAX_STEP = 2**63 - 1  # steps are int64 in every logger (TensorBoard's Event.step)
+
+
 class Series:
     """One column's points in file order: parallel lists of steps and values."""
 
@@ -65,8 +68,14 @@ class Table:
     events: list[Event] | None = None  # a traindoc --record stream carries events already
 
     def finish(self) -> None:
-        """Order every series by step (resumed runs) and drop empty ones; note what changed."""
+        """Order every series by step (resumed runs), drop points whose step is not a step
+        (negative, or beyond int64 as no logger writes) and empty series; note what changed."""
         for name, s in list(self.series.items()):
+            if len(s) and (min(s.steps) < 0 or max(s.steps) > MAX_STEP):
+                keep = [i for i, x in enumerate(s.steps) if 0 <= x <= MAX_STEP]
+                self.notes.append(f"{name}: {len(s) - len(keep)} point(s) with a {self.x} below 0 or "
+                                  "beyond 2**63 are skipped")
+                s.steps, s.values = [s.steps[i] for i in keep], [s.values[i] for i in keep]
             if not len(s):
                 del self.series[name]
                 continue
