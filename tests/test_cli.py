@@ -110,4 +110,4 @@ def test_ctrl_c_still_reports(tmp: Path) -> None:
     out = traindoc("run", str(write(tmp, "raise KeyboardInterrupt")))
     assert out.returncode == 130
     assert "KeyboardInterrupt" in out.stderr and "traindoc report" in out.stderr
-    assert "ended by interrupted" in out.stderr
+    assert "status interrupted" in out.stderr

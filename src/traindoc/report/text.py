@@ -28,7 +28,7 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
     if run.get("duration_s") is not None:
         bits.append(f"{float(run['duration_s']):.1f} s")  # type: ignore[arg-type]
     if run.get("status") not in (None, "ok"):
-        bits.append(f"ended by {run['status']}")
+        bits.append(f"status {run['status']}")
     console.rule("[bold]traindoc report[/]")
     console.print(f"{escape(head.removeprefix('traindoc report: '))}: {', '.join(bits)}")
     if not report.findings:
