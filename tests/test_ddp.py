@@ -16,7 +16,7 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "traindoc", "run", "--json", str(report), str(zoo.case("healthy_ddp").path), "--steps", "30"],
-        capture_output=True, text=True, env=ENV, timeout=300,
+        capture_output=True, text=True, env=ENV, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(report.read_text())

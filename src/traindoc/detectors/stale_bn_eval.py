@@ -27,6 +27,8 @@ class StaleBnEval:
         Example("ckpt/golden/ema_frozen_bn_diff.jsonl", 500),
         Example("ckpt/golden/healthy_bn_ema.jsonl", None),
         Example("ckpt/golden/fresh_bn_model.jsonl", None),
+        Example("zoo/ema_stale_bn.py", -1),  # live: BatchNormState at each evaluation
+        Example("zoo/healthy_ema_bn.py", None),
     )
 
     @dataclass(frozen=True)

@@ -5,10 +5,11 @@ The script builds a backbone + 1000-way head (the "pretrained" layout), creates 
 `model.reset_classifier(num_classes)` (the timm-style API), which replaces `model.head` by a
 fresh nn.Linear. The optimizer still holds the old 1000-way head's weight and bias, which no
 longer take part in the forward pass; the new head receives gradients on every step that no
-optimizer ever applies, so it stays at its random init. The backbone still trains, so the loss
-goes down (the backbone learns to work around a random head) and nothing crashes.
-Reproduces TrainCheck AC-2665 (optimizer built before the model was changed); catalog
-`optimizer-param-mismatch`.
+optimizer ever applies (nor clears: `optimizer.zero_grad()` only touches the optimizer's own
+parameters, so its .grad keeps accumulating), and it stays at its random init. The backbone
+still trains, so the loss goes down (the backbone learns to work around a random head) and
+nothing crashes. Reproduces TrainCheck AC-2665 (optimizer built before the model was changed);
+catalog `optimizer-param-mismatch`.
 
 traindoc-expect: optimizer-param-mismatch
 """

@@ -106,6 +106,9 @@ class _Interval:
                  "first_none", "post", "factors", "where")
 
     def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
+        self.reset(backwards, batches, unmeasured)
+
+    def reset(self, backwards: int, batches: int, unmeasured: int) -> None:
         self.backwards = backwards  # counters at the interval's start
         self.batches = batches
         self.unmeasured = unmeasured
@@ -254,8 +257,14 @@ class LoopProbes:
         if iv is not None and self._backwards > iv.backwards and self._unmeasured == iv.unmeasured:
             self._guard("accumulation", self._close_interval, opt, iv)
         self._mark = (self._backwards, self._batches, self._unmeasured)
-        self._intervals[opt] = _Interval(*self._mark)
-        self._scaled.clear()
+        if iv is None:
+            self._intervals[opt] = _Interval(*self._mark)
+        elif iv.first_stamp is None:  # nothing measured: only the counters move
+            iv.backwards, iv.batches, iv.unmeasured = self._mark
+        else:
+            iv.reset(*self._mark)
+        if self._scaled:
+            self._scaled.clear()
         if self.s.sampled and not is_compiling():
             self._guard("lr", self._emit_lr, opt)
 

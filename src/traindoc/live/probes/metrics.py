@@ -68,6 +68,9 @@ class Publisher:
         self._claimed.add(signal)
 
     def signals(self, channel: str, names: tuple[str, ...]) -> dict[str, str]:
+        """name -> signal, as ``traindoc logs`` maps a log's columns. Names the heuristics do not
+        recognize become ``metric.<name>`` (they were logged as metrics), except in a CSV file,
+        whose columns may be anything (ids, predictions): there they are left out."""
         key = (channel, names)
         found = self._maps.get(key)
         if found is None:
@@ -78,7 +81,8 @@ class Publisher:
             for name in names:
                 if name in resolved:
                     found[name] = resolved[name]
-                elif name not in mapping.resolve([name]).ignored and mapping.words(name):
+                elif (not channel.startswith("csv:") and name not in mapping.resolve([name]).ignored
+                      and mapping.words(name)):
                     found[name] = "metric." + "_".join(mapping.words(name))
             if len(self._maps) < 4096:
                 self._maps[key] = found
@@ -372,8 +376,13 @@ class _CsvWriter:
         self._track = track
 
     def writerow(self, row: Any) -> Any:
-        out = self._writer.writerow(row)
         track = self._track
+        if not track.off and track.probe._active and not isinstance(row, (list, tuple, str)):
+            try:  # csv.DictWriter passes a generator: read it once, write the same cells
+                row = list(row)
+            except TypeError:
+                pass  # not iterable: the real writer raises its own error
+        out = self._writer.writerow(row)
         if not track.off and track.probe._active:
             track.probe._guard(track.probe.name, track.row, row)
         return out

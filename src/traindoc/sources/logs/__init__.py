@@ -64,6 +64,9 @@ def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:
                              "`traindoc run --record RUN.jsonl train.py`")
         return Log(table, mapping.Mapping(), label=" ".join(map(str, paths)))
     table.finish()
+    if not table.series and not table.non_numeric:
+        raise UsageError(f"{', '.join(table.files[:3])}: no value with a usable step "
+                         f"({'; '.join(table.notes) or 'nothing logged'}); pass a log of a run that logged")
     columns = list(table.series)
     wanted = {col for key, col in overrides.items() if key not in ("step", "epoch")}
     missing = sorted(wanted - set(columns) - set(table.non_numeric) - ({table.x_column} - {None}))
