@@ -6,7 +6,7 @@ Renderers (terminal, JSON, HTML, SARIF) read these; nothing here knows how they 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal, Mapping, Sequence, Union
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -51,3 +51,23 @@ class Finding:
 def severity_rank(severity: str) -> int:
     """0 for error, 1 for warning, 2 for info: sort key and --fail-on comparison."""
     return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
+
+
+def finding(
+    id_: str,
+    *,
+    message: str,
+    cause: str,
+    fix: str,
+    step: int | None = None,
+    evidence: Mapping[str, EvidenceValue] | None = None,
+    where: Sequence[str] = (),
+) -> Finding:
+    """A finding whose severity and title come from the catalog entry of ``id_``."""
+    from traindoc import catalog  # catalog imports this module
+
+    entry = catalog.get(id_)
+    return Finding(
+        id=id_, severity=entry.severity, title=entry.title, message=message, cause=cause,
+        fix=fix, step=step, evidence=dict(evidence or {}), where=tuple(where),
+    )

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
 
-from traindoc import catalog
-from traindoc.findings import EvidenceValue, Finding
+from traindoc.findings import finding
+
+__all__ = ["Example", "finding", "fmt", "names"]
 
 
 @dataclass(frozen=True)
@@ -20,31 +20,6 @@ class Example:
 
     source: str
     fires_at: int | None
-
-
-def finding(
-    id_: str,
-    *,
-    message: str,
-    cause: str,
-    fix: str,
-    step: int | None = None,
-    evidence: Mapping[str, EvidenceValue] | None = None,
-    where: tuple[str, ...] | list[str] = (),
-) -> Finding:
-    """A finding whose severity and title come from the catalog entry of ``id_``."""
-    entry = catalog.get(id_)
-    return Finding(
-        id=id_,
-        severity=entry.severity,
-        title=entry.title,
-        message=message,
-        cause=cause,
-        fix=fix,
-        step=step,
-        evidence=dict(evidence or {}),
-        where=tuple(where),
-    )
 
 
 def fmt(x: float) -> str:

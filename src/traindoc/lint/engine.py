@@ -110,7 +110,7 @@ def lint_source(
             key = (id_, hit.line, hit.col)
             if key not in found:
                 # imported here: the detectors package is only needed once something is found
-                from traindoc.detectors._common import finding
+                from traindoc.findings import finding
 
                 f = finding(id_, message=hit.message, cause=hit.cause, fix=hit.fix,
                             where=(f"{path}:{hit.line}",))
