@@ -122,8 +122,8 @@ def main() -> int:
         print(f"checkpoint: {path} ({args.format}), {mib(size).strip()} on disk, written in "
               f"{time.perf_counter() - t0:.1f} s")
         empty = measure([sys.executable, "-c", "import torch"])
-        print(f"{'python -c \'import torch\' (floor)':<37} peak RSS {mib(empty[1])}, peak anon "
-              f"{mib(empty[2])}, {empty[0]:6.1f} s")
+        floor = "python -c 'import torch' (floor)"
+        print(f"{floor:<37} peak RSS {mib(empty[1])}, peak anon {mib(empty[2])}, {empty[0]:6.1f} s")
         rows = [("traindoc ckpt inspect", [sys.executable, "-m", "traindoc", "ckpt", "inspect", str(path),
                                             "--json", str(folder / "report.json")])]
         if not args.no_baseline and args.format == "pt":

@@ -172,3 +172,18 @@ def test_non_contiguous_saved_tensor_is_read_in_slabs(tmp_path) -> None:  # type
     store = open_checkpoint(tmp_path / "t.pt").model
     chunks = list(store.chunks("w", 100))
     assert len(chunks) > 1 and torch.equal(torch.cat(chunks), t.t().reshape(-1))
+
+
+def test_diff_of_a_checkpoint_with_itself_judges_no_movement(made: Made) -> None:
+    events, d = produce.diff(made.complete, made.complete)
+    assert d.steps == 0 and any("same step" in n for n in d.notes)
+    assert all(e.moved is None for e in events if isinstance(e, ParamStats))
+    assert all(r.moved == 0.0 and r.unchanged == 1.0 for r in d.rows)
+
+
+def test_diff_steps_from_saved_steps_and_swapped_order(made: Made) -> None:
+    old, new = made.ema_frozen  # optimizer counts 5 -> 11, saved steps 100 -> 500
+    assert produce.diff(old, new)[1].steps == 6
+    events, d = produce.diff(new, old)
+    assert d.steps is None and any("did you swap them" in n for n in d.notes)
+    assert {e.steps for e in events if isinstance(e, ParamStats)} == {1}

@@ -24,7 +24,8 @@ class SlowReads(Dataset):
 
     def __init__(self, n: int, delay: float) -> None:
         g = torch.Generator().manual_seed(0)
-        self.x, self.y, self.delay = torch.randn(n, 8, generator=g), torch.randint(0, 3, (n,), generator=g), delay
+        self.x, self.y = torch.randn(n, 8, generator=g), torch.randint(0, 3, (n,), generator=g)
+        self.delay = delay
 
     def __len__(self) -> int:
         return len(self.x)

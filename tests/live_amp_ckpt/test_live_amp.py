@@ -231,3 +231,24 @@ def test_amp_probes_are_removed_on_exit() -> None:
         assert gs.step is not before[2]
     assert (gs.scale, gs.unscale_, gs.step, gs.update, torch.nn.utils.clip_grad_norm_,
             torch.nn.utils.clip_grad_value_) == before
+
+
+def test_a_fused_optimizer_skip_is_read_from_the_scaler(tmp_path: Path) -> None:
+    """Fused AdamW handles the scaler itself: its step() runs (hooks fire) even when skipping."""
+    rec = tmp_path / "r.jsonl"
+    torch.manual_seed(0)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    scaler = torch.amp.GradScaler(DEV)
+    x, y = data(16)
+    with traindoc.watch(announce=False, record=str(rec)) as doc:
+        for step in range(6):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            if step in (1, 2):
+                model.weight.grad[0, 0] = float("nan")
+            scaler.step(opt)
+            scaler.update()
+    assert doc.report().run["steps"] == 6
+    assert [(e.step, e.skipped) for e in events_of(rec, GradScale)] == [(s, s in (1, 2)) for s in range(6)]

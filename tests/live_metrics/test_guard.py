@@ -4,45 +4,16 @@ or a NaN it restores the last good state, lowers the LR and, after N rollbacks, 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
 import traindoc
 from traindoc import zoo
 from traindoc.live.guard import GuardConfig, GuardStop
+from _spiky import train
 from conftest import python, traindoc as cli
-
-
-def train(steps: int = 60, bad: tuple[int, ...] = (), nan: tuple[int, ...] = (), schedule: bool = False):
-    """An MLP classifier; the batches at steps ``bad`` are corrupt (x50, labels shuffled), those
-    at ``nan`` hold an inf. Returns the model, the LRs and the parameters after every step."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0) if schedule else None
-    centers = torch.randn(4, 16) * 2
-    lrs, after = [], []
-    for step in range(steps):
-        y = torch.randint(0, 4, (64,))
-        x = centers[y] + torch.randn(64, 16)
-        if step in bad:
-            x, y = x * 50, y[torch.randperm(64)]
-        if step in nan:
-            x[0, 0] = float("inf")
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-        lrs.append(opt.param_groups[0]["lr"])
-        after.append([p.detach().clone() for p in model.parameters()])
-    return model, lrs, after
 
 
 def guarded(**kwargs: object):  # type: ignore[no-untyped-def]
@@ -135,14 +106,8 @@ def test_cli_guard_on_the_zoo_loss_spike(tmp_path: Path) -> None:
 
 
 def test_cli_guard_stops_with_a_clear_message(tmp_path: Path) -> None:
-    script = tmp_path / "spiky.py"
-    script.write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from test_guard import train\n"
-        "train(steps=120, bad=(30, 45, 60, 75, 90))\n"
-        "print('not reached')\n")
-    ran = cli("run", "--guard", "--json", str(tmp_path / "r.json"), str(script))
+    script = Path(__file__).parent / "_spiky.py"
+    ran = cli("run", "--guard", "--json", str(tmp_path / "r.json"), str(script), "120", "30,45,60,75,90")
     assert ran.returncode == 1
     assert "traindoc --guard stopped the training at step" in ran.stderr and "Traceback" not in ran.stderr
     assert "not reached" not in ran.stdout

@@ -191,3 +191,12 @@ def test_found_integers_beyond_float_range(tmp_path: Path) -> None:
         logs.load([state])
     state.write_text(f'{{"log_history": [{{"step": {huge}, "loss": 1}}, {{"step": 3, "loss": 2}}]}}')
     assert logs.load([state]).table.series["loss"].steps == [2]
+
+
+def test_found_control_characters_in_names_stay_on_one_line(tmp_path: Path) -> None:
+    """A corrupt byte turned a tag into "\\noss": the error message must stay one line."""
+    p = tmp_path / "log.jsonl"
+    p.write_text('{"step": 0, "\\noss": 1.0}\n')
+    with pytest.raises(UsageError) as exc:
+        logs.load([p])
+    assert "\n" not in str(exc.value) and "\\noss" in str(exc.value)

@@ -88,9 +88,9 @@ class DataStarvation:
         compute = max(wall - wait, 0.0)
         cpus = os.cpu_count() or 4
         workers = max(2, min(8, cpus // 2))
+        prefetch = f", prefetch_factor={e.prefetch_factor}" if e.num_workers else ""
         settings = (f"DataLoader({e.loader}, batch_size={e.batch_size}, num_workers={e.num_workers}, "
-                    f"pin_memory={e.pin_memory}" + (f", prefetch_factor={e.prefetch_factor}" if e.num_workers else "")
-                    + f", persistent_workers={e.persistent_workers})")
+                    f"pin_memory={e.pin_memory}{prefetch}, persistent_workers={e.persistent_workers})")
         if e.num_workers == 0:
             cause = (f"num_workers=0: every batch is loaded, transformed and collated in the training "
                      f"process ({e.loader}.__getitem__ and the collate function), between the steps.")

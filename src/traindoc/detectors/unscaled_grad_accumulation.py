@@ -71,7 +71,8 @@ class UnscaledGradAccumulation:
         norms = list(e.norms)
         ratio = norms[-1] / norms[0] if len(norms) >= 2 and norms[0] > 0 else math.nan
         series = " -> ".join(fmt(x) for x in norms[:8]) + (" ..." if len(norms) > 8 else "")
-        scaled = "as computed (not divided)" if e.scale == 1.0 else f"multiplied by {fmt(e.scale)}, not by 1/{n}"
+        scaled = ("as computed (not divided)" if e.scale == 1.0
+                  else f"multiplied by {fmt(e.scale)}, not by 1/{n}")
         growth = (f"; the gradient norm grew {series} over the micro-batches, {fmt(ratio)}x that of a "
                   f"single micro-batch" if math.isfinite(ratio) else "")
         where = f" at {e.backward_where}" if e.backward_where else ""

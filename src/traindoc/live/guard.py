@@ -203,10 +203,10 @@ class Guard:
 
     # ---- acting --------------------------------------------------------------------------------
     def _rollback(self, trigger: Finding, step: int) -> None:
-        at = trigger.step if trigger.step is not None else step
-        older = [snap for snap in self._snaps if snap.step <= at - 2]
-        if not older:
+        if not self._snaps:
             return
+        at = _trigger_step(trigger, step)
+        older = [snap for snap in self._snaps if snap.step <= at - 2] or self._snaps[:1]
         good = older[-1]
         self._snaps = older  # the newer copies may hold the trouble
         opts = self._optimizers()
@@ -260,6 +260,15 @@ class Guard:
         self._broken = f"{type(exc).__name__}: {exc}"
         self.s.failed.setdefault("guard", self._broken)
         sys.stderr.write(f"traindoc: internal error in the guard, disabled it: {exc}\n")
+
+
+def _trigger_step(f: Finding, now: int) -> int:
+    """The step of the trouble this finding reports (loss-spike names its first spike in
+    ``step``; the newest is the last of ``spike_steps``)."""
+    spikes = f.evidence.get("spike_steps")
+    if isinstance(spikes, list) and spikes and isinstance(spikes[-1], int):
+        return spikes[-1]
+    return f.step if f.step is not None else now
 
 
 def _acts_on(f: Finding) -> bool:

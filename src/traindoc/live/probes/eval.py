@@ -177,7 +177,8 @@ class EvalProbes:
         self._fdepth += 1
         if self._busy:
             return
-        if depth == 0 and self._phase is None and next(module.parameters(), None) is not None:
+        if (depth == 0 and self._phase is None and not torch.is_grad_enabled()
+                and next(module.parameters(), None) is not None):
             self._guard("eval", self._start_phase, module)
 
     def _post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
@@ -315,6 +316,9 @@ class EvalProbes:
         self.s.defer(packed, decode)
 
     def _on_round(self, step: int) -> None:
+        if self._depth:  # a region left open (entered by hand, never exited): stop following it
+            self._depth = 0
+            self._set_hooks(False)
         if self._phase is not None:
             self._guard("eval", self._close_phase)
 

@@ -8,9 +8,10 @@ override ``step`` and step their children, which are seen with their own class.
 ``ReduceLROnPlateau`` is an LRScheduler subclass in torch 2.x but overrides ``step(metrics)``
 without calling the base class and is left out on purpose: it is driven by a metric, has no
 schedule whose first value could be skipped, and is often stepped by an evaluation before
-training. A scheduler's construction-time step is not the user's and is ignored. A call before its optimizer's first ``step()`` is "early"; if an AMP
-GradScaler skipped that optimizer's step (``scaler.step(opt)`` was called but found Inf/NaN),
-the call is counted as ``skipped``: PyTorch warns there too, but the user's order is right.
+training. A scheduler's construction-time step is not the user's and is ignored. A call
+before its optimizer's first ``step()`` is "early"; if an AMP GradScaler skipped that
+optimizer's step (``scaler.step(opt)`` was called but found Inf/NaN), the call is counted as
+``skipped``: PyTorch warns there too, but the user's order is right.
 
 Gradients between steps (sampled steps only): before each backward(), whether each optimizer's
 gradients are None/zero (cleared) and their norm otherwise; after it, their total norm; and the

@@ -95,10 +95,13 @@ class LossTermsProbe:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(probe._local, "busy", False):
                 return orig(tensors, *args, **kwargs)
-            loss = tensors if isinstance(tensors, torch.Tensor) else (
-                tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
-            if isinstance(loss, torch.Tensor):
-                probe._guard(probe.name, probe._before_backward, loss)
+            if not probe.s.measuring or probe._off:
+                probe._named = []  # unsampled step: nothing to do (one attribute test)
+            else:
+                loss = tensors if isinstance(tensors, torch.Tensor) else (
+                    tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
+                if isinstance(loss, torch.Tensor):
+                    probe._guard(probe.name, probe._before_backward, loss)
             probe._local.busy = True
             try:
                 return orig(tensors, *args, **kwargs)

@@ -127,7 +127,8 @@ class RouterProbe:
         return ()
 
     def _on_round(self, step: int) -> None:
-        self._guard(self.name, self._round, step)
+        if self.s.sampled or self._load:  # models are adopted, and loads read, on sampled steps
+            self._guard(self.name, self._round, step)
 
     def _round(self, step: int) -> None:
         models = self.s.models()

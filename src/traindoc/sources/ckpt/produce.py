@@ -15,7 +15,6 @@ import dataclasses
 import math
 import platform
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -25,137 +24,9 @@ from traindoc.sources.ckpt import _optim
 from traindoc.sources.ckpt._optim import Opt, Slot
 from traindoc.sources.ckpt._tensors import Store, all_equal, diff_stats, stats
 from traindoc.sources.ckpt.read import PARTS, TRAINING_PARTS, Ckpt, open_checkpoint
+from traindoc.sources.ckpt.summary import DiffRow, DiffSummary, GroupRow, Summary, TensorRow
 
 LOW_PRECISION = ("bfloat16", "float16")
-
-
-@dataclass
-class TensorRow:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    numel: int
-    nbytes: int
-    norm: float | None = None  # None for integer/bool tensors
-    nonfinite: int = 0
-    role: str = "model"
-
-
-@dataclass
-class GroupRow:
-    optimizer: int
-    cls: str
-    group: int
-    lr: float
-    initial_lr: float | None
-    params: int
-    dtypes: str
-
-
-@dataclass
-class Summary:
-    """What the inspect table shows (and the JSON report's ``run.checkpoint`` holds)."""
-
-    path: str
-    format: str
-    training: bool
-    step: int | None
-    epoch: float | None
-    optimizer_steps: int | None
-    has: list[str]
-    missing: list[str]
-    file_bytes: int
-    tensors: list[TensorRow] = field(default_factory=list)
-    groups: list[GroupRow] = field(default_factory=list)
-    sched_last_lrs: list[float] = field(default_factory=list)
-    sched_base_lrs: list[float] = field(default_factory=list)
-    bn: dict[str, tuple[int, int]] = field(default_factory=dict)  # role -> (modules, at init)
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self, top: int = 10) -> dict[str, object]:
-        by_dtype: dict[str, list[int]] = {}
-        for r in self.tensors:
-            acc = by_dtype.setdefault(r.dtype, [0, 0, 0])
-            acc[0] += 1
-            acc[1] += r.numel
-            acc[2] += r.nbytes
-        largest = sorted(self.tensors, key=lambda r: -r.nbytes)[:top]
-        return {
-            "path": self.path, "format": self.format, "training": self.training, "step": self.step,
-            "epoch": self.epoch, "optimizer_steps": self.optimizer_steps, "has": self.has,
-            "missing": self.missing, "file_bytes": self.file_bytes,
-            "tensor_bytes": sum(r.nbytes for r in self.tensors),
-            "dtypes": {d: {"tensors": a[0], "elements": a[1], "bytes": a[2]} for d, a in by_dtype.items()},
-            "largest": [{"name": r.name, "shape": list(r.shape), "dtype": r.dtype, "bytes": r.nbytes,
-                         "norm": r.norm} for r in largest],
-            "nonfinite": [r.name for r in self.tensors if r.nonfinite],
-            "lrs": [{"optimizer": g.optimizer, "class": g.cls, "group": g.group, "lr": g.lr,
-                     "initial_lr": g.initial_lr, "params": g.params} for g in self.groups],
-            "scheduler_last_lr": self.sched_last_lrs, "scheduler_base_lrs": self.sched_base_lrs,
-            "batchnorm": {role: {"modules": n, "at_init": k} for role, (n, k) in self.bn.items()},
-            "notes": self.notes,
-        }
-
-
-@dataclass
-class DiffRow:
-    name: str
-    dtype: str
-    numel: int
-    old_norm: float
-    new_norm: float
-    update: float | None  # ||new - old|| / ||old||
-    moved: float
-    unchanged: float
-    is_param: bool
-
-
-@dataclass
-class DiffSummary:
-    old: Summary
-    new: Summary
-    steps: int | None  # optimizer steps between the two; None when unknown
-    rows: list[DiffRow] = field(default_factory=list)
-    only_old: list[str] = field(default_factory=list)
-    only_new: list[str] = field(default_factory=list)
-    reshaped: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self, top: int = 10) -> dict[str, object]:
-        ranked = _ranked(self.rows)
-        row = lambda r: {"name": r.name, "dtype": r.dtype, "numel": r.numel, "update": r.update,  # noqa: E731
-                         "update_per_step": (r.update / self.steps) if r.update is not None and self.steps else None,
-                         "moved": r.moved, "unchanged": r.unchanged}
-        return {
-            "old": self.old.to_json(top), "new": self.new.to_json(top), "steps": self.steps,
-            "most_changed": [row(r) for r in ranked[:top]],
-            "least_changed": [row(r) for r in ranked[::-1][:top]],
-            "unchanged": [r.name for r in self.rows if r.is_param and r.moved == 0.0],
-            "from_zero": [r.name for r in from_zero(self.rows)],
-            "only_old": self.only_old, "only_new": self.only_new, "reshaped": self.reshaped,
-            "notes": self.notes,
-        }
-
-
-def _ranked(rows: Sequence[DiffRow]) -> list[DiffRow]:
-    """Parameters with a relative change, largest first (those that started from all zeros,
-    where it is undefined, are left out: see ``from_zero``)."""
-    params = [r for r in rows if r.is_param and r.update is not None and r.update == r.update]
-    return sorted(params, key=lambda r: -(r.update or 0.0))
-
-
-def from_zero(rows: Sequence[DiffRow]) -> list[DiffRow]:
-    """Parameters that were all zeros in OLD and moved (zero-initialized biases)."""
-    return [r for r in rows if r.is_param and r.update is None]
-
-
-def _relative(delta: float, base: float) -> float | None:
-    """||new - old|| / ||old||; 0 when nothing moved, None when OLD is all zeros (undefined)."""
-    if delta == 0.0:
-        return 0.0
-    if base > 0 and math.isfinite(base):
-        return delta / base
-    return None
 
 
 # --- inspect --------------------------------------------------------------------------------
@@ -266,6 +137,7 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
         if name not in old_set:
             result.only_new.append(name)
             row, event = _tensor(new, new.model, name, "model", opts, slots, step)
+            result.new.tensors.append(row)
             if event is not None:
                 events.append(_norm_only(event))
             continue
@@ -291,9 +163,14 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
             intended=_intended(opts, slot, new.mapped),
             optimizer=slot.optimizer if slot else 0, group=slot.group if slot else 0,
         )
-        if held:
+        if held and result.steps != 0:
             event = _replace(event, update=update, unchanged=ds.unchanged, moved=ds.moved, steps=n_steps)
         events.append(event)
+        result.old.tensors.append(TensorRow(name=name, dtype=old.model.info(name).dtype, shape=info.shape,
+                                            numel=info.numel, nbytes=old.model.info(name).nbytes,
+                                            norm=ds.old_norm))
+        result.new.tensors.append(TensorRow(name=name, dtype=info.dtype, shape=info.shape, numel=info.numel,
+                                            nbytes=info.nbytes, norm=ds.new_norm, nonfinite=ds.new_nonfinite))
     new_set = set(new_names)
     result.only_old = [n for n in old_names if n not in new_set]
     bn = list(_bn_events(new.model, old.model, step, "model")) + list(
@@ -317,13 +194,16 @@ def _steps_between(old: Ckpt, new: Ckpt, old_opts: Sequence[Opt], opts: Sequence
         pairs.append((0, b, "optimizer step count of NEW (OLD has none: taken as step 0)"))
     for x, y, what in pairs:
         if y > x:
+            if "taken as step 0" in what:
+                notes.append(f"steps between taken from the {what}")
             return y - x
         if y < x:
             notes.append(f"NEW is older than OLD by its {what} ({y} < {x}); did you swap them? "
                          "Rates per step are not computed")
             return None
-        notes.append(f"both checkpoints are at the same step by their {what} ({x})")
-        return None
+        notes.append(f"both checkpoints are at the same step by their {what} ({x}): nothing "
+                     "trained between them, so movement is not judged")
+        return 0
     notes.append("the steps between the checkpoints are unknown: changes are not divided per step")
     return None
 

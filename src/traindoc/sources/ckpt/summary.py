@@ -1,12 +1,148 @@
-"""The tables printed before the findings: what a checkpoint holds, and what changed in a diff."""
+"""The summary printed before the findings: what a checkpoint holds, and what changed in a diff.
+
+The data (``Summary``, ``DiffSummary``) is filled by ``produce`` and also written to the JSON
+report's ``run.checkpoint``; the ``render_*`` functions draw it with rich.
+"""
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import TextIO
+from dataclasses import dataclass, field
+from typing import Sequence, TextIO
 
-from traindoc.sources.ckpt.produce import DiffRow, DiffSummary, Summary, _ranked, from_zero
+
+@dataclass
+class TensorRow:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    numel: int
+    nbytes: int
+    norm: float | None = None  # None for integer/bool tensors
+    nonfinite: int = 0
+    role: str = "model"
+
+
+@dataclass
+class GroupRow:
+    optimizer: int
+    cls: str
+    group: int
+    lr: float
+    initial_lr: float | None
+    params: int
+    dtypes: str
+
+
+@dataclass
+class Summary:
+    """What the inspect table shows (and the JSON report's ``run.checkpoint`` holds)."""
+
+    path: str
+    format: str
+    training: bool
+    step: int | None
+    epoch: float | None
+    optimizer_steps: int | None
+    has: list[str]
+    missing: list[str]
+    file_bytes: int
+    tensors: list[TensorRow] = field(default_factory=list)
+    groups: list[GroupRow] = field(default_factory=list)
+    sched_last_lrs: list[float] = field(default_factory=list)
+    sched_base_lrs: list[float] = field(default_factory=list)
+    bn: dict[str, tuple[int, int]] = field(default_factory=dict)  # role -> (modules, at init)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self, top: int = 10) -> dict[str, object]:
+        by_dtype: dict[str, list[int]] = {}
+        for r in self.tensors:
+            acc = by_dtype.setdefault(r.dtype, [0, 0, 0])
+            acc[0] += 1
+            acc[1] += r.numel
+            acc[2] += r.nbytes
+        largest = sorted(self.tensors, key=lambda r: -r.nbytes)[:top]
+        return {
+            "path": self.path, "format": self.format, "training": self.training, "step": self.step,
+            "epoch": self.epoch, "optimizer_steps": self.optimizer_steps, "has": self.has,
+            "missing": self.missing, "file_bytes": self.file_bytes,
+            "tensor_bytes": sum(r.nbytes for r in self.tensors),
+            "dtypes": {d: {"tensors": a[0], "elements": a[1], "bytes": a[2]} for d, a in by_dtype.items()},
+            "largest": [{"name": r.name, "shape": list(r.shape), "dtype": r.dtype, "bytes": r.nbytes,
+                         "norm": r.norm} for r in largest],
+            "nonfinite": [r.name for r in self.tensors if r.nonfinite],
+            "lrs": [{"optimizer": g.optimizer, "class": g.cls, "group": g.group, "lr": g.lr,
+                     "initial_lr": g.initial_lr, "params": g.params} for g in self.groups],
+            "scheduler_last_lr": self.sched_last_lrs, "scheduler_base_lrs": self.sched_base_lrs,
+            "batchnorm": {role: {"modules": n, "at_init": k} for role, (n, k) in self.bn.items()},
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class DiffRow:
+    name: str
+    dtype: str
+    numel: int
+    old_norm: float
+    new_norm: float
+    update: float | None  # ||new - old|| / ||old||
+    moved: float
+    unchanged: float
+    is_param: bool
+
+
+@dataclass
+class DiffSummary:
+    old: Summary
+    new: Summary
+    steps: int | None  # optimizer steps between the two; 0 at the same step, None when unknown
+    rows: list[DiffRow] = field(default_factory=list)
+    only_old: list[str] = field(default_factory=list)
+    only_new: list[str] = field(default_factory=list)
+    reshaped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self, top: int = 10) -> dict[str, object]:
+        ranked = _ranked(self.rows)
+        row = lambda r: {"name": r.name, "dtype": r.dtype, "numel": r.numel, "update": r.update,  # noqa: E731
+                         "update_per_step": (r.update / self.steps) if r.update is not None and self.steps else None,
+                         "moved": r.moved, "unchanged": r.unchanged}
+        return {
+            "old": self.old.to_json(top), "new": self.new.to_json(top), "steps": self.steps,
+            "most_changed": [row(r) for r in ranked[:top]],
+            "least_changed": [row(r) for r in ranked[::-1][:top]],
+            "unchanged": [r.name for r in self.rows if r.is_param and r.moved == 0.0],
+            "from_zero": [r.name for r in from_zero(self.rows)],
+            "only_old": self.only_old, "only_new": self.only_new, "reshaped": self.reshaped,
+            "notes": self.notes,
+        }
+
+
+def _ranked(rows: Sequence[DiffRow]) -> list[DiffRow]:
+    """Parameters with a relative change, largest first (those that started from all zeros,
+    where it is undefined, are left out: see ``from_zero``)."""
+    params = [r for r in rows if r.is_param and r.update is not None and r.update == r.update]
+    return sorted(params, key=lambda r: -(r.update or 0.0))
+
+
+def from_zero(rows: Sequence[DiffRow]) -> list[DiffRow]:
+    """Parameters that were all zeros in OLD and moved (zero-initialized biases)."""
+    return [r for r in rows if r.is_param and r.update is None]
+
+
+def _relative(delta: float, base: float) -> float | None:
+    """||new - old|| / ||old||; 0 when nothing moved, None when OLD is all zeros (undefined)."""
+    if delta == 0.0:
+        return 0.0
+    if base > 0 and math.isfinite(base):
+        return delta / base
+    return None
+
+
+# --- rendering ------------------------------------------------------------------------------
+
 
 
 def _size(n: float) -> str:
@@ -117,7 +253,8 @@ def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, wi
     from rich.table import Table
 
     con = _console(file, width)
-    steps = f"{d.steps} optimizer steps apart" if d.steps else "steps apart unknown"
+    steps = (f"{d.steps} optimizer steps apart" if d.steps else
+             "same step" if d.steps == 0 else "steps apart unknown")
     con.rule(f"[bold]checkpoint diff[/] ({steps})")
     con.print(f"old: {escape(_head(d.old))}")
     con.print(f"new: {escape(_head(d.new))}")

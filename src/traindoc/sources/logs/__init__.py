@@ -52,8 +52,17 @@ class Log:
 
 
 def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:
-    """Read and merge ``paths`` (files or folders of one run) and map their columns."""
-    overrides = overrides or {}
+    """Read and merge ``paths`` (files or folders of one run) and map their columns.
+
+    A bad file raises UsageError with a one-line message (names from the file that hold
+    control characters are escaped)."""
+    try:
+        return _load(paths, overrides or {})
+    except UsageError as exc:
+        raise UsageError(_table.one_line(str(exc))) from None
+
+
+def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
     x_override = next(((k, overrides[k]) for k in ("step", "epoch") if k in overrides), None)
     with _gc_paused():
         tables = [read(p, x_override) for p in paths]

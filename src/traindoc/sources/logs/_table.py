@@ -147,6 +147,13 @@ def events(table: Table, signal_of: dict[str, str]) -> Iterator[Event]:
             pos[j] = p
 
 
+def one_line(text: str) -> str:
+    """``text`` with control characters (a newline in a column name) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def to_float(text: str) -> float | None:
     """A cell as a number: None for empty or non-numeric text; nan/inf kept."""
     try:

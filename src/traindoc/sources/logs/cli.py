@@ -81,15 +81,22 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(log: "object", out) -> None:  # type: ignore[no-untyped-def]
     """The lines printed before the report: what was read, how it was mapped, what was not."""
+    from traindoc.sources.logs._table import one_line
+
+    for line in _describe(log):
+        out.write(one_line(line) + "\n")
+
+
+def _describe(log: "object") -> Iterator[str]:  # type: ignore[no-untyped-def]
     t = log.table  # type: ignore[attr-defined]
     m = log.map  # type: ignore[attr-defined]
     files = ", ".join(Path(f).name for f in t.files[:3]) + (f" and {len(t.files) - 3} more" if len(t.files) > 3 else "")
     if t.events is not None:
-        out.write(f"traindoc logs: {files} (traindoc stream, {len(t.events)} events)\n")
+        yield f"traindoc logs: {files} (traindoc stream, {len(t.events)} events)"
         return
     points = sum(len(s) for s in t.series.values())
     axis = f"x = {t.x_column}" if t.x_column else "x = row number"
-    out.write(f"traindoc logs: {files} ({t.format}, {points} points, {axis}, {t.x}s)\n")
+    yield f"traindoc logs: {files} ({t.format}, {points} points, {axis}, {t.x}s)"
     canon = [f"{sig}={col}" for col, sig in m.signal_of.items() if "." not in sig]
     terms = [col for col, sig in m.signal_of.items() if sig.startswith("loss_term.")]
     metrics = [col for col, sig in m.signal_of.items() if sig.startswith("metric.")]
@@ -100,11 +107,11 @@ def describe(log: "object", out) -> None:  # type: ignore[no-untyped-def]
         parts.append("loss terms: " + ", ".join(terms))
     if metrics:
         parts.append("metrics: " + ", ".join(metrics))
-    out.write(f"mapped: {'; '.join(parts)}\n")
+    yield f"mapped: {'; '.join(parts)}"
     if m.unmapped:
-        out.write(f"unmapped columns: {', '.join(m.unmapped)} (use --map signal=column)\n")
+        yield f"unmapped columns: {', '.join(m.unmapped)} (use --map signal=column)"
     for note in list(t.notes) + list(m.notes):
-        out.write(f"note: {note}\n")
+        yield f"note: {note}"
 
 
 def _error_like(signal: str) -> bool:
