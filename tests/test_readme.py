@@ -20,5 +20,5 @@ def test_readme_commands_are_the_ci_commands() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "OMP_NUM_THREADS=1 python -m pytest -q -n 2" in readme
-    assert "OMP_NUM_THREADS=1 python3 -m pytest -q -n 2" in ci
+    assert "OMP_NUM_THREADS=1 python -m pytest -q -n 2" in ci
     assert 'pip install -q -c constraints.txt -e ".[dev]"' in ci

@@ -23,9 +23,6 @@ from traindoc.events import Event, RunEnd, RunStart, Scalar
 from traindoc.sources.logs import _table, csv_file, jsonl, mapping, tensorboard, trainer_state
 from traindoc.sources.logs._table import Table
 
-FORMATS = ("csv", "lightning-csv", "tensorboard", "trainer_state", "jsonl", "traindoc-stream")
-
-
 @dataclass
 class Log:
     """A run's logs, read and mapped."""
@@ -38,7 +35,8 @@ class Log:
     def signals(self) -> list[str]:
         return list(dict.fromkeys(self.map.signal_of.values()))
 
-    def events(self, extra: Iterator[Event] | None = None) -> Iterator[Event]:
+    def events(self) -> Iterator[Event]:
+        """RunStart, the Scalars in step order, RunEnd (a --record stream: its own events)."""
         t = self.table
         if t.events is not None:
             yield from t.events
