@@ -16,6 +16,7 @@ import argparse
 import math
 import os
 import random
+import resource
 import struct
 import subprocess
 import sys
@@ -69,25 +70,33 @@ def make_tfevents(path: Path, points: int, tag: str = "train/loss") -> None:
     path.write_bytes(bytes(out))
 
 
-def end_to_end(path: Path) -> tuple[float, int, str]:
+def end_to_end(path: Path) -> tuple[float, float, int, str]:
+    """Wall time and CPU time (user + system) of ``traindoc logs PATH`` in a fresh interpreter.
+    On a shared machine the wall time includes waiting for a CPU; the CPU time does not."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "traindoc", "logs", str(path)], capture_output=True,
                        text=True, env=env, cwd=tempfile.gettempdir())
-    return time.perf_counter() - t0, p.returncode, p.stderr
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, p.returncode, p.stderr
 
 
 def phases(path: Path) -> dict[str, float]:
+    """CPU seconds of each phase in this process."""
     from traindoc.analyze import analyze
     from traindoc.sources import logs
 
-    t0 = time.perf_counter()
+    clock = time.process_time
+    t0 = clock()
     log = logs.load([path])
-    t1 = time.perf_counter()
+    t1 = clock()
     events = list(log.events())
-    t2 = time.perf_counter()
+    t2 = clock()
     analyze(events)
-    t3 = time.perf_counter()
+    t3 = clock()
     return {"read+map": t1 - t0, "events": t2 - t1, "detectors": t3 - t2, "n_events": float(len(events))}
 
 
@@ -106,16 +115,17 @@ def main() -> None:
             make(path, args.rows)
             print(f"generated {path} ({path.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t0:.1f} s")
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(f"load average {os.getloadavg()[0]:.1f} (a busy machine stretches the wall times)")
     for label, path in (("CSV", csv_path), ("TensorBoard", tb_path)):
-        secs, rc, err = end_to_end(path)
-        verdict = "ok" if secs < 3.0 else "over the 3 s target"
-        print(f"{label:12s} {args.rows:>9,} rows/points: traindoc logs end to end {secs:.2f} s "
-              f"(exit {rc}; {verdict})")
+        wall, cpu, rc, err = end_to_end(path)
+        verdict = "ok" if wall < 3.0 else "over the 3 s target"
+        print(f"{label:12s} {args.rows:>9,} rows/points: traindoc logs end to end {wall:.2f} s wall, "
+              f"{cpu:.2f} s CPU (exit {rc}; {verdict})")
         if rc not in (0, 3):
             print(err[-2000:])
         if not args.no_phases:
             ph = phases(path)
-            print(f"{'':12s} in-process: read+map {ph['read+map']:.2f} s, events {ph['events']:.2f} s "
+            print(f"{'':12s} CPU by phase: read+map {ph['read+map']:.2f} s, events {ph['events']:.2f} s "
                   f"({int(ph['n_events']):,}), detectors {ph['detectors']:.2f} s")
 
 

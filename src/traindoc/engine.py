@@ -47,8 +47,10 @@ class Engine:
         *,
         on_finding: Callable[[Finding], None] | None = None,
         ignore: Iterable[str] = (),
+        profile: bool = False,
     ) -> None:
         self._detectors = list(detectors)
+        self._profile = profile  # per-detector time accounting (Report.timings)
         self._on_finding = on_finding
         self._ignore = set(ignore)
         self._routes: dict[str, list[object]] = {}
@@ -87,8 +89,19 @@ class Engine:
         if isinstance(step, int) and step + 1 > self._steps:
             self._steps = step + 1
         self._seen.add(signal)
+        if isinstance(event, RunStart) and event.signals:
+            self._declared(set(event.signals))
         for det in self._routes.get(signal, ()):
             self._call(det, "observe", event)
+
+    def _declared(self, signals: set[str]) -> None:
+        """The source said up front which signals it carries: stop routing events to detectors
+        that need others (a million-row log pays nothing for them)."""
+        for det in self._detectors:
+            if _missing(det, signals):
+                for routed in self._routes.values():
+                    if det in routed:
+                        routed.remove(det)
 
     def finish(self) -> Report:
         if self._finished is not None:
@@ -98,10 +111,10 @@ class Engine:
         ran, not_applicable = [], []
         for det in self._detectors:
             id_ = det.id  # type: ignore[attr-defined]
-            missing = sorted(s for s in det.needs if s not in self._seen)  # type: ignore[attr-defined]
             if id_ in self._disabled or id_ in self._ignore:
                 continue
-            if missing:
+            missing = _missing(det, self._seen)
+            if missing and id_ not in self._findings:
                 what = "; ".join(f"{s} ({SIGNALS.get(s, s)})" for s in missing)
                 not_applicable.append((id_, f"this run showed no {what}"))
             else:
@@ -121,15 +134,16 @@ class Engine:
         id_ = det.id  # type: ignore[attr-defined]
         if id_ in self._disabled:
             return
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if self._profile else 0.0
         try:
             found = getattr(det, method)(*args)
-            for f in found or ():
-                self._record(f)
+            if found is not None:
+                for f in found:
+                    self._record(f)
         except Exception as exc:  # a detector bug must never reach the user's training
             last = traceback.extract_tb(exc.__traceback__)[-1]
             self._disabled[id_] = f"{type(exc).__name__}: {exc} ({last.filename}:{last.lineno})"
-        finally:
+        if self._profile:
             self._time[id_] = self._time.get(id_, 0.0) + time.perf_counter() - t0
 
     def _record(self, f: Finding) -> None:
@@ -143,3 +157,12 @@ class Engine:
             return
         # A refinement: keep the first step, take the newer evidence.
         self._findings[f.id] = replace(f, step=old.step if old.step is not None else f.step)
+
+
+def _missing(det: object, seen: set[str]) -> list[str]:
+    """The signals ``det`` lacks: all of its ``needs``; with no needs, any one of its ``uses``."""
+    needs = set(det.needs)  # type: ignore[attr-defined]
+    if needs:
+        return sorted(needs - seen)
+    uses = set(getattr(det, "uses", ()))
+    return [] if uses & seen else sorted(uses)

@@ -60,6 +60,9 @@ class RunStart:
     rank: int = 0
     world_size: int = 1
     level: str = "standard"
+    # The signals this stream can carry, when the source knows them up front (a log's
+    # columns); empty when it does not (live). Lets the engine skip detectors that can't apply.
+    signals: tuple[str, ...] = ()
     signal: ClassVar[str] = "run"
 
 
@@ -477,7 +480,9 @@ class EvalPass:
     ``name (Type)``, of ``mode_modules``. ``rerun``: the largest difference between the first
     forward's output and a second forward on the same input, relative to the output's largest
     magnitude (NaN: not re-run); ``rerun_abs`` the absolute difference; ``first_diff`` the
-    first module whose output differed (``name (Type)``, "" when not located)."""
+    first module whose output differed (``name (Type)``, "" when not located). A phase that
+    evaluates several models (the model, then its EMA) sends one event per model: ``index``
+    counts them, and only the first (``index`` 0) carries the phase's ``duration_s``."""
 
     step: int
     model: str
@@ -490,6 +495,7 @@ class EvalPass:
     rerun_abs: float = float("nan")
     first_diff: str = ""
     where: str = ""
+    index: int = 0
     signal: ClassVar[str] = "eval"
 
 

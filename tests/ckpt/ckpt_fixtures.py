@@ -145,6 +145,17 @@ def bf16_pair(folder: Path, steps: int = 20) -> tuple[Path, Path]:
     return old, new
 
 
+def tiny_lr_pair(folder: Path, steps: int = 30) -> tuple[Path, Path]:
+    """Seed 002's second attempt in miniature: fp32, but an LR far too low (AdamW at 1e-7)."""
+    model, opt, sched = setup(lr=1e-7, warmup=1)
+    old = folder / "tiny_step0.pt"
+    torch.save(training_state(model, opt, sched, 0), old)
+    train(model, opt, sched, steps)
+    new = folder / f"tiny_step{steps}.pt"
+    torch.save(training_state(model, opt, sched, steps), new)
+    return old, new
+
+
 def lr_overwritten(folder: Path, steps: int = 120) -> Path:
     """Seed 004's workaround: the LR is reset in param_groups after the scheduler stepped."""
     model, opt, _ = setup()

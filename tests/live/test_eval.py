@@ -254,3 +254,31 @@ def test_slow_eval_quiet_for_rare_evaluations_and_a_final_one() -> None:
     assert analyze([*evals, RunEnd(steps=400, duration_s=6.0)], select=["slow-eval"]).findings == []
     one = [phase(99, 1.0, 5.0)]
     assert analyze([*one, RunEnd(steps=100, duration_s=6.0)], select=["slow-eval"]).findings == []
+
+
+def test_model_then_stale_ema_in_one_phase_finds_the_ema() -> None:
+    """timm-style: validate the model, then the EMA; both are looked at, the EMA is stale."""
+    torch.manual_seed(0)
+    model = bn_net()
+    ema = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x_val = torch.randn(16, 8)
+    with watch() as doc:
+        for step in range(8):
+            F.cross_entropy(model(torch.randn(32, 8)), torch.randint(0, 3, (32,))).backward()
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                for e, p in zip(ema.parameters(), model.parameters()):
+                    e.mul_(0.9).add_(p, alpha=0.1)
+            if (step + 1) % 4 == 0:
+                for m in (model, ema):
+                    m.eval()
+                    with torch.no_grad():
+                        m(x_val)
+                model.train()
+    ps = passes(doc)
+    assert [(p.step, p.role, p.index) for p in ps] == [
+        (3, "model", 0), (3, "copy", 1), (7, "model", 0), (7, "copy", 1)]
+    assert ps[1].duration_s == 0.0 and ps[0].duration_s > 0
+    assert ids(doc)[STALE].evidence["role"] == "ema"

@@ -186,3 +186,21 @@ def test_checkpoint_probes_are_removed_on_exit() -> None:
         assert torch.save is not before[0] and os.replace is not before[3]
     assert (torch.save, torch.load, torch.serialization.save, os.replace, os.rename,
             torch.optim.Optimizer.load_state_dict, torch.optim.lr_scheduler.LambdaLR.load_state_dict) == before
+
+
+def test_a_save_probe_error_is_contained_and_loads_are_still_watched(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from traindoc.live.probes import checkpoints
+
+    def broken(obj: object, path: str, step: int) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(checkpoints, "_checkpoint_event", broken)
+    model, opt, sched = setup(lr=3e-4)
+    with traindoc.watch(announce=False) as doc:
+        torch.save(full_state(model, opt, sched, 0), tmp_path / "ck.pt")  # still written
+        _, fresh, _ = setup(lr=1e-3)
+        fresh.load_state_dict(torch.load(tmp_path / "ck.pt")["optimizer"])
+    assert torch.load(tmp_path / "ck.pt")["step"] == 0
+    assert ("probe:checkpoint-save", "RuntimeError: boom") in doc.report().disabled
+    assert "lr-overridden-by-checkpoint" in ids(doc)

@@ -200,3 +200,15 @@ def test_found_control_characters_in_names_stay_on_one_line(tmp_path: Path) -> N
     with pytest.raises(UsageError) as exc:
         logs.load([p])
     assert "\n" not in str(exc.value) and "\\noss" in str(exc.value)
+
+
+def test_found_negative_steps_only(tmp_path: Path) -> None:
+    """``epoch,epoch`` with the row ``-1``: every step negative used to crash on min([])."""
+    p = tmp_path / "log.csv"
+    p.write_text("epoch,epoch\n-1\n")
+    with pytest.raises(UsageError, match="no step >= 0"):
+        logs.load([p])
+    p.write_text("step,loss\n-1,5\n0,4\n1,3\n")
+    log = logs.load([p])
+    assert log.table.series["loss"].steps == [0, 1]
+    assert any("negative step" in n for n in log.table.notes)

@@ -37,7 +37,7 @@ def test_seed000_red_flags_get_findings_with_their_numbers(capsys: pytest.Captur
     rep, err = report(capsys, str(FIX / "seeds" / "seed000_red_flags.csv"))
     found = {f["id"]: f for f in rep["findings"]}
     assert {"divergence", "metric-divergence", "metric-out-of-range"} <= set(found)
-    assert found["divergence"]["evidence"]["loss"] > 1000
+    assert found["divergence"]["evidence"]["peak"] > 1000
     assert found["metric-divergence"]["evidence"]["peak"]["metric.train_mae"] > 50
     assert found["metric-out-of-range"]["evidence"]["most_extreme"]["expert_gini"] < -0.3
     assert "unmapped columns: Level, Train_H (use --map signal=column)" in err

@@ -31,6 +31,7 @@ ROWS = [
     ("test_acc", "metric.test_acc"), ("val_kl", "metric.val_kl"), ("top5", "metric.top5"),
     ("epoch", "-"), ("step", "-"), ("eval_runtime", "-"), ("total_flos", "-"), ("_timestamp", "-"),
     ("eval_samples_per_second", "-"), ("num_input_tokens_seen", "-"),
+    ("train/loss__MIN", "metric.train_loss_min"), ("lr_max", "metric.lr_max"),
     ("Level", None), ("Train_H", None), ("entropy", None), ("lr-AdamW-momentum", None), ("foo", None),
 ]
 
@@ -75,6 +76,13 @@ def test_one_column_per_signal_best_ranked_wins() -> None:
     assert m.column_of("lr") == "lr-AdamW/pg1"
     assert m.column_of("grad_norm") == "grad_norm_pre_clip"
     assert any("train_loss_epoch" in n for n in m.notes)
+
+
+def test_a_mean_ranks_after_the_plain_column() -> None:
+    m = mapping.resolve(["train_loss_avg", "train/loss", "train/loss__MAX"])
+    assert m.column_of("loss") == "train/loss"
+    assert m.signal_of["train_loss_avg"] == "metric.train_loss_avg"
+    assert mapping.resolve(["running_loss"]).column_of("loss") == "running_loss"
 
 
 def test_metric_names_stay_unique() -> None:

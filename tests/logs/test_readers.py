@@ -151,6 +151,32 @@ def test_tensorboard_mixed_tags_and_large_steps(tmp_path: Path) -> None:
         assert t.series[tag].values == [s * 0.5 for s in range(3000)]
 
 
+def test_tensorboard_scalars_interleaved_with_other_records(tmp_path: Path) -> None:
+    """Histograms or images between scalar records: the fast path falls back record by record
+    around each of them and picks up again after (and stays linear: a 4 MB scan per
+    interleaved record used to make this quadratic)."""
+    path = tmp_path / "events.out.tfevents.4"
+    _write_events(path, [(s, "loss", float(s)) for s in range(20_000)])
+    data = path.read_bytes()
+    mask = tensorboard._masked_crc
+    other_data = b"\x09" + struct.pack("<d", 3.0) + b"\x10\x05\x2a\x0c\x0a\x0a\x0a\x04hist\x42\x02\x08\x07"
+    head = struct.pack("<Q", len(other_data))
+    other = head + struct.pack("<I", mask(head)) + other_data + struct.pack("<I", mask(other_data))
+    out, pos, k = bytearray(), 0, 0
+    while pos < len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        out += data[pos:pos + 16 + length]
+        pos += 16 + length
+        k += 1
+        if k % 7 == 0 or 5000 < k < 5003:
+            out += other
+    path.write_bytes(bytes(out))
+    t = tensorboard.read(path)
+    assert t.series["loss"].steps == list(range(20_000))
+    assert t.series["loss"].values == [float(s) for s in range(20_000)]
+    assert "hist" not in t.series
+
+
 def test_tensorboard_truncated_last_record_is_a_note(tmp_path: Path) -> None:
     path = tmp_path / "events.out.tfevents.3"
     _write_events(path, [(s, "loss", 1.0) for s in range(100)])

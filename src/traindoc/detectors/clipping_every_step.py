@@ -40,6 +40,8 @@ class ClippingEveryStep:
         self._max_norm = 0.0
         self._where = ""
         self._fired = False
+        self._clipped = 0
+        self._next_check = self.config.min_calls
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Clip)
@@ -48,26 +50,31 @@ class ClippingEveryStep:
         if self._first is None:
             self._first = event.step
         self._max_norm, self._where = event.max_norm, event.where or self._where
-        self._ratios.append(event.norm / event.max_norm)
-        if not self._fired and self._bad():
-            self._fired = True
-            yield self._finding()
+        ratio = event.norm / event.max_norm
+        self._ratios.append(ratio)
+        self._clipped += ratio > 1.0
+        # Judged at min_calls, then each time the count doubles (and at the end): a median
+        # over every call on every call would be quadratic on a million-step log.
+        if not self._fired and len(self._ratios) >= self._next_check:
+            self._next_check *= 2
+            if self._bad():
+                self._fired = True
+                yield self._finding()
 
     def finish(self) -> Iterator[Finding]:
-        if self._fired:
+        if self._fired or self._bad():
             yield self._finding()
 
     def _bad(self) -> bool:
         cfg = self.config
         n = len(self._ratios)
-        if n < cfg.min_calls:
+        if n < cfg.min_calls or self._clipped < cfg.rate * n:
             return False
-        rate = sum(r > 1.0 for r in self._ratios) / n
-        return rate >= cfg.rate and median(self._ratios) >= cfg.factor
+        return median(self._ratios) >= cfg.factor
 
     def _finding(self) -> Finding:
         n = len(self._ratios)
-        rate = sum(r > 1.0 for r in self._ratios) / n
+        rate = self._clipped / n
         med = median(self._ratios)
         return finding(
             self.id, step=self._first,

@@ -23,13 +23,13 @@ class Divergence:
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/divergence.py", -1),
-        Example("golden/diverging_loss.jsonl", 23),
+        Example("golden/diverging_loss.jsonl", 18),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 
     @dataclass(frozen=True)
     class Config:
-        factor: float = 100.0
+        factor: float = 10.0
         above_initial: float = 2.0
         nan_rise: float = 10.0
         smooth: int = 5
@@ -45,17 +45,21 @@ class Divergence:
         self._best = math.inf
         self._best_step = 0
         self._last = math.nan
-        self._fired = False
+        self._peak = -math.inf
+        self._fired: tuple[int, float, str] | None = None
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Scalar)
         if self._fired:
+            if len(self._recent) == self.config.smooth and math.isfinite(event.value):
+                self._recent.append(event.value)
+                self._peak = max(self._peak, median(list(self._recent)))
             return
         cfg = self.config
         if not math.isfinite(event.value):
             if self._initial is not None and self._last >= cfg.nan_rise * self._best > 0:
-                self._fired = True
-                yield self._finding(event.step, event.value, "turned non-finite after rising")
+                self._fired = (event.step, event.value, "turned non-finite after rising")
+                yield self._finding(*self._fired)
             return
         self._recent.append(event.value)
         if len(self._recent) < cfg.smooth:
@@ -66,12 +70,14 @@ class Divergence:
             self._initial = smooth
         if smooth < self._best:
             self._best, self._best_step = smooth, event.step
+        self._peak = max(self._peak, smooth)
         if self._best > 0 and smooth >= cfg.factor * self._best and smooth >= cfg.above_initial * self._initial:
-            self._fired = True
-            yield self._finding(event.step, smooth, "rose")
+            self._fired = (event.step, smooth, "rose")
+            yield self._finding(*self._fired)
 
     def finish(self) -> Iterator[Finding]:
-        return iter(())
+        if self._fired:  # the same finding, now with the run's peak in the evidence
+            yield self._finding(*self._fired)
 
     def _finding(self, step: int, value: float, how: str) -> Finding:
         ratio = value / self._best if self._best > 0 and math.isfinite(value) else math.inf
@@ -80,7 +86,7 @@ class Divergence:
             message=(
                 f"the loss {how} to {fmt(value)} at step {step}: {fmt(ratio)}x its best "
                 f"({fmt(self._best)} at step {self._best_step}) and against {fmt(self._initial or 0)} at "
-                f"the start (threshold {fmt(self.config.factor)}x the best)."
+                f"the start (threshold {fmt(self.config.factor)}x the best); it peaked at {fmt(self._peak)}."
             ),
             cause=(
                 "The LR is above the stability limit for this loss and model (or rose with the "
@@ -92,6 +98,6 @@ class Divergence:
                 "targets; if it started after some progress, check the schedule and the batches at "
                 "that step."
             ),
-            evidence={"loss": value, "best": self._best, "best_step": self._best_step,
+            evidence={"loss": value, "peak": self._peak, "best": self._best, "best_step": self._best_step,
                       "initial": self._initial, "ratio": ratio, "threshold": self.config.factor},
         )

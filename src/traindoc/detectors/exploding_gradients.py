@@ -58,7 +58,10 @@ class ExplodingGradients:
         early = median([v for _, v in self._norms[: cfg.early]])
         high = event.value >= cfg.absolute or (
             len(self._norms) > cfg.early and early > 0 and event.value >= cfg.relative * early)
-        self._streak = self._streak + [event.step] if high else []
+        if not high:
+            self._streak = []
+        elif len(self._streak) < cfg.window:  # only its start and length matter
+            self._streak.append(event.step)
         if high and self._grad_sq:
             total = sum(self._grad_sq.values()) or 1.0
             self._share = {k: v / total for k, v in self._grad_sq.items()}
@@ -82,7 +85,7 @@ class ExplodingGradients:
                 f"gradient norm {fmt(vals[0])} at the first step, median {fmt(median(vals))}, max "
                 f"{fmt(max(vals))}, last {fmt(vals[-1])} over {len(vals)} measured steps; above "
                 f"{fmt(cfg.absolute)} (or {fmt(cfg.relative)}x the early median "
-                f"{fmt(median(vals[: cfg.early]))}) for {len(self._streak)} consecutive measurements"
+                f"{fmt(median(vals[: cfg.early]))}) for {cfg.window}+ consecutive measurements"
                 + (f". Most of the norm is in {dominant}." if top else ".")
             ),
             cause=(

@@ -21,6 +21,8 @@ class FrozenParameters:
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/frozen_temperature.py", 0),
         Example("zoo/bf16_master.py", 0),
+        Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", 1),
+        Example("ckpt/golden/tiny_lr_diff.jsonl", None),
         Example("zoo/healthy_finetune.py", None),
     )
 
@@ -35,7 +37,9 @@ class FrozenParameters:
         self._info: dict[str, tuple[int, int, str, int]] = {}  # name -> (opt, group, dtype, first step)
         self._moved: dict[str, float] = {}
         self._graded: set[str] = set()
+        self._first_step: int | None = None
         self._last_step = 0
+        self._diff = False
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):
@@ -46,15 +50,24 @@ class FrozenParameters:
         assert isinstance(event, ParamStats)
         if event.optimizer < 0 or not event.requires_grad or event.moved is None:
             return iter(())
-        self._last_step = max(self._last_step, event.step + event.steps - 1)
-        self._info.setdefault(event.name, (event.optimizer, event.group, event.dtype, event.step))
+        # An event spans the steps (step - steps, step]: one optimizer step live, the steps
+        # between two checkpoints in a diff (where gradients are unknown: has_grad None).
+        start = event.step - event.steps + 1
+        self._first_step = start if self._first_step is None else min(self._first_step, start)
+        self._last_step = max(self._last_step, event.step)
+        self._diff = self._diff or event.has_grad is None
+        self._info.setdefault(event.name, (event.optimizer, event.group, event.dtype, max(start, 0)))
         self._moved[event.name] = max(self._moved.get(event.name, 0.0), event.moved)
         if event.has_grad is None or (event.has_grad and event.grad):
             self._graded.add(event.name)
         return iter(())
 
     def finish(self) -> Iterator[Finding]:
-        if self._last_step + 1 < self.config.min_steps:
+        span = self._last_step - (self._first_step or 0) + 1
+        if self._diff:  # a checkpoint diff: frozen means bit-identical while others moved
+            if not any(v > 0 for v in self._moved.values()):
+                return
+        elif span < self.config.min_steps:
             return
         frozen = [n for n in self._info if n in self._graded and self._moved.get(n, 0.0) == 0.0]
         if not frozen:
@@ -71,18 +84,20 @@ class FrozenParameters:
             fix = ("Keep fp32 parameters and use torch.autocast for the forward; do not cast the "
                    "model with .to(torch.bfloat16).")
         else:
-            cause = ("Their updates are exactly zero although they receive gradients: an LR of 0, "
-                     "a weight decay and momentum that cancel, or an optimizer that skips them.")
+            cause = ("Their updates are exactly zero" + ("" if self._diff else " although they receive gradients")
+                     + ": an LR of 0, a parameter left out of the optimizer or skipped by it, a "
+                     "weight decay and momentum that cancel, or no gradient reaching them.")
             fix = "Print the LR and state of their optimizer group; check the scheduler's values."
         yield finding(
             self.id, step=min(self._info[n][3] for n in frozen),
             message=(
                 f"{len(frozen)} trainable parameter(s) never moved from their initial values over "
-                f"{self._last_step + 1} steps although they receive gradients (max |w - w0| = 0): "
-                f"{names(frozen)}."
+                f"{span} steps" + (" between the two checkpoints while other parameters did" if self._diff
+                                   else " although they receive gradients")
+                + f" (max |w - w0| = 0): {names(frozen)}."
             ),
             cause=cause, fix=fix,
-            evidence={"parameters": frozen[:50], "count": len(frozen), "steps": self._last_step + 1,
+            evidence={"parameters": frozen[:50], "count": len(frozen), "steps": span,
                       "zero_lr": zero_lr[:20], "low_precision": low[:20],
                       "distance_from_init": {n: self._moved.get(n, 0.0) for n in frozen[:20]}},
             where=frozen[:10],

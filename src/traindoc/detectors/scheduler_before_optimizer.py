@@ -99,8 +99,9 @@ class SchedulerBeforeOptimizer:
         if self._lrs and (not x > self._lrs[-1] or len(self._lrs) >= self.config.max_points):
             self._done = True  # the warmup ended (or is not one)
             return self._judge()
-        if not math.isfinite(x) or (self._lrs and event.step - self._steps[-1] != self._interval()):
-            self._done = True
+        gap = event.step - self._steps[-1] if self._steps else 1
+        if not math.isfinite(x) or gap <= 0 or (len(self._steps) > 1 and gap != self._interval()):
+            self._done = True  # the LR must be logged at a constant interval of schedule steps
             return self._judge()
         self._steps.append(event.step)
         self._lrs.append(x)
@@ -113,7 +114,7 @@ class SchedulerBeforeOptimizer:
         return self._judge()
 
     def _interval(self) -> int:
-        return self._steps[1] - self._steps[0] if len(self._steps) > 1 else max(self._steps[-1] + 1, 1)
+        return self._steps[1] - self._steps[0] if len(self._steps) > 1 else 1
 
     def _judge(self) -> Iterable[Finding]:
         cfg = self.config

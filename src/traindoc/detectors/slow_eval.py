@@ -48,7 +48,8 @@ class SlowEval:
             self._end = event
         else:
             assert isinstance(event, EvalPass)
-            self._evals.append(event)
+            if event.index == 0:  # one per phase (a second model evaluated in it has no time)
+                self._evals.append(event)
         return iter(())
 
     def finish(self) -> Iterator[Finding]:

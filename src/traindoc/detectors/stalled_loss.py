@@ -27,9 +27,9 @@ class StalledLoss:
 
     @dataclass(frozen=True)
     class Config:
-        improvement: float = 0.05
+        improvement: float = 0.02
         smooth: int = 10
-        min_steps: int = 50
+        min_steps: int = 100
         early_steps: int = 500
 
         def __post_init__(self) -> None:

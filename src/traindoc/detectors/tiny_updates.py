@@ -7,7 +7,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Optimizer, ParamStats
+from traindoc.events import Event, Optimizer, ParamStats, Scalar
 from traindoc.findings import Finding
 
 # Usual LR ranges (from-scratch training) by optimizer class, for the fix.
@@ -20,26 +20,32 @@ USUAL_LR = {
 
 class TinyUpdates:
     """Per optimizer parameter group, the median relative update ||dw||/||w|| per step over the
-    second half of the run is below ``floor`` (the healthy band is about 1e-4 to 1e-2; 1e-3 is
-    typical). Groups with LR exactly 0 and parameters that never moved belong to
-    frozen-parameters; judged at the end of the run."""
+    second half of the run is far below the healthy band (about 1e-4 to 1e-2; 1e-3 typical):
+    below ``far``, or below ``floor`` while the loss improved by less than ``progress`` (small
+    updates that still make progress, as in a low-LR fine-tune, are fine). Groups with LR
+    exactly 0 and parameters that never moved belong to frozen-parameters. Judged at the end."""
 
     id: ClassVar[str] = "tiny-updates"
     needs: ClassVar[frozenset[str]] = frozenset({"params", "optimizer"})
+    uses: ClassVar[frozenset[str]] = frozenset({"loss"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/muon_low_lr.py", 0),
+        Example("ckpt/golden/tiny_lr_diff.jsonl", -1),
+        Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", None),
         Example("zoo/healthy_muon.py", None),
         Example("zoo/healthy_gpt.py", None),
     )
 
     @dataclass(frozen=True)
     class Config:
-        floor: float = 1e-5
+        floor: float = 1e-4
+        far: float = 1e-5
+        progress: float = 0.1  # relative loss improvement over the run
         min_steps: int = 10
 
         def __post_init__(self) -> None:
-            if self.floor <= 0:
-                raise ValueError(f"floor must be > 0, got {self.floor}")
+            if not 0 < self.far <= self.floor:
+                raise ValueError(f"need 0 < far <= floor, got far={self.far}, floor={self.floor}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
@@ -47,33 +53,52 @@ class TinyUpdates:
         self._lr: dict[tuple[int, int], float] = {}
         self._ratios: dict[tuple[int, int], list[tuple[int, float]]] = {}
         self._moved: set[tuple[int, int]] = set()
+        self._losses: list[float] = []
+        self._span: dict[tuple[int, int], int] = {}
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Scalar):
+            if event.value == event.value and abs(event.value) != float("inf"):
+                self._losses.append(event.value)
+            return iter(())
         if isinstance(event, Optimizer):
             self._opt[event.index] = event
             for g in event.groups:
                 self._lr[(event.index, g.index)] = g.lr
             return iter(())
         assert isinstance(event, ParamStats)
-        if event.optimizer < 0 or event.update is None or not event.requires_grad or not event.has_grad:
+        if event.optimizer < 0 or event.update is None or not event.requires_grad or event.has_grad is False:
             return iter(())
         if event.update != event.update:
             return iter(())
         key = (event.optimizer, event.group)
+        # A checkpoint diff spans ``steps`` optimizer steps: its per-step share of the change.
         self._ratios.setdefault(key, []).append((event.step, event.update / max(event.steps, 1)))
+        self._span[key] = max(self._span.get(key, 0), event.steps)
         if event.update > 0:
             self._moved.add(key)
         return iter(())
 
+    def _progress(self) -> float | None:
+        """Relative improvement of the loss (10-step medians, start against end); None if unknown."""
+        if len(self._losses) < 20:
+            return None
+        first, last = median(self._losses[:10]), median(self._losses[-10:])
+        return (first - last) / abs(first) if first else None
+
     def finish(self) -> Iterator[Finding]:
+        cfg = self.config
+        progress = self._progress()
+        stuck = progress is not None and progress < cfg.progress
         low: list[tuple[tuple[int, int], float, int]] = []
         for key, series in self._ratios.items():
             steps = sorted({s for s, _ in series})
-            if len(steps) < self.config.min_steps or key not in self._moved or self._lr.get(key, 1.0) == 0:
+            observed = max(len(steps), self._span.get(key, 1))
+            if observed < cfg.min_steps or key not in self._moved or self._lr.get(key, 1.0) == 0:
                 continue
             half = steps[len(steps) // 2]
             ratio = median([r for s, r in series if s >= half])
-            if ratio < self.config.floor:
+            if ratio < cfg.far or (ratio < cfg.floor and stuck):
                 low.append((key, ratio, steps[0]))
         if not low:
             return
@@ -87,8 +112,8 @@ class TinyUpdates:
         yield finding(
             self.id, step=min(s for _, _, s in low),
             message=(
-                "; ".join(parts) + f" over the second half of the run (healthy band about 1e-4 to "
-                f"1e-2; threshold {fmt(self.config.floor)})."
+                "; ".join(parts) + " over the second half of the run (healthy band about 1e-4 to "
+                f"1e-2)" + (f"; the loss improved by only {progress:.1%}" if progress is not None else "") + "."
             ),
             cause=(
                 "The learning rate is far too low for this optimizer: often an LR tuned for another "
@@ -97,5 +122,6 @@ class TinyUpdates:
             ),
             fix="Raise the LR into the usual range and check the schedule's values: " + "; ".join(fixes) + ".",
             evidence={"groups": [f"optimizer {o} group {g}" for (o, g), _, _ in low],
-                      "median_update_ratio": [r for _, r, _ in low], "floor": self.config.floor},
+                      "median_update_ratio": [r for _, r, _ in low], "floor": cfg.floor, "far": cfg.far,
+                      "loss_improvement": progress},
         )

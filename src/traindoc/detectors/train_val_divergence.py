@@ -21,33 +21,39 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 
 class TrainValDivergence:
-    """From the lowest validation loss on, over at least ``window`` evaluations, the robust
+    """After the lowest validation loss, over at least ``window`` evaluations, the robust
     (Theil-Sen) slope of the validation loss is upward and that of the training loss (averaged
-    between evaluations) downward. The fitted validation rise must exceed ``min_rise`` of the
-    best value and ``noise`` times the evaluation-to-evaluation scatter around the fit, and the
-    fitted training drop ``train_drop`` of its level, so noise and flat curves stay quiet.
+    between evaluations) downward. The fitted validation rise must exceed ``noise`` times the
+    noise of one evaluation (from successive differences) and end ``min_rise`` above the best
+    level (a median around the minimum, which noise pulls down), and the fitted training drop
+    must reach ``train_drop`` of its level, at ``persist`` evaluations in a row: noisy flat
+    curves stay quiet (tests/logs/test_logs_detectors.py measures the false-alarm rate).
     """
 
     id: ClassVar[str] = "train-val-divergence"
     needs: ClassVar[frozenset[str]] = frozenset({"loss", "val_loss"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("fixtures/logs/golden/train_val_divergence.jsonl", 5100),
+        Example("fixtures/logs/golden/train_val_divergence.jsonl", 6900),
         Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
     )
 
     @dataclass(frozen=True)
     class Config:
-        window: int = 5  # evaluations, counting the best one
+        window: int = 8  # evaluations after the best one
         min_rise: float = 0.05
-        noise: float = 2.0
+        noise: float = 4.0  # the fitted rise over the window, in evaluation-to-evaluation noise
+        min_noise: int = 8  # second differences needed to estimate that noise
         train_drop: float = 0.01
         max_points: int = 30  # a longer window is subsampled evenly to this many evaluations
+        persist: int = 2  # evaluations in a row that must meet the conditions
 
         def __post_init__(self) -> None:
             if self.window < 3:
                 raise ValueError(f"window must be >= 3, got {self.window}")
             if self.max_points < self.window:
                 raise ValueError("max_points must be >= window")
+            if self.persist < 1:
+                raise ValueError(f"persist must be >= 1, got {self.persist}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
@@ -59,6 +65,7 @@ class TrainValDivergence:
         self._train: list[float] = []  # mean training loss before each evaluation
         self._best = 0  # index of the lowest validation loss
         self._fired: int | None = None
+        self._streak = 0  # consecutive evaluations that met the conditions
         self._stats: dict[str, float] = {}
 
     def observe(self, event: Event) -> Iterable[Finding]:
@@ -79,26 +86,32 @@ class TrainValDivergence:
         self._train.append(train)
         if x < self._val[self._best]:
             self._best = len(self._val) - 1
-        if self._fired is None and self._diverging():
+        if self._fired is not None:
+            return ()
+        self._streak = self._streak + 1 if self._diverging() else 0
+        if self._streak >= self.config.persist:
             self._fired = event.step
             return (self._finding(),)
         return ()
 
     def finish(self) -> Iterable[Finding]:
-        if self._fired is not None:
-            self._diverging()  # refresh the evidence over the final window
-            return (self._finding(),)
-        return ()
+        if self._fired is None:
+            return ()
+        kept = self._stats
+        if not self._diverging():  # refresh the evidence if the rise still holds at the end
+            self._stats = kept
+        return (self._finding(),)
 
     def _diverging(self) -> bool:
         cfg = self.config
         best = self._val[self._best]
-        n = len(self._val) - self._best
+        first = self._best + 1  # the minimum itself is left out: noise put it low, and a trend
+        n = len(self._val) - first  # fitted from it would rise by regression to the mean
         if n < cfg.window or self._val[-1] < best + cfg.min_rise * abs(best):
             return False  # the cheap test first: most evaluations stop here
-        # The window from the best evaluation on, subsampled evenly (the slopes are O(n^2)).
-        idx = sorted({self._best + round(i * (n - 1) / (cfg.max_points - 1)) for i in range(cfg.max_points)}
-                     if n > cfg.max_points else range(self._best, len(self._val)))
+        # The evaluations after the best, subsampled evenly (the slopes are O(n^2)).
+        idx = sorted({first + round(i * (n - 1) / (cfg.max_points - 1)) for i in range(cfg.max_points)}
+                     if n > cfg.max_points else range(first, len(self._val)))
         steps = [float(self._steps[i]) for i in idx]
         val = [self._val[i] for i in idx]
         pairs = [(steps[k], self._train[i]) for k, i in enumerate(idx) if self._train[i] == self._train[i]]
@@ -108,27 +121,37 @@ class TrainValDivergence:
         ts = theil_sen([s for s, _ in pairs], [t for _, t in pairs])
         span = steps[-1] - steps[0]
         rise = vs * span
-        fit0 = median([v - vs * s for s, v in zip(steps, val)])
-        scatter = 1.4826 * median([abs(v - (fit0 + vs * s)) for s, v in zip(steps, val)])
+        # The noise of one evaluation, from second differences of the recent series (a level
+        # and a slope cancel out; var(x[i-1] - 2 x[i] + x[i+1]) = 6 var(x)); and the best level
+        # as a median around the minimum, since the minimum of noisy values sits below it.
+        recent = self._val[-200:]
+        d2 = [a - 2 * b + c for a, b, c in zip(recent, recent[1:], recent[2:])]
+        if len(d2) < cfg.min_noise:
+            return False  # too few evaluations to know the noise
+        scatter = 1.4826 * median([abs(d) for d in d2]) / math.sqrt(6)
+        level = median(self._val[max(self._best - 1, 0):self._best + 2])
+        end = median([v - vs * s for s, v in zip(steps, val)]) + vs * steps[-1]
         train_level = median([t for _, t in pairs])
         drop = -ts * span
         self._stats = {"val_slope": vs, "train_slope": ts, "rise": rise, "scatter": scatter,
-                       "train_drop": drop, "evaluations": n, "best": best,
-                       "best_step": self._steps[self._best]}
-        return (vs > 0 and ts < 0 and rise >= cfg.min_rise * abs(best) and rise > cfg.noise * scatter
-                and drop >= cfg.train_drop * abs(train_level) and val[-1] > best)
+                       "train_drop": drop, "evaluations": n, "best": best, "level": level,
+                       "best_step": self._steps[self._best], "now": self._val[-1],
+                       "now_step": self._steps[-1], "gap": self._val[-1] - self._train[-1]}
+        return (vs > 0 and ts < 0 and rise > cfg.noise * scatter and end >= (1 + cfg.min_rise) * level
+                and rise >= cfg.min_rise * abs(level) and drop >= cfg.train_drop * abs(train_level))
 
     def _finding(self) -> Finding:
         st = self._stats
         step = self._fired if self._fired is not None else self._steps[-1]
-        gap = self._val[-1] - self._train[-1]
+        gap = st["gap"]
         return finding(
             self.id, step=step,
             message=(
                 f"val_loss rose from its best {fmt(st['best'])} (step {int(st['best_step'])}) to "
-                f"{fmt(self._val[-1])} at step {self._steps[-1]} over {int(st['evaluations'])} evaluations "
-                f"(robust trend {fmt(st['rise'])}, {st['rise'] / abs(st['best']):+.0%}; thresholds "
-                f"{self.config.min_rise:.0%} and {fmt(self.config.noise)}x the scatter {fmt(st['scatter'])}), "
+                f"{fmt(st['now'])} at step {int(st['now_step'])} over the {int(st['evaluations'])} evaluations after it "
+                f"(robust trend {fmt(st['rise'])}, {st['rise'] / abs(st['level']):+.0%} of the best level "
+                f"{fmt(st['level'])}; thresholds {self.config.min_rise:.0%} and {fmt(self.config.noise)}x the "
+                f"evaluation noise {fmt(st['scatter'])}), "
                 f"while the training loss fell by {fmt(st['train_drop'])} over the same window; "
                 f"latest gap val - train = {fmt(gap)}."
             ),
@@ -144,7 +167,7 @@ class TrainValDivergence:
                 "the validation pipeline to rule out a mismatch."
             ),
             evidence={"best_val_loss": st["best"], "best_step": int(st["best_step"]),
-                      "val_loss": self._val[-1], "val_slope": st["val_slope"],
+                      "val_loss": st["now"], "val_slope": st["val_slope"],
                       "train_slope": st["train_slope"], "evaluations": int(st["evaluations"]),
                       "gap": gap},
         )

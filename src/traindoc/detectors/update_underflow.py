@@ -23,7 +23,9 @@ class UpdateUnderflow:
     needs: ClassVar[frozenset[str]] = frozenset({"params"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/bf16_master.py", 0),
+        Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", -1),
         Example("zoo/healthy_bf16_autocast.py", None),
+        Example("ckpt/golden/complete_training.jsonl", None),
     )
 
     @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class UpdateUnderflow:
         self._spacing: list[float] = []
         self._intended: list[float] = []
         self._fired = False
+        self._span = 1
+        self._bad_weight = 0
+        self._diff_stuck: list[str] = []
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, ParamStats)
@@ -58,6 +63,12 @@ class UpdateUnderflow:
         self._dtype = event.dtype
         self._acc[0] += event.unchanged * event.numel
         self._acc[1] += event.numel
+        self._span = max(self._span, event.steps)
+        if (event.has_grad is None and event.unchanged >= 0.99 and event.intended is not None
+                and event.spacing is not None and event.intended < event.spacing / 2):
+            # A checkpoint diff: bit-identical over all its steps, and the optimizer's step is
+            # below half the spacing: underflow, judged per parameter (others may move).
+            self._diff_stuck.append(event.name)
         self._per_param.setdefault(event.name, []).append(event.unchanged)
         if event.spacing is not None and event.spacing == event.spacing:
             self._spacing.append(event.spacing)
@@ -71,20 +82,21 @@ class UpdateUnderflow:
 
     def _judge(self) -> Iterator[Finding]:
         unchanged, total = self._acc
-        self._acc = [0.0, 0.0]
+        span, self._span, self._acc = self._span, 1, [0.0, 0.0]
         if total == 0 or self._step is None:
             return
         share = unchanged / total
-        if share >= self.config.share:
+        if share >= self.config.share or self._diff_stuck:
             self._bad_steps.append((self._step, share))
-            if not self._fired and len(self._bad_steps) >= self.config.confirm:
+            self._bad_weight += span  # a checkpoint diff confirms over its whole span
+            if not self._fired and self._bad_weight >= self.config.confirm:
                 self._fired = True
                 yield self._finding()
 
     def _finding(self) -> Finding:
         shares = [s for _, s in self._bad_steps]
         worst = sorted(self._per_param, key=lambda n: -median(self._per_param[n]))
-        stuck = [n for n in worst if median(self._per_param[n]) >= 0.99]
+        stuck = [n for n in worst if median(self._per_param[n]) >= 0.99] or self._diff_stuck
         sp, want = median(self._spacing), median(self._intended)
         size = (f" The optimizer's typical step is about {fmt(want)} per element, against a "
                 f"{self._dtype.split('.')[-1]} spacing of {fmt(sp)} at the weights' typical magnitude.") \
@@ -92,9 +104,10 @@ class UpdateUnderflow:
         return finding(
             self.id, step=self._bad_steps[0][0],
             message=(
-                f"{self._dtype} parameters: on {len(self._bad_steps)} sampled steps a median "
-                f"{median(shares):.0%} of elements with a non-zero gradient were left bit-identical by "
-                f"the optimizer step (threshold {self.config.share:.0%})."
+                f"{self._dtype} parameters: on {self._bad_weight} steps a median "
+                f"{median(shares):.0%} of elements" + ("" if self._diff_stuck else " with a non-zero gradient")
+                + f" were left bit-identical by the optimizer (threshold {self.config.share:.0%}, or a "
+                "parameter that never changed although its optimizer step is below half the spacing)."
                 + (f" Never changed: {names(stuck, 4)}." if stuck else "") + size
             ),
             cause=(

@@ -17,8 +17,9 @@ class ValAtChance:
     """``min_evals`` consecutive validation accuracies lie within ``margin`` of chance (1/C)
     while the model learns: training accuracy clearly above chance (``train_gap`` above the
     band), or, when no training accuracy is logged, a training loss ``loss_drop`` below its
-    start. C comes from ``classes`` (``--num-classes``); without it, a plateau at exactly 1/C
-    for a whole number C is read as chance, and the message asks for C.
+    start. C comes from ``classes`` (``--num-classes``); without it, a plateau whose median is
+    within ``infer_margin`` of 1/C for a whole number C is read as chance (0.1% for 1000
+    classes, 50% for 2), and the message asks for C.
 
     Accuracies in percent (any value above 1) are handled.
     """
@@ -37,6 +38,7 @@ class ValAtChance:
         classes: int | None = None  # C; None: inferred from a plateau at 1/C
         margin: float = 0.1  # band around chance, as a share of chance ...
         min_margin: float = 0.005  # ... but at least this (absolute, accuracy in [0, 1])
+        infer_margin: float = 0.03  # without classes: the plateau's median this close to 1/C
         min_evals: int = 3
         train_gap: float = 0.1  # training accuracy this far above the band (absolute)
         loss_drop: float = 0.3  # or the training loss this share below its start
@@ -109,7 +111,7 @@ class ValAtChance:
                 return ()
             classes = round(1.0 / m)
             chance = 1.0 / classes if 2 <= classes <= 100_000 else math.nan
-            if not abs(m - chance) <= cfg.margin * chance:
+            if not abs(m - chance) <= cfg.infer_margin * chance:
                 self._streak = 0
                 return ()
         if abs(v - chance) <= self._band(chance):

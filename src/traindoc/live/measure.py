@@ -107,14 +107,16 @@ def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
 def unit_activity(out: torch.Tensor) -> torch.Tensor | None:
     """For a ReLU output: per unit, was it positive anywhere in this batch? (bool vector)
 
-    Units are features for (N, F) and (N, T, F), channels for (N, C, H, W).
+    Units are features for (N, F) and (N, T, F), channels for (N, C, H, W). A NaN output
+    counts as active: after a NaN nothing is known about the unit, and it is not dead.
     """
+    alive = (out > 0) | torch.isnan(out)
     if out.ndim == 2:
-        return (out > 0).any(dim=0)
+        return alive.any(dim=0)
     if out.ndim == 3:
-        return (out > 0).flatten(0, 1).any(dim=0)
+        return alive.flatten(0, 1).any(dim=0)
     if out.ndim == 4:
-        return (out > 0).transpose(0, 1).flatten(1).any(dim=1)
+        return alive.transpose(0, 1).flatten(1).any(dim=1)
     return None
 
 

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=120, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=80, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=10)

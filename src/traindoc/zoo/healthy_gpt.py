@@ -22,15 +22,15 @@ import torch.nn.functional as F
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=80, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=64, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=8, help="micro-batch size")
     p.add_argument("--accum-steps", type=int, default=2, help="micro-batches per optimizer step")
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--min-lr", type=float, default=3e-4)
-    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--min-lr", type=float, default=5e-4)
+    p.add_argument("--warmup", type=int, default=6)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=8)
     p.add_argument("--save", type=str, default=None, help="write model.state_dict() here")
     return p.parse_args()
 
@@ -139,7 +139,7 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95))
 
 
-def make_stream(vocab: int, n_chains: int = 128, length: int = 256) -> torch.Tensor:
+def make_stream(vocab: int, n_chains: int = 64, length: int = 256) -> torch.Tensor:
     """Token streams from a sparse random Markov chain: each token has 3 likely successors."""
     logits = torch.full((vocab, vocab), -4.0)
     for t in range(vocab):
@@ -182,7 +182,7 @@ def main() -> None:
 
     cfg = GPTConfig()
     data = make_stream(cfg.vocab_size)
-    train_data, val_data = data[:112], data[112:]
+    train_data, val_data = data[:56], data[56:]
 
     model = GPT(cfg)
     optimizer = model.configure_optimizer(args.lr, args.weight_decay)

@@ -28,7 +28,7 @@ VOCAB = 64
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=150, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=120, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=16)
     p.add_argument("--d-model", type=int, default=32)

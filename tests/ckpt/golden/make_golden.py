@@ -59,6 +59,7 @@ def main() -> None:
             "ema_frozen_bn_diff.jsonl": F.ema_copy_after_warmup(tmp),
             "healthy_bn_ema.jsonl": F.ema_pair(tmp, copy_buffers=True, name="good"),
             "bf16_norms_frozen_diff.jsonl": F.bf16_pair(tmp),
+            "tiny_lr_diff.jsonl": F.tiny_lr_pair(tmp),
         }
         for out, (old, new) in diffs.items():
             write(out, produce.diff(old, new)[0], tmp)

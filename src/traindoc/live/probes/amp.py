@@ -308,7 +308,8 @@ class AmpProbes:
     def _on_sampling_change(self, on: bool) -> None:
         if self._prev_change is not None:
             self._prev_change(on)
-        self._guard(self._set_forward_hooks, on)
+        if on != bool(self._fwd):  # every step: only a change costs anything
+            self._guard(self._set_forward_hooks, on)
 
     def _set_forward_hooks(self, on: bool) -> None:
         if on and not self._fwd:
@@ -354,7 +355,8 @@ class AmpProbes:
         self._rows.append((step, name, numel, fp32, device, reason))
 
     def _on_round(self, step: int) -> None:
-        self._guard(self._emit_autocast, step)
+        if self._rows or self._scaled:  # every step: nothing to do on most of them
+            self._guard(self._emit_autocast, step)
 
     def _emit_autocast(self, upto: int) -> None:
         rows = [r for r in self._rows if r[0] <= upto]

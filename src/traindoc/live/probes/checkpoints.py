@@ -30,6 +30,7 @@ from traindoc.live.probes._patch import Patcher
 from traindoc.live.session import Session, user_site
 
 _RECENT_LOADS = 32
+_LOAD_PARTS = ("_on_load", "_remember_lrs", "_on_optimizer_load", "_on_scheduler_load")
 
 
 class CheckpointProbes:
@@ -44,7 +45,9 @@ class CheckpointProbes:
         self._in_sched_load = False
 
     def _guard(self, fn: Any, *args: Any) -> None:
-        self._patcher.guard(self.name, fn, *args)
+        # Two parts that fail independently: what is saved, and what is loaded.
+        part = "checkpoint-load" if fn.__name__ in _LOAD_PARTS else "checkpoint-save"
+        self._patcher.guard(part, fn, *args)
 
     def install(self) -> None:
         patch = self._patcher.patch

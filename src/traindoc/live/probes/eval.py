@@ -30,7 +30,7 @@ from torch.nn.modules import module as _module
 from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher, is_compiling
-from traindoc.live.session import Session, _frame_modules, user_site
+from traindoc.live.session import ObjectMap, Session, _frame_modules, user_site
 
 _RERUNS = 2  # evaluation phases whose first forward is re-run (determinism check)
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
@@ -60,14 +60,12 @@ def _unwrap(m: Any) -> Any:
     return m
 
 
-class _Phase:
-    __slots__ = ("step", "t0", "last_exit", "model", "role", "train_modules", "mode_modules",
-                 "rerun", "names", "where", "closed")
+class _Pass:
+    """One model looked at in an evaluation phase (at its first root forward there)."""
 
-    def __init__(self, step: int, t0: float) -> None:
-        self.step = step
-        self.t0 = t0
-        self.last_exit: float | None = None
+    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where")
+
+    def __init__(self) -> None:
         self.model = ""
         self.role = "model"
         self.train_modules: tuple[str, ...] = ()
@@ -75,7 +73,20 @@ class _Phase:
         self.rerun: torch.Tensor | None = None  # [abs diff, max |out|, per-module differs...]
         self.names: list[str] = []
         self.where = ""
-        self.closed = False
+
+
+class _Phase:
+    """Evaluation between two training steps: the models evaluated in it (model, then EMA)."""
+
+    __slots__ = ("step", "t0", "last_exit", "passes", "seen", "bn_seen")
+
+    def __init__(self, step: int, t0: float) -> None:
+        self.step = step
+        self.t0 = t0
+        self.last_exit: float | None = None
+        self.passes: list[_Pass] = []
+        self.seen: set[int] = set()  # root modules looked at (ids; alive while the phase is)
+        self.bn_seen: set[int] = set()  # models whose BatchNorm statistics were read
 
 
 class EvalProbes:
@@ -90,10 +101,10 @@ class EvalProbes:
         self._region_t0 = 0.0
         self._fdepth = 0  # module call depth while hooked
         self._phase: _Phase | None = None
-        self._phases = 0
         self._reruns = 0
+        self._rerun_pass: _Pass | None = None
+        self._evaluated = ObjectMap()  # model -> evaluation phases it was looked at in
         self._busy = False  # inside our own re-run
-        self._plan_rerun = False
         self._prints: list[tuple[str, torch.Tensor]] | None = None
         self._bn_prev: dict[tuple[str, str], torch.Tensor] = {}
         self._mnames: dict[int, str] = {}
@@ -120,8 +131,9 @@ class EvalProbes:
         @functools.wraps(orig)
         def __enter__(ctx: Any) -> Any:
             out = orig(ctx)
-            # Only regions after the round's optimizer step can be an evaluation.
-            if probes._depth or (probes.s.round_done and not probes._busy):
+            # Only regions after the round's optimizer step can be an evaluation (and not
+            # traindoc's own: the session measures under no_grad after the step).
+            if probes._depth or (probes.s.round_done and not probes._busy and not _ours(sys._getframe(1))):
                 probes._guard("eval", probes._enter, ctx)
             return out
 
@@ -146,8 +158,7 @@ class EvalProbes:
         self._depth += 1
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
-            if self._phase is None:
-                self._set_hooks(True)  # until the phase's first root forward
+            self._set_hooks(True)  # until the region's first root forward
 
     def _exit(self, ctx: Any) -> None:
         ctx.__dict__.pop("_traindoc_region", None)
@@ -173,13 +184,16 @@ class EvalProbes:
     def _pre(self, module: Any, args: Any) -> None:
         if is_compiling():
             return
+        if self.name in self.s.failed:  # disabled after an error of ours: stop hooking
+            self._set_hooks(False)
+            return
         depth = self._fdepth
         self._fdepth += 1
         if self._busy:
             return
-        if (depth == 0 and self._phase is None and not torch.is_grad_enabled()
-                and next(module.parameters(), None) is not None):
-            self._guard("eval", self._start_phase, module)
+        if (depth == 0 and not torch.is_grad_enabled() and next(module.parameters(), None) is not None
+                and (self._phase is None or id(module) not in self._phase.seen)):
+            self._guard("eval", self._look, module)
 
     def _post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         if is_compiling():
@@ -189,35 +203,42 @@ class EvalProbes:
             self._guard("eval", self._fingerprint, module, output)
             return
         if self._fdepth == 0 and not self._busy:
-            if self._plan_rerun:
-                self._plan_rerun = False
+            if self._rerun_pass is not None:
                 self._guard("eval", self._rerun, module, args, kwargs, output)
+                self._rerun_pass = None
             self._prints = None
-            self._set_hooks(False)  # the rest of this evaluation runs without hooks
+            self._set_hooks(False)  # the rest of this region runs without hooks
 
     # ---- one evaluation phase ----------------------------------------------------------------
-    def _start_phase(self, module: nn.Module) -> None:
+    def _look(self, module: nn.Module) -> None:
+        """The first root forward of ``module`` in this evaluation phase."""
         if _in_update_bn():
             return  # re-estimating BatchNorm statistics on purpose (swa_utils.update_bn)
         s = self.s
-        ph = self._phase = _Phase(s.step, self._region_t0)
-        self._phases += 1
+        if self._phase is None:
+            self._phase = _Phase(s.step, self._region_t0)
+        ph = self._phase
+        ph.seen.add(id(module))
+        one = _Pass()
+        ph.passes.append(one)
         inner = _unwrap(module)
-        ph.model = type(inner).__name__
-        ph.where = user_site(4)
+        one.model = type(inner).__name__
+        one.where = user_site(4)
         held = _held_params(s)
         owned = any(id(p) in held for p in inner.parameters())
-        ph.role = "model" if owned else "copy"
+        one.role = "model" if owned else "copy"
         modes = [(n, m) for n, m in inner.named_modules() if _mode_dependent(m)]
-        ph.mode_modules = len(modes)
-        ph.train_modules = tuple(f"{n or type(inner).__name__} ({type(m).__name__})"
-                                 for n, m in modes if m.training)
-        if self._phases <= _BN_PHASES or self._phases % 10 == 0:
-            self._batchnorm(inner, owned, held)
-        if (self._reruns < _RERUNS and not module.training and not ph.train_modules
+        one.mode_modules = len(modes)
+        one.train_modules = tuple(f"{n or type(inner).__name__} ({type(m).__name__})"
+                                  for n, m in modes if m.training)
+        seen = self._evaluated.get(inner, 0) + 1
+        self._evaluated[inner] = seen
+        if seen <= _BN_PHASES or seen % 10 == 0:
+            self._batchnorm(inner, owned, held, ph)
+        if (self._reruns < _RERUNS and not module.training and not one.train_modules
                 and all(not m.training for m in inner.modules()) and _rerun_safe(module)):
             self._reruns += 1
-            self._plan_rerun = True
+            self._rerun_pass = one
             self._prints = []
             self._mnames = {id(m): n for n, m in inner.named_modules()}
 
@@ -231,9 +252,9 @@ class EvalProbes:
 
     def _rerun(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         """Run the forward once more on the same input and keep the difference (on device)."""
-        ph = self._phase
+        one = self._rerun_pass
         first = measure.first_float_tensors(output, limit=1)
-        if ph is None or not first:
+        if one is None or not first:
             return
         prints1, self._prints = self._prints or [], []
         t0 = time.perf_counter()
@@ -263,18 +284,22 @@ class EvalProbes:
                 p2 = torch.stack([t for _, t in prints2])
                 tol = 1e-4 * p1[:, 1].abs() + 1e-6
                 parts.append(((p1 - p2).abs().max(dim=1).values > tol).float())
-                ph.names = [n for n, _ in prints1]
-        ph.rerun = torch.cat([t.to(parts[0].device) for t in parts])
+                one.names = [n for n, _ in prints1]
+        one.rerun = torch.cat([t.to(parts[0].device) for t in parts])
 
-    def _batchnorm(self, inner: nn.Module, owned: bool, held: set[int]) -> None:
+    def _batchnorm(self, inner: nn.Module, owned: bool, held: set[int], ph: _Phase) -> None:
+        """BatchNorm running statistics of the evaluated model (and of the training model an
+        EMA copy mirrors), each model once per phase."""
         bns = [(n, m) for n, m in inner.named_modules()
                if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.running_mean is not None]
-        if not bns:
+        if not bns or id(inner) in ph.bn_seen:
             return
+        ph.bn_seen.add(id(inner))
         pairs: list[tuple[str, list[tuple[str, Any]]]] = [("model" if owned else "ema", bns)]
         if not owned:
             twin = _find_twin(self.s, inner, {n for n, _ in bns}, held)
-            if twin is not None:
+            if twin is not None and id(twin) not in ph.bn_seen:
+                ph.bn_seen.add(id(twin))
                 pairs.append(("model", [(n, m) for n, m in twin.named_modules()
                                         if isinstance(m, nn.modules.batchnorm._BatchNorm)
                                         and m.running_mean is not None]))
@@ -324,33 +349,48 @@ class EvalProbes:
 
     def _close_phase(self) -> None:
         ph, self._phase = self._phase, None
-        if ph is None or ph.closed or not ph.model:
+        if ph is None or not ph.passes:
             return
-        ph.closed = True
         end = ph.last_exit if ph.last_exit is not None else time.perf_counter()
         duration = max(0.0, end - ph.t0 - self._skipped)
         self._skipped = 0.0
         elapsed = end - self.s._t0
+        passes = ph.passes
 
-        def event(rerun: float, rerun_abs: float, first_diff: str) -> EvalPass:
-            return EvalPass(step=ph.step, model=ph.model, role=ph.role, duration_s=duration,
-                            elapsed_s=elapsed, train_modules=ph.train_modules,
-                            mode_modules=ph.mode_modules, rerun=rerun, rerun_abs=rerun_abs,
-                            first_diff=first_diff, where=ph.where)
+        def events(reruns: list[tuple[float, float, str]]) -> Iterable[Event]:
+            for i, (one, (rel, diff, first)) in enumerate(zip(passes, reruns)):
+                yield EvalPass(step=ph.step, model=one.model, role=one.role,
+                               duration_s=duration if i == 0 else 0.0, elapsed_s=elapsed,
+                               train_modules=one.train_modules, mode_modules=one.mode_modules,
+                               rerun=rel, rerun_abs=diff, first_diff=first, where=one.where, index=i)
 
-        if ph.rerun is None:
-            self.s.emit(event(math.nan, math.nan, ""))
+        tensors = [one.rerun for one in passes if one.rerun is not None]
+        if not tensors:
+            for e in events([(math.nan, math.nan, "")] * len(passes)):
+                self.s.emit(e)
             return
-        names = ph.names
+        sizes = [0 if one.rerun is None else one.rerun.numel() for one in passes]
+        packed = torch.cat([t.to(tensors[0].device) for t in tensors])
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            diff, scale = vals[0], vals[1]
-            flags = vals[2:]
-            first = next((names[i] for i, f in enumerate(flags) if f and i < len(names)), "")
-            rel = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
-            yield event(rel, diff, first)
+            reruns, pos = [], 0
+            for one, n in zip(passes, sizes):
+                if not n:
+                    reruns.append((math.nan, math.nan, ""))
+                    continue
+                diff, scale, flags = vals[pos], vals[pos + 1], vals[pos + 2:pos + n]
+                pos += n
+                first = next((one.names[i] for i, f in enumerate(flags) if f and i < len(one.names)), "")
+                rel = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+                reruns.append((rel, diff, first))
+            yield from events(reruns)
 
-        self.s.defer(ph.rerun, decode)
+        self.s.defer(packed, decode)
+
+
+def _ours(frame: Any) -> bool:
+    name = frame.f_globals.get("__name__", "")
+    return name.startswith("traindoc.") and not name.startswith("traindoc.zoo")
 
 
 def _held_params(s: Session) -> set[int]:

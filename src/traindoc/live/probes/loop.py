@@ -150,7 +150,8 @@ class LoopProbes:
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
-        self._handles.append(register_optimizer_step_post_hook(self._post_step))
+        self._handles.append(register_optimizer_step_post_hook(
+            lambda opt, args, kwargs: self._guard("loop", self._post_step, opt)))
         hook = "_update_lr" if hasattr(_sched.LRScheduler, "_update_lr") else "step"  # torch < 2.6: step
         self._patch(_sched.LRScheduler, hook, self._wrap_sched_step)
         self._patch(torch.Tensor, "backward", self._wrap_backward)
@@ -227,7 +228,8 @@ class LoopProbes:
 
         @functools.wraps(orig)
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-            probes._scaler_tried[optimizer] = True
+            if optimizer not in probes._scaler_tried:
+                probes._guard("scheduler", probes._scaler_tried.__setitem__, optimizer, True)
             return orig(scaler, optimizer, *args, **kwargs)
 
         return step
@@ -250,7 +252,7 @@ class LoopProbes:
         self._scaled[id(scaled)] = loss_factor(loss)  # the factor before the scaler's
 
     # ---- optimizer steps -----------------------------------------------------------------------
-    def _post_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def _post_step(self, opt: Any) -> None:
         self._opt_steps += 1
         if opt not in self._stepped:
             self._guard("scheduler", self._first_step, opt)

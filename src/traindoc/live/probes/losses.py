@@ -168,9 +168,13 @@ class LossTermsProbe:
                 go = torch.full(tuple(meta.shape), t.scale, dtype=meta.dtype, device=meta.device)
                 for f in t.factors:
                     go = go * f.to(go.device, go.dtype)
-                with torch.enable_grad():
-                    grads = torch.autograd.grad([GradientEdge(t.node, t.nr)], leaves, grad_outputs=[go],
-                                                retain_graph=True, allow_unused=True)
+                try:
+                    with torch.enable_grad():
+                        grads = torch.autograd.grad([GradientEdge(t.node, t.nr)], leaves, grad_outputs=[go],
+                                                    retain_graph=True, allow_unused=True)
+                except RuntimeError as exc:  # an op without a second backward: stop measuring
+                    self._off = f"torch.autograd.grad failed on the loss's graph: {exc}"
+                    return
                 norms = torch.zeros(len(leaves), device=dev)
                 present = [i for i, g in enumerate(grads) if g is not None]
                 if present:

@@ -181,6 +181,15 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
     return events, result
 
 
+def _relative(delta: float, base: float) -> float | None:
+    """||new - old|| / ||old||; 0 when nothing moved, None when OLD is all zeros (undefined)."""
+    if delta == 0.0:
+        return 0.0
+    if base > 0 and math.isfinite(base):
+        return delta / base
+    return None
+
+
 def _steps_between(old: Ckpt, new: Ckpt, old_opts: Sequence[Opt], opts: Sequence[Opt],
                    notes: list[str]) -> int | None:
     """Optimizer steps from OLD to NEW: the optimizers' own counts, else the saved steps."""

@@ -132,17 +132,7 @@ def from_zero(rows: Sequence[DiffRow]) -> list[DiffRow]:
     return [r for r in rows if r.is_param and r.update is None]
 
 
-def _relative(delta: float, base: float) -> float | None:
-    """||new - old|| / ||old||; 0 when nothing moved, None when OLD is all zeros (undefined)."""
-    if delta == 0.0:
-        return 0.0
-    if base > 0 and math.isfinite(base):
-        return delta / base
-    return None
-
-
 # --- rendering ------------------------------------------------------------------------------
-
 
 
 def _size(n: float) -> str:

@@ -35,13 +35,17 @@ class Log:
     def signals(self) -> list[str]:
         return list(dict.fromkeys(self.map.signal_of.values()))
 
-    def events(self) -> Iterator[Event]:
-        """RunStart, the Scalars in step order, RunEnd (a --record stream: its own events)."""
+    def events(self, extra_signals: tuple[str, ...] = ()) -> Iterator[Event]:
+        """RunStart, the Scalars in step order, RunEnd (a --record stream: its own events).
+
+        The RunStart declares the signals the log carries (plus ``extra_signals`` a caller
+        derives from them), so the engine skips detectors that could never apply."""
         t = self.table
         if t.events is not None:
             yield from t.events
             return
-        yield RunStart(source="logs", script=self.label or ", ".join(t.files), argv=self.argv)
+        yield RunStart(source="logs", script=self.label or ", ".join(t.files), argv=self.argv,
+                       signals=tuple(self.signals()) + extra_signals)
         last = -1
         for ev in _table.events(t, self.map.signal_of):
             last = ev.step if isinstance(ev, Scalar) and ev.step > last else last
@@ -121,8 +125,8 @@ def read(path: Path, x_override: tuple[str, str] | None = None) -> Table:
         return _read_file(path, x_override)
     except PermissionError:
         raise UsageError(f"{path}: permission denied; check the file's permissions") from None
-    except IsADirectoryError:  # pragma: no cover - a race with the checks above
-        raise UsageError(f"{path}: is a folder") from None
+    except OSError as exc:  # a dangling link, a device, an I/O error
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}); pass a regular file") from None
 
 
 def _read_file(path: Path, x_override: tuple[str, str] | None) -> Table:

@@ -7,12 +7,15 @@ import dataclasses
 import gc
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator, TextIO
 
 from traindoc import config
 from traindoc.errors import UsageError
 from traindoc.events import Clip, Event, Scalar
 from traindoc.report import output
+
+if TYPE_CHECKING:
+    from traindoc.sources.logs import Log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,12 +62,10 @@ def run(args: argparse.Namespace) -> int:
     watch = [s for s in log.signals() if _error_like(s)]
     if watch:
         detectors.setdefault("metric-divergence", {}).setdefault("watch", tuple(watch))
-    events: Iterator[Event] = log.events()
+    extra = ("clip",) if args.max_norm is not None else ()
+    events: Iterator[Event] = log.events(extra_signals=extra)
     if args.max_norm is not None:
-        if _clip_takes_max_norm():
-            detectors.setdefault("clipping-every-step", {})["max_norm"] = args.max_norm
-        else:
-            events = _with_clips(events, args.max_norm)
+        events = _with_clips(events, args.max_norm)
     settings = dataclasses.replace(settings, detectors=detectors)
     report = analyze(events, select=select, ignore=ignore, settings=settings)
     t = log.table
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     return output.emit(report, args, settings)
 
 
-def describe(log: "object", out) -> None:  # type: ignore[no-untyped-def]
+def describe(log: Log, out: TextIO) -> None:
     """The lines printed before the report: what was read, how it was mapped, what was not."""
     from traindoc.sources.logs._table import one_line
 
@@ -87,9 +88,8 @@ def describe(log: "object", out) -> None:  # type: ignore[no-untyped-def]
         out.write(one_line(line) + "\n")
 
 
-def _describe(log: "object") -> Iterator[str]:  # type: ignore[no-untyped-def]
-    t = log.table  # type: ignore[attr-defined]
-    m = log.map  # type: ignore[attr-defined]
+def _describe(log: Log) -> Iterator[str]:
+    t, m = log.table, log.map
     files = ", ".join(Path(f).name for f in t.files[:3]) + (f" and {len(t.files) - 3} more" if len(t.files) > 3 else "")
     if t.events is not None:
         yield f"traindoc logs: {files} (traindoc stream, {len(t.events)} events)"
@@ -122,15 +122,6 @@ def _error_like(signal: str) -> bool:
         return False
     ws = set(signal[len("metric."):].split("_"))
     return bool(ws & ERROR_WORDS) and "loss" not in ws
-
-
-def _clip_takes_max_norm() -> bool:
-    from traindoc import detectors
-
-    cls = detectors.by_id().get("clipping-every-step")
-    if cls is None:
-        return False
-    return any(f.name == "max_norm" for f in dataclasses.fields(cls.Config))  # type: ignore[attr-defined]
 
 
 def _with_clips(events: Iterator[Event], max_norm: float) -> Iterator[Event]:

@@ -50,6 +50,10 @@ _BOOKKEEPING = {"epoch", "epochs", "step", "steps", "globalstep", "iteration", "
                 "minutes", "hours", "date", "elapsed", "duration", "memory", "mem", "seen",
                 "samples", "tokens", "batch", "batches", "rank", "pg"}
 _NOT_LR = {"momentum", "beta", "beta1", "beta2", "wd", "decay", "weight"}
+# Summaries of a quantity (W&B exports write train/loss__MIN): the mean is still the quantity,
+# ranked after the plain column; extremes and spreads are metrics of their own.
+_MEAN = {"mean", "avg", "average", "smoothed", "smooth", "ema", "running"}
+_SPREAD = {"min", "max", "std", "var", "sum", "p50", "p90", "p95", "p99", "median"}
 
 _SPLIT_RE = re.compile(r"[^0-9A-Za-z]+")
 _CAMEL_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z][a-z])|(?<=[a-z])(?=[A-Z])")
@@ -78,7 +82,6 @@ class Guess:
     signal: str | None
     rank: int = 0
     bookkeeping: bool = False
-    why: str = ""
 
 
 def _slug(ws: list[str]) -> str:
@@ -101,6 +104,12 @@ def guess(name: str) -> Guess:
 
     if name.lower() in ("loss", "lr", "grad_norm"):
         return Guess(name.lower(), -1)
+    if cs & _SPREAD and cs & (_LOSS | _ACC | _F1 | _LR | {"gradnorm"}):
+        return Guess(f"metric.{_slug(ws)}")
+    if cs & _MEAN:
+        core = [w for w in core if w not in _MEAN]
+        cs = set(core)
+        agg_rank += 3
     if cs & _LR and not cs & _NOT_LR and split in ("", "train"):
         # lr-AdamW, lr-AdamW/pg1, learning_rate: the first parameter group wins.
         pg = [w for w in core if re.fullmatch(r"pg\d+", w)]
@@ -139,7 +148,7 @@ def guess(name: str) -> Guess:
     if cs & (ERROR_WORDS | SCORE_WORDS | _ACC | _F1):
         return Guess(f"metric.{_slug(ws)}")
     if split in ("val", "test") and len("".join(core)) >= 2:
-        return Guess(f"metric.{_slug(ws)}", why="an evaluation quantity")
+        return Guess(f"metric.{_slug(ws)}")  # an evaluation quantity
     return Guess(None)
 
 
