@@ -28,7 +28,8 @@ def main() -> None:
             rec = Path(tmp) / "rec.jsonl"
             subprocess.run([sys.executable, "-m", "traindoc", "run", "--record", str(rec), str(ZOO / script)],
                            check=True, env=env, capture_output=True)
-            lines = [line for line in rec.read_text().splitlines() if json.loads(line)["kind"] in KEEP]
+            lines = [line.replace(str(ZOO.parents[2]) + "/", "") for line in rec.read_text().splitlines()
+                     if json.loads(line)["kind"] in KEEP]
         (HERE / "golden" / out).write_text("\n".join(lines) + "\n")
         print(f"{out}: {len(lines)} events")
 

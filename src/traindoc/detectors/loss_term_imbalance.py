@@ -25,6 +25,8 @@ class LossTermImbalance:
     id: ClassVar[str] = "loss-term-imbalance"
     needs: ClassVar[frozenset[str]] = frozenset({"loss_terms"})
     examples: ClassVar[tuple[Example, ...]] = (
+        Example("live_metrics/golden/loss_term_imbalance.jsonl", 0),
+        Example("live_metrics/golden/healthy_moe_terms.jsonl", None),
         Example("zoo/loss_term_imbalance.py", 0),
         Example("zoo/exploding_acyclicity.py", 0),
         Example("zoo/healthy_multitask.py", None),

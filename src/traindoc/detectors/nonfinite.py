@@ -22,7 +22,7 @@ class Nonfinite:
     needs: ClassVar[frozenset[str]] = frozenset()  # any one of its uses: a loss, grads, params
     uses: ClassVar[frozenset[str]] = frozenset({"loss", "params", "activations", "grad_norm"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/nonfinite_grad.py", -1),
+        Example("zoo/nonfinite_grad.py", 2),
         Example("golden/nonfinite_loss.jsonl", 12),
         Example("ckpt/golden/nonfinite_param.jsonl", -1),
         Example("golden/healthy_noisy_loss.jsonl", None),

@@ -19,7 +19,7 @@ class RepeatedBatch:
     id: ClassVar[str] = "repeated-batch"
     needs: ClassVar[frozenset[str]] = frozenset({"batch"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/repeated_batch.py", 1),
+        Example("zoo/repeated_batch.py", 0),
         Example("zoo/healthy_mlp.py", None),
     )
 

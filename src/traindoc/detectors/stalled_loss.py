@@ -20,8 +20,9 @@ class StalledLoss:
     id: ClassVar[str] = "stalled-loss"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/bf16_master.py", -1),
-        Example("zoo/lr_zero_warmup.py", -1),
+        Example("zoo/lr_zero_warmup.py", 0),
+        Example("zoo/clamped_loss.py", 0),
+        Example("zoo/healthy_gpt.py", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 

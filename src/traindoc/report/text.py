@@ -24,7 +24,8 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
     console = Console(file=file or sys.stderr, width=width, highlight=False, soft_wrap=False)
     run = report.run
     head = f"traindoc report: {run.get('script') or run.get('source', '')}"
-    bits = [f"{run.get('steps', 0)} optimizer steps"]
+    unit = "epochs" if run.get("x") == "epoch" else "optimizer steps"
+    bits = [f"{run.get('steps', 0)} {unit}"]
     if run.get("duration_s") is not None:
         bits.append(f"{float(run['duration_s']):.1f} s")  # type: ignore[arg-type]
     if run.get("status") not in (None, "ok"):

@@ -8,7 +8,7 @@ the first cross-entropy is ~24 instead of ln(10) = 2.30. Adam still pulls the he
 loss falls, so the run looks fine, but the first steps are spent undoing the init. Reproduces
 seed 003 §9 ("Initial loss ~ ln(C): Check init"); catalog `bad-initial-loss`.
 
-traindoc-expect: bad-initial-loss
+traindoc-expect: bad-initial-loss@0
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ are finite and non-zero. Reproduces seed 002 (first attempt: "Parameters in BFlo
 completely frozen (all still 1.0)"); catalog `update-underflow`, `bf16-master-weights`,
 `frozen-parameters` and `stalled-loss`.
 
-traindoc-expect: update-underflow bf16-master-weights frozen-parameters stalled-loss
+traindoc-expect: update-underflow@0 bf16-master-weights@0 frozen-parameters@0
 """
 
 from __future__ import annotations

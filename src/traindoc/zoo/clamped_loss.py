@@ -10,7 +10,7 @@ steps) trains at all, and the model barely moves: the 10-step median of the loss
 start to end. Reproduces seed 000 §2 (loss clamping); catalog `constant-loss` and
 `stalled-loss`.
 
-traindoc-expect: constant-loss stalled-loss
+traindoc-expect: constant-loss@0 stalled-loss@0
 """
 
 from __future__ import annotations

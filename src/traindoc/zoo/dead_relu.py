@@ -8,7 +8,7 @@ every input its gradient is 0 and it never comes back. The task is easy, so the 
 still fit it and the loss goes down: nothing looks wrong, but most of the first layer's width is
 dead (never positive on any of 20 consecutive batches). Catalog `dead-relu`.
 
-traindoc-expect: dead-relu
+traindoc-expect: dead-relu@15
 """
 
 from __future__ import annotations

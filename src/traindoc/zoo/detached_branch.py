@@ -10,7 +10,7 @@ the backbone changes under it.
 Reproduces seed 003's gradient health check ("WARNING: {name} has no gradient!"); catalog
 `no-gradient`.
 
-traindoc-expect: no-gradient
+traindoc-expect: no-gradient@0
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ further (|1 - lr * lambda_max| ~ 1.05), so the loss and the gradient norm grow g
 ~9% per step, by more than 1000x within the run, while every value stays finite for the
 default --steps (no NaN to trip anything). Catalog `divergence` and `exploding-gradients`.
 
-traindoc-expect: divergence exploding-gradients
+traindoc-expect: divergence@29 exploding-gradients@0
 """
 
 from __future__ import annotations

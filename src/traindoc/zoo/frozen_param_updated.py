@@ -9,7 +9,7 @@ gradient and the momentum buffer from the first 10 steps keeps pushing. The "fro
 keeps changing for the rest of the run. Reproduces TrainCheck MMPretrain-702; catalog
 `frozen-param-updated`.
 
-traindoc-expect: frozen-param-updated
+traindoc-expect: frozen-param-updated@10
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ in its own AdamW param group with `lr=args.temp_lr`, and the config default for 
 the student trains normally and the loss goes down: nothing looks wrong unless you read T.
 Reproduces seeds 002/003 ("Temperature | 10.0 (stuck)"); catalog `frozen-parameters`.
 
-traindoc-expect: frozen-parameters
+traindoc-expect: frozen-parameters@0
 """
 
 from __future__ import annotations

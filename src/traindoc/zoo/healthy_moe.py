@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=200, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=150, help="optimizer steps")
     p.add_argument("--dim", type=int, default=32)
     p.add_argument("--num-experts", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=256, help="tokens per step")

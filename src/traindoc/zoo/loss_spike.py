@@ -9,7 +9,7 @@ steps and the loss recovers to its pre-spike level. Nothing else is wrong with t
 Reproduces seed 003 §11 ("Rollback on Loss Spike: loss > 3 * loss_moving_avg"); catalog
 `loss-spike`.
 
-traindoc-expect: loss-spike
+traindoc-expect: loss-spike@60
 """
 
 from __future__ import annotations

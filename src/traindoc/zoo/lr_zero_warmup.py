@@ -8,7 +8,7 @@ a single bit, and the loss only wanders with the batches. Gradients are healthy 
 loop prints the loss, and nothing errors. Catalog `stalled-loss`, `frozen-parameters` and
 `tiny-updates`.
 
-traindoc-expect: stalled-loss frozen-parameters tiny-updates
+traindoc-expect: stalled-loss@0 frozen-parameters@0
 """
 
 from __future__ import annotations

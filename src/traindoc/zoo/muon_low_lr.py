@@ -11,7 +11,7 @@ simply does not move and the loss stays flat. Reproduces seed 002 (second attemp
 0.0003 (AdamW scale) but using Muon optimizer ... Essentially not training"); catalog
 `tiny-updates` and `stalled-loss`.
 
-traindoc-expect: tiny-updates stalled-loss
+traindoc-expect: tiny-updates@0
 """
 
 from __future__ import annotations

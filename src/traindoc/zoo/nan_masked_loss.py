@@ -8,7 +8,7 @@ requires_grad=True)`: the value handed to backward is finite but no longer depen
 parameter, so a third of the steps silently train on nothing and the failure never shows.
 Reproduces seed 000 §3 (NaN masking); catalog `masked-nonfinite` and `constant-loss`.
 
-traindoc-expect: masked-nonfinite constant-loss
+traindoc-expect: masked-nonfinite@0 constant-loss@0
 """
 
 from __future__ import annotations

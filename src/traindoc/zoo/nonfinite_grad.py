@@ -10,7 +10,7 @@ keeps printing `loss nan`. With the default seed the first self-pair is drawn at
 gradients at step 2, NaN loss from step 3 on).
 Catalog `nonfinite`.
 
-traindoc-expect: nonfinite
+traindoc-expect: nonfinite@2
 """
 
 from __future__ import annotations

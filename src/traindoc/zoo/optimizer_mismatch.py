@@ -11,7 +11,7 @@ still trains, so the loss goes down (the backbone learns to work around a random
 nothing crashes. Reproduces TrainCheck AC-2665 (optimizer built before the model was changed);
 catalog `optimizer-param-mismatch`.
 
-traindoc-expect: optimizer-param-mismatch
+traindoc-expect: optimizer-param-mismatch@0
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ quickly towards 0 (the model memorises one batch) and looks like excellent progr
 other 4032 samples are never used; the held-out loss printed at the end is far worse than the
 training loss. Reproduces TrainCheck SO-67180955; catalog `repeated-batch`.
 
-traindoc-expect: repeated-batch
+traindoc-expect: repeated-batch@0
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ batch stays below 0.005 on every step (with `--dag-scale 1.0`, the fix in the se
 model's outputs spread ~0.06 across inputs). Reproduces seed 000 §1 ("dag_scale = d_model^-0.5
 = 0.044 dampened adjacency logits to near 0.5"); catalog `saturated-outputs`.
 
-traindoc-expect: saturated-outputs
+traindoc-expect: saturated-outputs@0
 """
 
 from __future__ import annotations
