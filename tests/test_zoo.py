@@ -24,6 +24,7 @@ def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
     report, bare, watched = tmp_path / "r.json", tmp_path / "bare.pt", tmp_path / "watched.pt"
     ran = traindoc("run", "--json", str(report), str(case.path), "--save", str(watched))
     assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "global hooks" not in ran.stderr  # our hooks must not make torch warn the user
     data = json.loads(report.read_text())
     assert data["disabled"] == [], data["disabled"]
     found = {f["id"]: f["step"] for f in data["findings"] if f["severity"] in ("error", "warning")}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -26,6 +27,7 @@ from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
 _is_compiling = is_compiling
+_COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
 class CoreProbes:
@@ -40,6 +42,7 @@ class CoreProbes:
         self._local = threading.local()
         self._depth = 0
         self._iterators = 0
+        self._filter: object = None
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -60,11 +63,18 @@ class CoreProbes:
         for method in ("to", "bfloat16", "half"):
             self._patch(torch.nn.Module, method, self._wrap_cast)
         s.on_sampling_change = self.set_forward_hooks
+        # Our global forward hooks make torch warn on every call of a torch.compile'd module;
+        # the warning is about us, not the user's code, so it must not reach their output.
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+        self._filter = warnings.filters[0]
         if s.level.activations and s.sampled:
             self.set_forward_hooks(True)
 
     def uninstall(self) -> None:
         self.set_forward_hooks(False)
+        if self._filter in warnings.filters:
+            warnings.filters.remove(self._filter)
+            warnings._filters_mutated()  # type: ignore[attr-defined]
         for h in self._handles:
             h.remove()
         self._handles.clear()
