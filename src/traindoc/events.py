@@ -505,7 +505,8 @@ class LoaderWait:
     previous event: the median per step of the wait (time in the iterator's ``__next__``) and
     of the step's wall time. Steps that start an iterator (worker start-up) are left out. The
     loader's settings: ``loader`` its dataset class, ``batch_size``, ``num_workers``,
-    ``pin_memory``, ``prefetch_factor`` (0 without workers), ``persistent_workers``."""
+    ``pin_memory``, ``prefetch_factor`` (0 without workers), ``persistent_workers``; ``device``
+    the device type of the trained parameters ("cpu", "cuda", "" when unknown)."""
 
     step: int
     steps: int
@@ -517,6 +518,7 @@ class LoaderWait:
     pin_memory: bool = False
     prefetch_factor: int = 0
     persistent_workers: bool = False
+    device: str = ""
     signal: ClassVar[str] = "data_wait"
 
 

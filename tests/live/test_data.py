@@ -99,9 +99,9 @@ def test_batches_drawn_under_no_grad_are_not_training_waits() -> None:
     assert not [e for e in doc.recorded if isinstance(e, LoaderWait)]
 
 
-def wait(step: int, wait_ms: float, step_ms: float, steps: int = 1) -> LoaderWait:
+def wait(step: int, wait_ms: float, step_ms: float, steps: int = 1, device: str = "cuda") -> LoaderWait:
     return LoaderWait(step=step, steps=steps, wait_s=wait_ms / 1e3, step_s=step_ms / 1e3,
-                      loader="ImageFolder", batch_size=64)
+                      loader="ImageFolder", batch_size=64, device=device)
 
 
 @pytest.mark.parametrize("waits,fires", [
@@ -109,6 +109,9 @@ def wait(step: int, wait_ms: float, step_ms: float, steps: int = 1) -> LoaderWai
     ([wait(s, 40, 60) for s in range(1, 10)], False),  # too few steps
     ([wait(s, 3, 4) for s in range(1, 40)], False),    # a toy run: large share, 3 ms
     ([wait(s, 12, 100) for s in range(1, 40)], False),  # 12% of the step
+    ([wait(s, 14, 40) for s in range(1, 40)], True),  # 35% on an accelerator
+    ([wait(s, 14, 40, device="cpu") for s in range(1, 40)], False),  # 35% with CPU compute
+    ([wait(s, 30, 40, device="cpu") for s in range(1, 40)], True),  # 75% with CPU compute
 ])
 def test_detector_thresholds(waits: list[LoaderWait], fires: bool) -> None:
     report = analyze(waits, select=[ID])

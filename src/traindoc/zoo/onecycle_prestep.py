@@ -3,7 +3,8 @@
 Seed 004's loop: SGD with momentum and a OneCycleLR stepped once per epoch (max_lr 0.1 here,
 div_factor 25, so the schedule starts at 0.004 and warms up over 8 of 40 epochs). To silence
 PyTorch's warning about the scheduler order, `scheduler.step()` is called once right after the
-scheduler is built, before any `optimizer.step()`. PyTorch then skips the schedule's first value:
+scheduler is built, before any `optimizer.step()` (and `total_steps` gets a +1 so that the
+last epoch does not step past the end). PyTorch then skips the schedule's first value:
 the first epoch trains at 0.0088 instead of 0.004 (2.2x), and every later epoch uses the LR meant
 for the next one. (Seed 004: "Causes LR to start at 0.061 instead of 0.032".) Training itself
 works, so the quirk gets accepted. Catalog `scheduler-before-optimizer`.
@@ -62,7 +63,7 @@ def main() -> None:
     model = MLP(IN_DIM, 64, N_CLASSES)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=args.lr, total_steps=args.epochs,
+        optimizer, max_lr=args.lr, total_steps=args.epochs + 1,  # +1 for the pre-step
         pct_start=args.warmup_epochs / args.epochs,
     )
     scheduler.step()  # pre-step to avoid PyTorch warning

@@ -96,4 +96,11 @@ class DataProbes:
         if not waits:
             return
         self.s.emit(LoaderWait(step=step, steps=len(waits), wait_s=statistics.median(waits),
-                               step_s=statistics.median(walls), **self._settings))
+                               step_s=statistics.median(walls), device=self._device(), **self._settings))
+
+    def _device(self) -> str:
+        for opt, _ in self.s._optimizers.items():
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    return str(p.device.type)
+        return ""
