@@ -37,7 +37,6 @@ class ConstantLoss:
         self._zero_grad: list[int] = []
         self._grad_sq: dict[int, float] = {}
         self._with_grad: Counter[int] = Counter()
-        self._closed: set[int] = set()
         self._steps = 0
         self._sampled = 0
 
@@ -62,10 +61,10 @@ class ConstantLoss:
 
     def _close_before(self, step: int) -> Iterator[Finding]:
         """Judge the sampled steps before ``step``: all their events have arrived."""
-        for s in sorted(k for k in self._with_grad if k < step and k not in self._closed):
-            self._closed.add(s)
+        for s in sorted(k for k in self._with_grad if k < step):
+            del self._with_grad[s]  # judged once; keeps this loop short on long runs
             self._sampled += 1
-            if self._grad_sq.get(s, 0.0) == 0.0 and s not in self._constant:
+            if self._grad_sq.pop(s, 0.0) == 0.0 and s not in self._constant:
                 self._zero_grad.append(s)
                 yield self._finding()
 
