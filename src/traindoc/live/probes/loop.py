@@ -146,6 +146,7 @@ class LoopProbes:
         self._last_bwd_stamp = 0
         self._intervals = ObjectMap()  # optimizer -> _Interval
         self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
+        self._sites = ObjectMap()  # optimizer -> (step() call site, first backward's call site)
         self._scaled: dict[int, float] = {}
 
     # ---- install / uninstall -----------------------------------------------------------------
@@ -292,7 +293,8 @@ class LoopProbes:
         @functools.wraps(orig)
         def __next__(it: Any) -> Any:
             out = orig(it)
-            probes._batches += 1
+            if torch.is_grad_enabled():  # an evaluation loop's batches are not micro-batches
+                probes._batches += 1
             return out
 
         return __next__
@@ -340,7 +342,8 @@ class LoopProbes:
             first = iv.first_stamp is None
             if first:
                 iv.first_stamp = self._opt_steps
-                iv.where = user_site(3)
+                site = self._sites.get(opt)
+                iv.where = site[1] if site is not None else user_site(3)
             iv.factors.append(factor)
             if iv.none_seen:
                 continue
@@ -376,7 +379,11 @@ class LoopProbes:
         factors = iv.factors
         scale = math.nan if any(math.isnan(f) for f in factors) else max(factors, default=1.0)
         nparams = sum(len(g["params"]) for g in opt.param_groups)
-        cls, lr, where, bwhere = type(opt).__name__, _lr0(opt), user_site(3), iv.where
+        site = self._sites.get(opt)
+        if site is None:  # call sites are looked up once per optimizer (a walk up the stack)
+            site = (user_site(3), iv.where)
+            self._sites[opt] = site
+        cls, lr, where, bwhere = type(opt).__name__, _lr0(opt), site[0], site[1]
         npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
 
         def event(pre: list[float], post: list[float]) -> GradAccumulation:
