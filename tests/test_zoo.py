@@ -41,5 +41,5 @@ def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
     assert a.keys() == b.keys()
     for k in a:  # bit for bit (NaN weights included: NaN != NaN, their bytes are equal)
         same = a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and \
-            a[k].contiguous().view(torch.uint8).equal(b[k].contiguous().view(torch.uint8))
+            a[k].reshape(-1).contiguous().view(torch.uint8).equal(b[k].reshape(-1).contiguous().view(torch.uint8))
         assert same, f"{case.name}: {k} differs with traindoc watching"
