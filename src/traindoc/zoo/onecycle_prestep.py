@@ -5,7 +5,7 @@ div_factor 25, so the schedule starts at 0.004 and warms up over 8 of 40 epochs)
 PyTorch's warning about the scheduler order, `scheduler.step()` is called once right after the
 scheduler is built, before any `optimizer.step()` (and `total_steps` gets a +1 so that the
 last epoch does not step past the end). PyTorch then skips the schedule's first value:
-the first epoch trains at 0.0088 instead of 0.004 (2.2x), and every later epoch uses the LR meant
+the first epoch trains at 0.0085 instead of 0.004 (2.1x), and every later epoch uses the LR meant
 for the next one. (Seed 004: "Causes LR to start at 0.061 instead of 0.032".) Training itself
 works, so the quirk gets accepted. Catalog `scheduler-before-optimizer`.
 
