@@ -19,7 +19,6 @@ The checkpoint is deleted afterwards unless --keep is given.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys

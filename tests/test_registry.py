@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import pkgutil
 import re
-from pathlib import Path
 
 import pytest
 

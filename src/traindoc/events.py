@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar, Sequence, Union
 
 # The signals a source may carry. Descriptions are used in "not applicable" reasons.
 SIGNALS: dict[str, str] = {
@@ -99,6 +99,25 @@ class Scalar:
     @property
     def signal(self) -> str:  # type: ignore[override]
         return self.name
+
+
+@dataclass(frozen=True)
+class Series:
+    """Many ``Scalar`` events of one signal at once: a log's column, ``values[i]`` at
+    ``steps[i]`` (steps non-decreasing). Log readers hand the engine whole columns so that a
+    million-row log is judged by vectorized detectors, not a million Python calls; to every
+    other detector the engine replays the points as ``Scalar`` events in step order."""
+
+    name: str
+    steps: Sequence[int]
+    values: Sequence[float]
+
+    @property
+    def signal(self) -> str:  # type: ignore[override]
+        return self.name
+
+    def __len__(self) -> int:
+        return len(self.steps)
 
 
 @dataclass(frozen=True)
@@ -523,7 +542,7 @@ class LoaderWait:
 
 
 Event = Union[
-    RunStart, Optimizer, Scalar, Backward, ParamStats, Activation, Clip, Batch,
+    RunStart, Optimizer, Scalar, Series, Backward, ParamStats, Activation, Clip, Batch,
     Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait,
@@ -533,6 +552,7 @@ EVENT_TYPES: dict[str, type] = {
     "run_start": RunStart,
     "optimizer": Optimizer,
     "scalar": Scalar,
+    "series": Series,
     "backward": Backward,
     "param_stats": ParamStats,
     "activation": Activation,
@@ -560,6 +580,10 @@ _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 def to_dict(event: Event) -> dict[str, object]:
     """A JSON-ready dict with the event's kind first."""
     out: dict[str, object] = {"kind": _KIND_OF[type(event)]}
+    if isinstance(event, Series):  # columns may be arrays: asdict would deep-copy them as-is
+        out.update(name=event.name, steps=[int(x) for x in event.steps],
+                   values=[float(x) for x in event.values])
+        return out
     out.update(dataclasses.asdict(event))
     return out
 
@@ -593,7 +617,7 @@ def _tupled(d: dict[str, object]) -> dict[str, object]:
 
 
 __all__ = [
-    "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar",
+    "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar", "Series",
     "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from traindoc.analyze import analyze
 from traindoc.errors import UsageError
-from traindoc.events import Scalar
+from traindoc.engine import scalars
+from traindoc.events import Series
 from traindoc.sources import logs
-from traindoc.sources.logs import mapping, tensorboard
+from traindoc.sources.logs import tensorboard
 
 # TRAINDOC_FUZZ=2000 for a long hunt; the default keeps the suite fast.
 SETTINGS = settings(max_examples=int(os.environ.get("TRAINDOC_FUZZ", "40")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -35,7 +36,7 @@ def check(path: Path) -> None:
         assert str(exc) and "\n" not in str(exc)
         return
     events = list(log.events())
-    steps = [e.step for e in events if isinstance(e, Scalar)]
+    steps = [e.step for e in scalars([e for e in events if isinstance(e, Series)])]
     if log.table.events is None:
         assert steps == sorted(steps)
     report = analyze(events)

@@ -4,7 +4,6 @@ stay quiet, units, config validation). Their examples run in tests/test_examples
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 

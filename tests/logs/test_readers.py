@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from traindoc.errors import UsageError
-from traindoc.events import RunEnd, RunStart, Scalar
+from traindoc import engine
+from traindoc.engine import scalars
+from traindoc.events import RunEnd, RunStart, Scalar, Series
 from traindoc.sources import logs
-from traindoc.sources.logs import _table, tensorboard
+from traindoc.sources.logs import tensorboard
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 
@@ -51,7 +53,7 @@ def test_lightning_metrics_csv_sparse_rows() -> None:
         want = [(int(r["step"]), float(r[column])) for r in rows if r[column] != ""]
         assert list(zip(steps, values)) == want, signal
     events = list(log.events())
-    scalar_steps = [e.step for e in events if isinstance(e, Scalar)]
+    scalar_steps = [e.step for e in scalars([e for e in events if isinstance(e, Series)])]
     assert scalar_steps == sorted(scalar_steps)  # merged in step order
 
 
@@ -282,13 +284,13 @@ def test_events_are_a_full_stream(tmp_path: Path) -> None:
     p.write_text("step,loss,val_loss\n0,3,\n1,2,2.5\n2,1.5,\n")
     events = list(logs.load([p]).events())
     assert isinstance(events[0], RunStart) and events[0].source == "logs"
-    assert events[1:-1] == [Scalar(0, "loss", 3.0), Scalar(1, "loss", 2.0), Scalar(1, "val_loss", 2.5),
+    assert list(scalars(events[1:-1])) == [Scalar(0, "loss", 3.0), Scalar(1, "loss", 2.0), Scalar(1, "val_loss", 2.5),
                             Scalar(2, "loss", 1.5)]
     assert events[-1] == RunEnd(steps=3)
 
 
 def test_fast_scalar_is_a_real_scalar() -> None:
-    s = _table._make(3, "loss", 0.5)
+    s = engine._make(3, "loss", 0.5)
     assert type(s) is Scalar and s == Scalar(3, "loss", 0.5) and hash(s) == hash(Scalar(3, "loss", 0.5))
     with pytest.raises(Exception):
         s.value = 1.0  # type: ignore[misc]  # still frozen

@@ -85,9 +85,9 @@ class CheckpointNotAtomic:
                 "central directory') and the run restarts from scratch."
             ),
             fix=(
-                f"Write to a temporary file in the same folder, then rename it over the old one: "
-                f"tmp = path + '.tmp'; torch.save(state, tmp); os.replace(tmp, path) (os.replace "
-                f"is atomic on POSIX and Windows). Or keep the last two checkpoints."
+                "Write to a temporary file in the same folder, then rename it over the old one: "
+                "tmp = path + '.tmp'; torch.save(state, tmp); os.replace(tmp, path) (os.replace "
+                "is atomic on POSIX and Windows). Or keep the last two checkpoints."
             ),
             evidence={"path": first.path, "saves_in_place": len(steps), "steps": steps[:50],
                       "training_checkpoint": first.training, "where": first.where,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.detectors._maths import Ema, median, robust_z
+from traindoc.detectors._maths import Ema, robust_z
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
 

@@ -113,7 +113,7 @@ class TinyUpdates:
             self.id, step=min(s for _, _, s in low),
             message=(
                 "; ".join(parts) + " over the second half of the run (healthy band about 1e-4 to "
-                f"1e-2)" + (f"; the loss improved by only {progress:.1%}" if progress is not None else "") + "."
+                "1e-2)" + (f"; the loss improved by only {progress:.1%}" if progress is not None else "") + "."
             ),
             cause=(
                 "The learning rate is far too low for this optimizer: often an LR tuned for another "

@@ -161,8 +161,8 @@ class Module:
         pop, push = todo.pop, todo.append
         while todo:
             node, scope = pop()
-            for field in child_fields[type(node)]:
-                value = getattr(node, field, None)
+            for name in child_fields[type(node)]:
+                value = getattr(node, name, None)
                 if value is None:
                     continue
                 for child in value if type(value) is list else (value,):

@@ -121,8 +121,8 @@ class CheckpointNotAtomic:
                 "resume from",
                 cause="`torch.save` to the final path is not atomic; the previous checkpoint is "
                 "destroyed before the new one is complete.",
-                fix=f"Save to a temporary file next to it and rename: `torch.save(obj, tmp)` "
-                f"then `os.replace(tmp, path)` (atomic on the same filesystem).",
+                fix="Save to a temporary file next to it and rename: `torch.save(obj, tmp)` "
+                "then `os.replace(tmp, path)` (atomic on the same filesystem).",
             )
 
     def _renames(self, mod: Module, call: ast.Call) -> bool:

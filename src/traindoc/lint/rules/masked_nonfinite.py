@@ -263,8 +263,8 @@ class MaskedNonfinite:
                     "detection, a NaN-check hook) is hidden and the step is silently dropped",
                     cause="A broad except around backward turns a failing step into a skipped "
                     "one without a trace; the numerical failure behind it is never seen.",
-                    fix=f"Let the error propagate, or catch only the error you expect and "
-                    f"re-raise everything else (`except SomeError as e: ... raise`); if bad "
+                    fix="Let the error propagate, or catch only the error you expect and "
+                    "re-raise everything else (`except SomeError as e: ... raise`); if bad "
                     "batches must be skipped, count them and stop past a small share.",
                 )
 

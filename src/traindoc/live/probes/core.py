@@ -15,7 +15,7 @@ import functools
 import hashlib
 import threading
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

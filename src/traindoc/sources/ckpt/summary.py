@@ -275,7 +275,7 @@ def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, wi
               "unchanged = share of elements bit-identical[/]")
     zero = from_zero(d.rows)
     if zero:
-        con.print(f"started from all zeros (rel change undefined), moved by max |Δ|: "
+        con.print("started from all zeros (rel change undefined), moved by max |Δ|: "
                   + escape(", ".join(f"{r.name} ({_num(r.moved)})" for r in zero[:8])))
     frozen = [r.name for r in ranked if r.moved == 0.0]
     if frozen:

@@ -1,9 +1,10 @@
 """``traindoc logs PATH...``: diagnose a finished run from its metrics logs.
 
 Readers (one module per format) turn a file into a ``Table`` of named series; ``mapping``
-turns names into signals (``Train_Loss`` -> ``loss``); ``_table.events`` turns the mapped
-table into the same ``RunStart``/``Scalar``/``RunEnd`` events the live face produces. All PATHs
-are logs of one run (e.g. the event files of a run restarted twice) and are merged.
+turns names into signals (``Train_Loss`` -> ``loss``); ``_table.series`` turns the mapped
+table into ``RunStart``/``Series``/``RunEnd`` events (a ``Series`` is a column of the
+``Scalar`` events the live face produces). All PATHs are logs of one run (e.g. the event files
+of a run restarted twice) and are merged.
 
     log = load([Path("training_log.csv")], overrides={"loss": "Train_Loss"})
     report = analyze(log.events())
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from traindoc.errors import UsageError
-from traindoc.events import Event, RunEnd, RunStart, Scalar
+from traindoc.events import Event, RunEnd, RunStart
 from traindoc.sources.logs import _table, csv_file, jsonl, mapping, tensorboard, trainer_state
 from traindoc.sources.logs._table import Table
 
@@ -46,11 +47,9 @@ class Log:
             return
         yield RunStart(source="logs", script=self.label or ", ".join(t.files), argv=self.argv,
                        signals=tuple(self.signals()) + extra_signals)
-        last = -1
-        for ev in _table.events(t, self.map.signal_of):
-            last = ev.step if isinstance(ev, Scalar) and ev.step > last else last
-            yield ev
-        yield RunEnd(steps=last + 1)
+        columns = _table.series(t, self.map.signal_of)
+        yield from columns
+        yield RunEnd(steps=max((int(max(c.steps)) + 1 for c in columns if len(c)), default=0))
 
 
 def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:

@@ -1,20 +1,19 @@
 """What every log reader produces: named series of (step, value), before any mapping.
 
-A reader fills a ``Table``; ``events`` turns a mapped table into the event stream. Steps are
+A reader fills a ``Table``; ``series`` turns a mapped table into ``Series`` events. Steps are
 0-based ints on the log's x axis (optimizer steps, or epochs when the log has no step).
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import le
-from typing import Callable, Iterator
 
-from traindoc.events import Event, Scalar
+from traindoc import events as ev
+from traindoc.events import Event
 
 
 MAX_STEP = 2**63 - 1  # steps are int64 in every logger (TensorBoard's Event.step)
@@ -88,63 +87,10 @@ class Table:
                     "later values replace the earlier ones")
 
 
-def _fast_scalar() -> Callable[[int, str, float], Scalar] | None:
-    """Scalar(step, name, value) without the frozen dataclass's __init__ (three
-    object.__setattr__ calls): 3x faster, which matters for millions of log points. Used only
-    while Scalar is a plain frozen dataclass with a __dict__; checked against the real
-    constructor."""
-    new = object.__new__
-
-    def make(step: int, name: str, value: float) -> Scalar:
-        s = new(Scalar)
-        d = s.__dict__
-        d["step"] = step
-        d["name"] = name
-        d["value"] = value
-        return s
-
-    if [f.name for f in dataclasses.fields(Scalar)] != ["step", "name", "value"]:
-        return None
-    try:
-        same = make(1, "loss", 0.5) == Scalar(1, "loss", 0.5)
-    except (AttributeError, TypeError):  # slots: no __dict__
-        return None
-    return make if same else None
-
-
-_make = _fast_scalar() or Scalar
-
-
-def events(table: Table, signal_of: dict[str, str]) -> Iterator[Event]:
-    """Scalars of the mapped columns, in step order (columns in file order within a step)."""
-    cols = [(signal_of[name], s) for name, s in table.series.items() if name in signal_of]
-    if not cols:
-        return
-    make = _make
-    first = cols[0][1].steps
-    if all(s.steps is first or s.steps == first for _, s in cols):
-        # Dense log (one row per step, every column filled): walk the rows.
-        if len(cols) == 1:
-            name = cols[0][0]
-            for step, v in zip(first, cols[0][1].values):
-                yield make(step, name, v)
-            return
-        names = [n for n, _ in cols]
-        for step, row in zip(first, zip(*(s.values for _, s in cols))):
-            for name, v in zip(names, row):
-                yield make(step, name, v)
-        return
-    # Sparse log (columns on different rows or steps): merge the sorted series by step.
-    all_steps = sorted(set().union(*(s.steps for _, s in cols)))
-    pos = [0] * len(cols)
-    ends = [len(s) for _, s in cols]
-    for step in all_steps:
-        for j, (name, s) in enumerate(cols):
-            p, steps = pos[j], s.steps
-            while p < ends[j] and steps[p] == step:
-                yield make(step, name, s.values[p])
-                p += 1
-            pos[j] = p
+def series(table: Table, signal_of: dict[str, str]) -> list[ev.Series]:
+    """The mapped columns as ``Series`` events, in file order."""
+    return [ev.Series(signal_of[name], s.steps, s.values)
+            for name, s in table.series.items() if name in signal_of]
 
 
 def one_line(text: str) -> str:

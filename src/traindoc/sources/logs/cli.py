@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator, TextIO
 
 from traindoc import config
 from traindoc.errors import UsageError
-from traindoc.events import Clip, Event, Scalar
+from traindoc.events import Clip, Event, Series
 from traindoc.report import output
 
 if TYPE_CHECKING:
@@ -130,5 +130,6 @@ def _with_clips(events: Iterator[Event], max_norm: float) -> Iterator[Event]:
     where = f"--max-norm {max_norm:g}"
     for ev in events:
         yield ev
-        if isinstance(ev, Scalar) and ev.name == "grad_norm":
-            yield Clip(step=ev.step, norm=ev.value, max_norm=max_norm, where=where)
+        if isinstance(ev, Series) and ev.name == "grad_norm":
+            for step, norm in zip(ev.steps, ev.values):
+                yield Clip(step=step, norm=norm, max_norm=max_norm, where=where)
