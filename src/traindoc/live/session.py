@@ -279,9 +279,13 @@ class Session:
         if self.sampled and opt in self._optimizers:
             self._measure_step(opt)
         if first:
-            self.next_sampled = self.level.sampled(self.step + 1)
-            if self.on_sampling_change is not None and self.level.activations:
-                self.on_sampling_change(self.next_sampled)
+            self._sample_next()
+
+    def _sample_next(self) -> None:
+        self.next_sampled = self.level.sampled(self.step + 1)
+        if (self.on_sampling_change is not None and self.level.activations
+                and self.next_sampled != self.sampled):  # forward hooks go on or off
+            self.on_sampling_change(self.next_sampled)
 
     def on_step_skipped(self, opt: Any) -> None:
         """``opt.step()`` did not run: an AMP GradScaler found Inf/NaN gradients and skipped it.
@@ -294,9 +298,7 @@ class Session:
         self._stepped.add(id(opt))
         self.round_done = True
         if first:
-            self.next_sampled = self.level.sampled(self.step + 1)
-            if self.on_sampling_change is not None and self.level.activations:
-                self.on_sampling_change(self.next_sampled)
+            self._sample_next()
 
     def _measure_step(self, opt: Any) -> None:
         index = self._optimizers.get(opt)
@@ -412,7 +414,8 @@ class Session:
             return
         constant = loss.grad_fn is None
         where = user_site(3) if self.sampled else ""
-        self._pack_activations()
+        if self.sampled or self._nan_flags:  # forward flags are only taken on sampled steps
+            self._pack_activations()
 
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 import warnings
 from typing import Any
 
@@ -35,25 +34,24 @@ class CoreProbes:
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
+        self._patcher = patcher
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._handles: list[Any] = []
         self._forward: list[Any] = []
-        self._local = threading.local()
         self._depth = 0
         self._iterators = 0
         self._filter: object = None
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
-        s = self.s
+        s, patcher = self.s, self._patcher
         self._handles.append(register_optimizer_step_pre_hook(
             lambda opt, a, k: self._guard("optimizer", s.on_step_pre, opt)))
         self._handles.append(register_optimizer_step_post_hook(
             lambda opt, a, k: self._guard("optimizer", s.on_step_post, opt)))
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
-        self._patch(torch.autograd, "backward", self._wrap_autograd_backward)
+        patcher.on_backward("backward", before=self._on_backward)
         clip = torch.nn.utils.clip_grad
         wrapped_clip = self._wrap_clip(clip.clip_grad_norm_)
         for owner in (clip, torch.nn.utils):
@@ -91,43 +89,9 @@ class CoreProbes:
 
         return __init__
 
-    def _busy(self) -> bool:
-        return getattr(self._local, "busy", False)
-
-    def _wrap_backward(self, orig: Any) -> Any:
-        probes = self
-
-        @functools.wraps(orig)
-        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            if probes._busy():
-                return orig(tensor, *args, **kwargs)
-            probes._guard("backward", probes.s.on_backward, tensor)
-            probes._local.busy = True
-            try:
-                return orig(tensor, *args, **kwargs)
-            finally:
-                probes._local.busy = False
-
-        return backward
-
-    def _wrap_autograd_backward(self, orig: Any) -> Any:
-        probes = self
-
-        @functools.wraps(orig)
-        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if probes._busy():
-                return orig(tensors, *args, **kwargs)
-            single = tensors if isinstance(tensors, torch.Tensor) else (
-                tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
-            if isinstance(single, torch.Tensor):
-                probes._guard("backward", probes.s.on_backward, single)
-            probes._local.busy = True
-            try:
-                return orig(tensors, *args, **kwargs)
-            finally:
-                probes._local.busy = False
-
-        return backward
+    def _on_backward(self, loss: Any) -> None:
+        if loss is not None:
+            self.s.on_backward(loss)
 
     def _wrap_clip(self, orig: Any) -> Any:
         probes = self

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 import weakref
 from typing import Any
 
@@ -127,10 +126,11 @@ class LoopProbes:
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
+        self._patcher = patcher
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._handles: list[Any] = []
-        self._local = threading.local()
+        self._post_due = False  # this backward was measured before: measure it after
         self._sched_depth = 0
         # scheduler order
         # Keyed by identity, ignoring dead objects (Python reuses ids).
@@ -155,8 +155,7 @@ class LoopProbes:
             lambda opt, args, kwargs: self._guard("loop", self._post_step, opt)))
         hook = "_update_lr" if hasattr(_sched.LRScheduler, "_update_lr") else "step"  # torch < 2.6: step
         self._patch(_sched.LRScheduler, hook, self._wrap_sched_step)
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
-        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patcher.on_backward("accumulation", self._before_backward, self._after_backward)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
@@ -299,32 +298,18 @@ class LoopProbes:
 
         return __next__
 
-    def _wrap_backward(self, orig: Any) -> Any:
-        probes = self
+    def _before_backward(self, loss: Any) -> None:
+        self._backwards += 1
+        self._post_due = self.s.measuring and loss is not None
+        if self._post_due:
+            self._pre_backward(loss)
+        else:
+            self._unmeasured += 1
 
-        @functools.wraps(orig)
-        def backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
-            local = probes._local
-            if getattr(local, "busy", False):
-                return orig(tensor, *args, **kwargs)  # torch.autograd.backward inside Tensor.backward
-            probes._backwards += 1
-            if not probes.s.measuring or not isinstance(tensor, torch.Tensor):
-                probes._unmeasured += 1
-                local.busy = True
-                try:
-                    return orig(tensor, *args, **kwargs)
-                finally:
-                    local.busy = False
-            probes._guard("accumulation", probes._pre_backward, tensor)
-            local.busy = True
-            try:
-                out = orig(tensor, *args, **kwargs)
-            finally:
-                local.busy = False
-            probes._guard("accumulation", probes._post_backward)
-            return out
-
-        return backward
+    def _after_backward(self, loss: Any) -> None:
+        if self._post_due:
+            self._post_due = False
+            self._post_backward()
 
     def _optimizers(self) -> list[Any]:
         return [opt for opt, _ in self.s._optimizers.items()]

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import re
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -65,17 +64,16 @@ class LossTermsProbe:
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
+        self._patcher = patcher
         self._patch = patcher.patch
         self._guard = patcher.guard
-        self._local = threading.local()
         self._named: list[tuple[str, Any]] = []
         self._last_step = -1
         self._measured = 0
         self._off = ""  # why measuring stopped for this run
 
     def install(self) -> None:
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
-        self._patch(torch.autograd, "backward", self._wrap_backward)
+        self._patcher.on_backward(self.name, before=self._on_backward)
         import torch.utils.checkpoint as ckpt
 
         for name in ("checkpoint", "checkpoint_sequential"):
@@ -88,27 +86,11 @@ class LossTermsProbe:
             api.term_sinks.remove(self._on_terms)
 
     # ---- wrappers ------------------------------------------------------------------------------
-    def _wrap_backward(self, orig: Any) -> Any:
-        probe = self
-
-        @functools.wraps(orig)
-        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(probe._local, "busy", False):
-                return orig(tensors, *args, **kwargs)
-            if not probe.s.measuring or probe._off:
-                probe._named = []  # unsampled step: nothing to do (one attribute test)
-            else:
-                loss = tensors if isinstance(tensors, torch.Tensor) else (
-                    tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None)
-                if isinstance(loss, torch.Tensor):
-                    probe._guard(probe.name, probe._before_backward, loss)
-            probe._local.busy = True
-            try:
-                return orig(tensors, *args, **kwargs)
-            finally:
-                probe._local.busy = False
-
-        return backward
+    def _on_backward(self, loss: Any) -> None:
+        if not self.s.measuring or self._off:
+            self._named = []  # unsampled step: nothing to do (one attribute test)
+        elif loss is not None:
+            self._before_backward(loss)
 
     def _wrap_checkpoint(self, orig: Any) -> Any:
         probe = self
@@ -143,7 +125,7 @@ class LossTermsProbe:
         terms = _split(root, nr, explicit, {})
         if len(terms) < 2 and not explicit:
             return
-        variables = _local_names(sys._getframe(3), exclude={loss.grad_fn, root})
+        variables = _local_names(sys._getframe(4), exclude={loss.grad_fn, root})
         terms = _split(root, nr, explicit, variables)
         if explicit and not any(t.named == "user" for t in terms):
             # The named tensors are not a sum in the loss (stacked, say): measure them as given.

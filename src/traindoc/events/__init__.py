@@ -1,0 +1,139 @@
+"""The event vocabulary: the one language every source speaks and every detector reads.
+
+Live hooks, log readers, checkpoint readers and preflight probes all *produce* these events;
+detectors only *consume* them and never see hooks or file formats. The set is closed: a new
+kind of observation is a new class here, registered in ``EVENT_TYPES``.
+
+Every event names the ``signal`` it carries. A detector declares the signals it ``needs``; the
+engine routes events by signal and reports a detector as not applicable when the stream never
+carried one of its signals. ``Scalar`` events carry their own signal name (``loss``, ``lr``,
+``grad_norm``, ``val_acc`` ...), so a log column and a live measurement are the same signal.
+
+Steps are 0-based optimizer steps. ``None`` means "not known" (a checkpoint without a step).
+All fields are JSON-friendly so a recorded stream can be replayed offline (``traindoc analyze``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Union
+
+# The classes live in small modules by theme; everyone imports them from here.
+from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTerm, SchedulerStep
+from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
+from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
+from traindoc.events.steps import (
+    Activation, Backward, Batch, Cast, Classification, Clip, Optimizer, ParamGroup, ParamStats,
+    RunEnd, RunStart, Scalar, Series,
+)
+
+# The signals a source may carry. Descriptions are used in "not applicable" reasons.
+SIGNALS: dict[str, str] = {
+    "loss": "the training loss per step",
+    "backward": "the value handed to backward() (live only)",
+    "params": "per-parameter gradient and update statistics on sampled steps",
+    "optimizer": "the optimizers, their classes, parameter groups and LRs",
+    "activations": "module outputs on sampled forward passes",
+    "clip": "calls of clip_grad_norm_",
+    "batch": "batches drawn from a DataLoader",
+    "classification": "a cross-entropy loss (number of classes)",
+    "cast": "casts of a model to a low-precision dtype",
+    "lr": "the learning rate per step",
+    "grad_norm": "the total gradient norm per step",
+    "checkpoint": "a checkpoint file or folder (weights, training state)",
+    "train_state": "a training checkpoint (optimizer, scheduler, step, RNG besides the weights), not bare weights",
+    "bn": "BatchNorm running statistics (from a checkpoint or a model)",
+    "loss_terms": "a loss made of several weighted terms, with each term's gradient norm (live, sampled steps)",
+    "amp": "an AMP GradScaler in use: its scale, skipped steps, clips of still-scaled gradients (live)",
+    "autocast": "the output dtypes of matmul-heavy modules in a mixed-precision run (live, sampled steps)",
+    "save": "checkpoint files written by torch.save and renamed into place (live)",
+    "load": "optimizer / LR scheduler load_state_dict calls, with the LRs before and after (live)",
+    "scheduler": "LR scheduler step() calls and their order against the optimizer's first step (live)",
+    "accumulation": "the backward() calls and gradient norms between optimizer steps (live, sampled steps)",
+    "eval": "evaluation passes: forward passes under no_grad/inference_mode after a step (live)",
+    "data_wait": "time spent waiting on the DataLoader per step (live)",
+}
+
+
+Event = Union[
+    RunStart, Optimizer, Scalar, Series, Backward, ParamStats, Activation, Clip, Batch,
+    Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
+    GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
+    SchedulerStep, GradAccumulation, EvalPass, LoaderWait,
+]
+
+EVENT_TYPES: dict[str, type] = {
+    "run_start": RunStart,
+    "optimizer": Optimizer,
+    "scalar": Scalar,
+    "series": Series,
+    "backward": Backward,
+    "param_stats": ParamStats,
+    "activation": Activation,
+    "clip": Clip,
+    "batch": Batch,
+    "classification": Classification,
+    "cast": Cast,
+    "run_end": RunEnd,
+    "checkpoint": Checkpoint,
+    "batchnorm_state": BatchNormState,
+    "loss_term": LossTerm,
+    "grad_scale": GradScale,
+    "scaled_clip": ScaledClip,
+    "autocast_check": AutocastCheck,
+    "save_file": SaveFile,
+    "state_load": StateLoad,
+    "scheduler_step": SchedulerStep,
+    "grad_accumulation": GradAccumulation,
+    "eval_pass": EvalPass,
+    "loader_wait": LoaderWait,
+}
+_KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
+
+
+def to_dict(event: Event) -> dict[str, object]:
+    """A JSON-ready dict with the event's kind first."""
+    out: dict[str, object] = {"kind": _KIND_OF[type(event)]}
+    if isinstance(event, Series):  # columns may be arrays: asdict would deep-copy them as-is
+        out.update(name=event.name, steps=[int(x) for x in event.steps],
+                   values=[float(x) for x in event.values])
+        return out
+    out.update(dataclasses.asdict(event))
+    return out
+
+
+def from_dict(data: dict[str, object]) -> Event:
+    """Inverse of ``to_dict``. Raises ValueError on an unknown kind or bad fields."""
+    kind = data.get("kind")
+    cls = EVENT_TYPES.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown event kind {kind!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, object] = {}
+    for key, value in data.items():
+        if key == "kind":
+            continue
+        if key not in fields:
+            raise ValueError(f"event {kind!r} has no field {key!r}")
+        if cls is Optimizer and key == "groups":
+            value = tuple(ParamGroup(**_tupled(g)) for g in value)  # type: ignore[union-attr, arg-type]
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise ValueError(f"bad {kind!r} event: {exc}") from None
+
+
+def _tupled(d: dict[str, object]) -> dict[str, object]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+
+
+__all__ = [
+    "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar", "Series",
+    "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
+    "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
+    "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
+    "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait",
+]

@@ -1,0 +1,192 @@
+"""The run and its steps: what every source can tell (a log's columns, a live step's numbers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """First event of every stream: who produced it and what it can observe."""
+
+    source: str  # "live", "logs", "ckpt", "preflight"
+    script: str = ""
+    argv: tuple[str, ...] = ()
+    python: str = ""
+    torch: str = ""
+    started: float = 0.0  # unix time
+    rank: int = 0
+    world_size: int = 1
+    level: str = "standard"
+    # The signals this stream can carry, when the source knows them up front (a log's
+    # columns); empty when it does not (live). Lets the engine skip detectors that can't apply.
+    signals: tuple[str, ...] = ()
+    signal: ClassVar[str] = "run"
+
+@dataclass(frozen=True)
+class ParamGroup:
+    index: int
+    lr: float
+    names: tuple[str, ...]
+    dtypes: tuple[str, ...]  # one per parameter, e.g. "torch.bfloat16"
+    numel: int
+    weight_decay: float = 0.0
+    momentum: float = 0.0  # SGD momentum or Adam beta1
+
+@dataclass(frozen=True)
+class Optimizer:
+    """An optimizer as first seen at its first step (and again when its groups change)."""
+
+    step: int
+    index: int
+    cls: str  # class name, e.g. "AdamW"
+    groups: tuple[ParamGroup, ...]
+    signal: ClassVar[str] = "optimizer"
+
+@dataclass(frozen=True)
+class Scalar:
+    """One number per step: the loss, the LR, a logged metric."""
+
+    step: int
+    name: str
+    value: float
+
+    @property
+    def signal(self) -> str:  # type: ignore[override]
+        return self.name
+
+@dataclass(frozen=True)
+class Series:
+    """Many ``Scalar`` events of one signal at once: a log's column, ``values[i]`` at
+    ``steps[i]`` (steps non-decreasing). Log readers hand the engine whole columns so that a
+    million-row log is judged by vectorized detectors, not a million Python calls; to every
+    other detector the engine replays the points as ``Scalar`` events in step order."""
+
+    name: str
+    steps: Sequence[int]
+    values: Sequence[float]
+
+    @property
+    def signal(self) -> str:  # type: ignore[override]
+        return self.name
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+@dataclass(frozen=True)
+class Backward:
+    """A value handed to backward(). ``constant`` is True when it has no autograd history
+    (a fresh tensor created with requires_grad=True): its gradient w.r.t. the model is zero."""
+
+    step: int
+    value: float
+    constant: bool
+    micro: int = 0  # index of this backward among those of the same optimizer step
+    where: str = ""  # file:line of the backward() call in the user's code
+    signal: ClassVar[str] = "backward"
+
+@dataclass(frozen=True)
+class ParamStats:
+    """One parameter held by an optimizer, measured on one sampled step.
+
+    ``grad`` is the gradient L2 norm before the step; ``has_grad`` says whether the parameter
+    had a gradient at all (None: unknown, as in a checkpoint diff). ``update`` is the
+    relative update ||dw||/||w|| of this step, ``unchanged`` the share of (sampled) elements with
+    a non-zero gradient that the step left bit-identical, ``moved`` the largest absolute change
+    of the sampled elements since the parameter was first seen. ``steps`` > 1 when the numbers
+    span several optimizer steps (a checkpoint diff).
+    """
+
+    step: int
+    name: str
+    dtype: str
+    numel: int
+    requires_grad: bool
+    norm: float
+    grad: float | None = None
+    has_grad: bool | None = None
+    update: float | None = None
+    unchanged: float | None = None
+    moved: float | None = None
+    spacing: float | None = None  # the dtype's spacing at the typical |w| (for underflow)
+    intended: float | None = None  # the optimizer's intended typical |update| per element
+    optimizer: int = 0
+    group: int = 0
+    steps: int = 1
+    signal: ClassVar[str] = "params"
+
+@dataclass(frozen=True)
+class Activation:
+    """A module's output on a sampled forward pass.
+
+    ``nan``: the output held NaN. ``dead``: for ReLU-like modules, the share of units that were
+    never positive over all sampled batches so far (``batches`` of them). ``spread``: for the
+    model's output, the mean over features of the standard deviation across the batch;
+    ``scale`` the standard deviation of all its values; ``lo``/``hi`` its range.
+    """
+
+    step: int
+    module: str
+    type: str
+    nan: bool = False
+    dead: float | None = None
+    units: int = 0
+    batches: int = 0
+    spread: float | None = None
+    scale: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    is_output: bool = False
+    signal: ClassVar[str] = "activations"
+
+@dataclass(frozen=True)
+class Clip:
+    """A clip_grad_norm_ call: the total norm before clipping and the max_norm asked for."""
+
+    step: int
+    norm: float
+    max_norm: float
+    where: str = ""
+    signal: ClassVar[str] = "clip"
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch drawn from a DataLoader iterator. ``iterator`` numbers the iterators created
+    (one per ``iter(loader)``), ``index`` is the batch's position within its iterator."""
+
+    step: int
+    loader: str
+    iterator: int
+    index: int
+    fingerprint: str
+    loader_len: int = -1
+    signal: ClassVar[str] = "batch"
+
+@dataclass(frozen=True)
+class Classification:
+    """A cross-entropy loss call: its number of classes and value."""
+
+    step: int
+    classes: int
+    value: float
+    fn: str = "cross_entropy"
+    signal: ClassVar[str] = "classification"
+
+@dataclass(frozen=True)
+class Cast:
+    """A model (or its parameters) cast to a dtype, with the user's call site."""
+
+    module: str
+    dtype: str
+    where: str = ""
+    signal: ClassVar[str] = "cast"
+
+@dataclass(frozen=True)
+class RunEnd:
+    """Last event: how many optimizer steps ran and how the run ended."""
+
+    steps: int
+    duration_s: float = 0.0
+    status: str = "ok"  # "ok", "exception", "exit", "interrupted"
+    signal: ClassVar[str] = "end"
