@@ -3,7 +3,9 @@
 Blocks of steps alternate between bare and observed (probes installed); one Session lives
 across all observed blocks, so its step counter and sampling schedule are those of a real run
 (a fresh watch per block would sample every step of its dense start). Reported: the median
-step time of each condition and their ratio, per level, and the memory traindoc holds.
+step time of each condition and their ratio, per level; the same for this thread's CPU time
+per step (steadier on a shared machine, where preemption inflates wall times); the mean ratio,
+which includes the sampled steps' extra work; and the memory traindoc holds.
 
     OMP_NUM_THREADS=2 python benchmarks/overhead.py            # both models, all levels
     python benchmarks/overhead.py --model mlp --rounds 40
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 
@@ -77,16 +80,22 @@ def make(kind: str) -> tuple[nn.Module, torch.optim.Optimizer, callable]:  # typ
     return model, opt, loss_fn
 
 
-def steps(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: callable, n: int) -> list[float]:  # type: ignore[valid-type]
+def steps(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: callable, n: int,  # type: ignore[valid-type]
+          cpu: list[float] | None = None) -> list[float]:
+    """Wall time of each of ``n`` steps; with ``cpu``, also this thread's CPU time per step
+    (which a busy machine's preemptions do not inflate)."""
     times = []
+    wall, thread = time.perf_counter, time.thread_time
     for _ in range(n):
-        t0 = time.perf_counter()
+        c0, t0 = thread(), wall()
         loss = loss_fn()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        times.append(time.perf_counter() - t0)
+        times.append(wall() - t0)
+        if cpu is not None:
+            cpu.append(thread() - c0)
     return times
 
 
@@ -105,17 +114,21 @@ def measure(kind: str, level: str, rounds: int, block: int) -> dict[str, float]:
     probes = Probes(session)
     bare: list[float] = []
     watched: list[float] = []
+    bare_cpu: list[float] = []
+    watched_cpu: list[float] = []
     for _ in range(rounds):
-        bare += steps(model, opt, loss_fn, block)
+        bare += steps(model, opt, loss_fn, block, bare_cpu)
         probes.install()
-        watched += steps(model, opt, loss_fn, block)
+        watched += steps(model, opt, loss_fn, block, watched_cpu)
         probes.uninstall()
     report = session.finish()
     nparams = sum(p.numel() for p in model.parameters())
     b, w = statistics.median(bare), statistics.median(watched)
     # The mean includes the sampled steps' extra work: the honest per-step cost over a run.
     mb, mw = statistics.fmean(bare), statistics.fmean(watched)
+    cpu_ratio = statistics.median(watched_cpu) / statistics.median(bare_cpu)
     return {"params": nparams, "bare_ms": b * 1e3, "watched_ms": w * 1e3, "median_ratio": w / b,
+            "cpu_ratio": cpu_ratio,
             "mean_ratio": mw / mb, "held_kb": held_bytes(session) / 1024,
             "findings": len([f for f in report.findings if f.severity != "info"])}
 
@@ -129,15 +142,16 @@ def main() -> None:
     kinds = ("gpt", "mlp") if args.model == "both" else (args.model,)
     levels = tuple(LEVELS) if args.level == "all" else (args.level,)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print("| model | params | level | bare step | observed step | median ratio | mean ratio | traindoc holds |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"load average {os.getloadavg()[0]:.1f} (other work on the machine stretches wall times)")
+    print("| model | params | level | bare step | observed step | median ratio | median CPU ratio | mean ratio | traindoc holds |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for kind in kinds:
         rounds = args.rounds or (6 if kind == "gpt" else 60)
         block = 10 if kind == "gpt" else 100
         for level in levels:
             r = measure(kind, level, rounds, block)
             print(f"| {kind} | {r['params'] / 1e6:.1f}M | {level} | {r['bare_ms']:.2f} ms | "
-                  f"{r['watched_ms']:.2f} ms | {r['median_ratio']:.3f}x | {r['mean_ratio']:.3f}x | "
+                  f"{r['watched_ms']:.2f} ms | {r['median_ratio']:.3f}x | {r['cpu_ratio']:.3f}x | {r['mean_ratio']:.3f}x | "
                   f"{r['held_kb']:.0f} KB |", flush=True)
             assert not math.isnan(r["median_ratio"])
 
