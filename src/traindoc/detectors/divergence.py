@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Scalar
+from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Divergence:
@@ -74,6 +77,82 @@ class Divergence:
         if self._best > 0 and smooth >= cfg.factor * self._best and smooth >= cfg.above_initial * self._initial:
             self._fired = (event.step, smooth, "rose")
             yield self._finding(*self._fired)
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """The loss column at once: rolling medians of the finite values give the running best
+        and peak; the first point where ``observe`` fires (a rise, or a non-finite value after
+        one) freezes best and initial as it does; the peak goes on to the column's end."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, {"loss"}, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        col = columns.get("loss")
+        if col is None:
+            return []
+        x = vec.floats(col.values)
+        finite = np.isfinite(x)
+        pos = np.flatnonzero(finite)
+        cfg, n = self.config, self.config.smooth
+        self._recent.extend(vec.items(col.values, pos[-n:]))
+        if len(pos) < n:
+            return []  # the median never formed: nothing to judge, a NaN cannot fire either
+        med = vec.RollingMedian(x[pos], n)  # window k ends at the finite point k + n - 1
+        self._initial = initial = float(med.at([0])[0])
+        # A non-finite point is judged against the window of the last finite point before it.
+        bad = np.flatnonzero(~finite)
+        k_bad = bad - np.arange(len(bad)) - n  # bad[i] has bad[i] - i finite points before it
+        bad, k_bad = bad[k_bad >= 0], k_bad[k_bad >= 0]  # < 0: no median yet
+        # Screen: a window's max bounds its median, the running min of the windows' min the best.
+        low = np.minimum.accumulate(med.lo)
+        hi = med.hi
+        may_rise = (hi > 0) & (hi >= cfg.factor * low) & (hi >= cfg.above_initial * initial)
+        may_nan = hi[k_bad] >= cfg.nan_rise * low[k_bad] if cfg.nan_rise > 0 else k_bad >= 0
+        if may_rise.any() or may_nan.any():
+            return self._judge_series(col, pos, bad, k_bad, med.at(slice(None)))
+        # observe cannot fire: only the state
+        self._best, k = med.extreme(lowest=True)
+        self._best_step = vec.item(col.steps, pos[k + n - 1])
+        self._peak = med.extreme(lowest=False)[0]
+        self._last = float(med.at([len(med) - 1])[0])
+        return []
+
+    def _judge_series(self, col: Series, pos: np.ndarray, bad: np.ndarray, k_bad: np.ndarray,
+                      smooth: np.ndarray) -> list[Finding]:
+        """observe's judgement with all the medians ``smooth``, ``smooth[k]`` at the finite
+        point ``pos[k + n - 1]``; ``bad``: the non-finite points after the first median, whose
+        last median before them is ``smooth[k_bad]``."""
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        cfg, n, initial = self.config, self.config.smooth, self._initial
+        best = np.minimum.accumulate(smooth)
+        lower = np.ones(len(smooth), dtype=bool)  # where a new best is set (strictly lower)
+        lower[1:] = smooth[1:] < best[:-1]
+        best_at = np.maximum.accumulate(np.where(lower, np.arange(len(smooth)), 0))
+        rose = (best > 0) & (smooth >= cfg.factor * best) & (smooth >= cfg.above_initial * initial)
+        k_rose = vec.first_true(rose)
+        rise = cfg.nan_rise * best[k_bad]
+        j = vec.first_true((smooth[k_bad] >= rise) & (rise > 0))
+        k = len(smooth) - 1  # the point whose state stays (the last, or the one that fired)
+        if k_rose is not None and (j is None or pos[k_rose + n - 1] < bad[j]):
+            k = k_rose
+            self._fired = (vec.item(col.steps, pos[k + n - 1]), float(smooth[k]), "rose")
+        elif j is not None:
+            k = int(k_bad[j])
+            self._fired = (vec.item(col.steps, bad[j]), vec.item(col.values, bad[j]),
+                           "turned non-finite after rising")
+        self._best, self._best_step = float(best[k]), vec.item(col.steps, pos[best_at[k] + n - 1])
+        self._last = float(smooth[k])
+        self._peak = float(smooth[: k + 1].max())
+        out = [self._finding(*self._fired)] if self._fired else []
+        self._peak = float(smooth.max())  # after firing, observe still follows the peak
+        return out
 
     def finish(self) -> Iterator[Finding]:
         if self._fired:  # the same finding, now with the run's peak in the evidence

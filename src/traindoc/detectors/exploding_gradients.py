@@ -7,7 +7,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import finite, median
-from traindoc.events import Event, ParamStats, Scalar
+from traindoc.events import Event, ParamStats, Scalar, Series
 from traindoc.findings import Finding
 
 
@@ -68,6 +68,46 @@ class ExplodingGradients:
         if not self._fired and len(self._streak) >= cfg.window:
             self._fired = True
             yield self._finding()
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """The grad_norm column at once: one norm per step (the first), the early median, the
+        runs of high norms; ``observe`` fires where a run first reaches ``window``."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, {"grad_norm"}, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        col = columns.get("grad_norm")
+        if col is None or not len(col):
+            return []
+        cfg = self.config
+        keep = np.flatnonzero(vec.first_of_step(vec.ints(col.steps)))  # a step's first norm
+        norms = vec.floats(col.values)[keep]
+        early = median(vec.items(col.values, keep[: cfg.early]))
+        high = (norms >= cfg.absolute) | (
+            (np.arange(len(norms)) >= cfg.early) & (early > 0) & (norms >= cfg.relative * early))
+        run = vec.run_lengths(high)
+        i = vec.first_true(run >= cfg.window)
+        # observe holds every (step, norm) pair, which only its message reads: without a
+        # finding, keep the early ones and the last, all a later observe needs besides (a
+        # million pairs cost ~100 ms; a later finding's message would count only these).
+        kept = keep if i is not None else np.append(keep[: cfg.early], keep[cfg.early:][-1:])
+        self._norms = list(zip(vec.items(col.steps, kept), vec.items(col.values, kept)))
+        out = []
+        if i is not None:  # what observe yields then, with the state of that point
+            self._fired = True
+            full, self._norms = self._norms, self._norms[: i + 1]
+            self._streak = [s for s, _ in self._norms[i + 1 - cfg.window:]]
+            out.append(self._finding())
+            self._norms = full
+        # the streak observe holds at the end: the last run's first ``window`` steps
+        start = len(norms) - int(run[-1])
+        self._streak = vec.items(col.steps, keep[start: start + cfg.window])
+        return out
 
     def finish(self) -> Iterator[Finding]:
         if self._fired:

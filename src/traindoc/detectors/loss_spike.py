@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Ema, robust_z
-from traindoc.events import Event, Scalar
+from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class LossSpike:
@@ -87,6 +90,111 @@ class LossSpike:
         self._seen += 1
         self._ema.update(x)
         self._recent.append(x)
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """The loss column at once. The judgement is sequential (a jump is kept out of the
+        average until it resolves), so: a vectorized screen finds the first point where a jump
+        is possible at all (loss / moving average >= ``factor`` and the rise >= ``min_rise``,
+        with a margin for the vectorized EMA's rounding); up to it nothing can fire and the
+        state just advances; from it, ``observe`` judges point by point, from the exact state,
+        until any jump resolved; then the screen goes on. A healthy run is one screen."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, {"loss"}, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        from traindoc.detectors import _vector as vec
+
+        col = columns.get("loss")
+        if col is None:
+            return []
+        x = vec.floats(col.values)
+        out: list[Finding] = []
+        pos, span = 0, len(x)  # first screen: the whole column
+        while pos < len(x):
+            stop = min(len(x), pos + span)
+            hit, state = self._screen(x, pos, stop)
+            if hit is None:
+                # Nothing can fire before ``stop``. At the end the vectorized EMA state is kept
+                # (within ~1e-10 relative of the sequential one, read only by a later observe);
+                # before another screen the exact one is needed.
+                self._advance(col, x, pos, stop, None if stop < len(x) else state)
+                pos, span = stop, 2 * span
+                continue
+            self._advance(col, x, pos, hit, None)
+            end = min(len(x), hit + 256)  # a stretch, so that dense candidates cost no screens
+            out += vec.observe_points(self, "loss", col.steps, col.values, hit, end)
+            while self._pending is not None and end < len(x):
+                out += vec.observe_points(self, "loss", col.steps, col.values, end, end + 1)
+                end += 1
+            pos, span = end, 4096
+        return out
+
+    def _screen(self, x: np.ndarray, start: int,
+                stop: int) -> tuple[int | None, tuple[float, float]]:
+        """The first index in ``start:stop`` where ``observe`` could take a jump, from the
+        state at ``start`` (no jump pending); and the vectorized EMA state at ``stop``."""
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        cfg, state = self.config, self._ema.state_dict()
+        avg0, weight0, alpha = state["avg"], state["weight"], self._ema.alpha
+        pos = start + np.flatnonzero(np.isfinite(x[start:stop]))
+        if not len(pos):
+            return None, (avg0, weight0)
+        f = x[pos]
+        avg, weight = vec.ema(f, alpha, avg0, weight0)
+        # The EMA of |x|: what the rounding of vec.ema is relative to.
+        signed = avg0 < 0 or f.min() < 0
+        abs_avg = vec.ema(np.abs(f), alpha, abs(avg0), weight0)[0] if signed else avg
+        skip = max(0, cfg.warmup - self._seen)  # the points judged: those after the warmup
+        end_state = (float(avg[-1]), float(weight[-1]))
+        if not (np.isfinite(avg).all() and np.isfinite(abs_avg).all()):  # values near 1e308
+            return (int(pos[skip]) if skip < len(f) else None), end_state  # observe judges
+        # Each point is judged against the average before its own update (weight 0: none).
+        w_before = np.concatenate(([weight0], weight[:-1]))[skip:]
+        value = np.concatenate(([avg0], avg[:-1]))[skip:] / w_before
+        scale = np.concatenate(([abs(avg0)], abs_avg[:-1]))[skip:] / w_before if signed else value
+        # 1e-6 of it is far beyond what vec.ema and the sequential loop can differ by (~1e-10).
+        lo = value - 1e-6 * scale
+        f = f[skip:]
+        at = np.flatnonzero(f >= cfg.factor * lo * (1 - 1e-12))  # x / avg >= factor
+        f, lo, scale = f[at], lo[at], scale[at]
+        rise = cfg.min_rise * (self._first if self._first is not None else abs(float(x[pos[0]])))
+        possible = ((f > 0) & (lo + 2e-6 * scale > 0)  # avg > 0, and x - avg >= rise:
+                    & (f - lo >= rise - 1e-6 * scale - 1e-9 * (np.abs(f) + abs(rise))))
+        i = vec.first_true(possible)
+        return (None if i is None else int(pos[skip + at[i]])), end_state
+
+    def _advance(self, col: Series, x: np.ndarray, start: int, stop: int,
+                 state: tuple[float, float] | None) -> None:
+        """The state after points ``start:stop``, where no jump can be taken: every finite
+        point enters the average. ``state``: the EMA state there, or None to compute it
+        exactly (the sequential loop of ``Ema.update``, without the rest of ``observe``)."""
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        pos = start + np.flatnonzero(np.isfinite(x[start:stop]))
+        if not len(pos):
+            return
+        if self._first is None:
+            self._first = abs(vec.item(col.values, pos[0]))
+        self._seen += len(pos)
+        self._recent.extend(vec.items(col.values, pos[-self.config.window:]))
+        if state is None:  # Ema.update's arithmetic, operation for operation
+            a, c = self._ema.alpha, 1 - self._ema.alpha
+            now = self._ema.state_dict()
+            avg, weight = now["avg"], now["weight"]
+            for ax in (a * x[pos]).tolist():  # numpy's products round as Python's
+                avg = c * avg + ax
+            for _ in range(len(pos)):  # the weight soon stops changing
+                weight, before = c * weight + a, weight
+                if weight == before:
+                    break
+            state = (avg, weight)
+        self._ema.load_state_dict({"avg": state[0], "weight": state[1]})
 
     def finish(self) -> Iterator[Finding]:
         return iter(())

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar
+from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding
 
 
@@ -70,6 +70,69 @@ class NanHiddenByLogging:
             self._fired = list(self._streak)
             return (self._finding(),)
         return ()
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """Both columns at once: the steps ``observe`` judges (those both columns log), the
+        hidden ones among them, and the first point where ``observe`` fires."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, {"loss", "grad_norm"}, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        for c in columns.values():  # observe remembers each column's last point
+            if len(c) and c.name == "loss":
+                self._loss = (vec.item(c.steps, -1), vec.item(c.values, -1))
+            elif len(c):
+                self._norm = (vec.item(c.steps, -1), vec.item(c.values, -1))
+        if len(columns) < 2 or not all(len(c) for c in columns.values()):
+            return []  # no step has both
+        a, b = columns.values()
+        # A step is judged when the second column's first point there arrives: the engine
+        # replays same-step columns row by row (the first column's first point there is the
+        # latest) and merges the others by step (its last point).
+        first_a = np.flatnonzero(vec.first_of_step(vec.ints(a.steps)))
+        if vec.dense([a, b]):
+            ia = ib = first_a
+        else:
+            ia = np.append(first_a[1:] - 1, len(a) - 1)
+            ib = np.flatnonzero(vec.first_of_step(vec.ints(b.steps)))
+            _, ja, jb = np.intersect1d(vec.ints(a.steps)[first_a], vec.ints(b.steps)[ib],
+                                       assume_unique=True, return_indices=True)
+            ia, ib = ia[ja], ib[jb]
+        if len(ib) and b.steps[int(ib[0])] == -1:  # observe starts with ``_judged = -1``
+            ia, ib = ia[1:], ib[1:]
+        if not len(ia):
+            return []
+        self._judged = vec.item(b.steps, ib[-1])
+        (loss, il), (norm, in_) = ((a, ia), (b, ib)) if a.name == "loss" else ((b, ib), (a, ia))
+        lv, nv = vec.floats(loss.values)[il], vec.floats(norm.values)[in_]
+        hidden = ~np.isfinite(nv) & np.isfinite(lv)
+        if not hidden.any():
+            return []
+
+        def entry(j: int) -> tuple[int, float, float]:
+            step = vec.item(b.steps, ib[j])
+            return step, vec.item(loss.values, il[j]), vec.item(norm.values, in_[j])
+
+        at = np.flatnonzero(hidden)
+        zero = lv[at] == 0.0
+        run = vec.run_lengths(hidden)
+        out = []
+        i = vec.first_true((run[at] >= self.config.consecutive) | zero)
+        if i is not None:  # what observe yields then, with the state of that point
+            k = int(at[i])
+            self._fired = [entry(j) for j in range(k + 1 - int(run[k]), k + 1)]
+            self._hidden, self._zero = i + 1, int(zero[: i + 1].sum())
+            self._shown = [entry(j) for j in at[: min(3, i + 1)].tolist()]
+            out.append(self._finding())
+        self._hidden, self._zero = len(at), int(zero.sum())
+        self._shown = [entry(j) for j in at[:3].tolist()]
+        self._streak = [entry(j) for j in range(len(hidden) - int(run[-1]), len(hidden))]
+        return out
 
     def finish(self) -> Iterable[Finding]:
         return (self._finding(),) if self._fired is not None else ()

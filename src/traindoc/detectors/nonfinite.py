@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, names
-from traindoc.events import Activation, Event, ParamStats, Scalar
+from traindoc.events import Activation, Event, ParamStats, Scalar, Series
 from traindoc.findings import Finding
 
 
@@ -68,6 +68,43 @@ class Nonfinite:
             yield from self._fire(event.step, event.name)
         else:
             self._steps += 1
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """The columns at once: the first step with a non-finite value. ``observe`` fires at
+        each of that step's non-finite points; the first and the last of those findings are
+        the ones that count (the engine keeps the first's step, the last's evidence)."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, None, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        cols = list(columns.values())
+        bad = [np.flatnonzero(~np.isfinite(vec.floats(c.values))) for c in cols]
+        firsts = [int(vec.ints(c.steps)[i[0]]) for c, i in zip(cols, bad) if len(i)]
+        if not firsts:
+            return []
+        step = min(firsts)
+        # That step's non-finite points in the engine's replay order: row by row when the
+        # columns share their steps, else column by column.
+        points = [(int(i), j) for j, (c, idx) in enumerate(zip(cols, bad))
+                  for i in idx[vec.ints(c.steps)[idx] == step].tolist()]
+        if vec.dense(cols):
+            points.sort()
+        self._steps = sum(len(idx) for idx in bad) - len(points)  # those at later steps
+        names = [cols[j].name for _, j in points]
+        i, j = points[0]
+        self._loss = vec.item(cols[j].values, i) if names[0] == "loss" else None
+        out = list(self._fire(vec.item(cols[j].steps, i), names[0]))
+        if len(points) > 1:
+            self._what = list(dict.fromkeys(names))
+            losses = [vec.item(cols[j].values, i) for i, j in points if cols[j].name == "loss"]
+            self._loss = losses[-1] if losses else None
+            out += self._fire(vec.item(cols[j].steps, i), names[-1])
+        return out
 
     def finish(self) -> Iterator[Finding]:
         return iter(())

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar, SchedulerStep
+from traindoc.events import Event, Scalar, SchedulerStep, Series
 from traindoc.findings import Finding
 
 
@@ -106,6 +106,42 @@ class SchedulerBeforeOptimizer:
         self._steps.append(event.step)
         self._lrs.append(x)
         return ()
+
+    def observe_series(self, columns: dict[str, Series]) -> Iterable[Finding]:
+        """The lr column at once: its warmup is the longest prefix that ``observe`` keeps
+        (finite, strictly rising, at a constant step interval, at most ``max_points``); judged
+        where it ends, as ``observe`` does, or at ``finish`` when it lasts to the end."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, {"lr"}, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> Iterable[Finding]:
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        col = columns.get("lr")
+        if col is None or not len(col):
+            return ()
+        # Only the prefix matters: look at a growing head of the column.
+        size, n, most = 64, len(col), max(1, self.config.max_points)  # the first point is kept
+        while True:
+            head = min(n, size, most + 1)
+            x = np.asarray(col.values[:head], dtype=np.float64)
+            gap = np.diff(np.asarray(col.steps[:head], dtype=np.int64))
+            kept = np.isfinite(x)
+            kept[1:] &= (x[1:] > x[:-1]) & (gap > 0) & (gap == (gap[0] if len(gap) else 1))
+            kept[most:] = False
+            end = vec.first_true(~kept)
+            if end is not None or head == n:
+                break
+            size *= 4
+        end = head if end is None else end
+        self._steps, self._lrs = vec.items(col.steps, slice(end)), vec.items(col.values, slice(end))
+        if end == n:
+            return ()  # the warmup lasts to the end: finish judges it
+        self._done = True
+        return self._judge()
 
     def finish(self) -> Iterable[Finding]:
         if self._done:

@@ -7,7 +7,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Scalar
+from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding
 
 
@@ -65,6 +65,57 @@ class StalledLoss:
                 yield self._finding()
         if len(self._values) > 4 * n:  # keep memory bounded: only the tail is needed
             del self._values[: -2 * n]
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """The loss column at once: the rolling medians of its finite values give the initial
+        and the running best level, hence the first point where ``observe`` would fire; the
+        state is then the one ``observe`` leaves, for ``finish``."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.judge(self, columns, {"loss"}, self._observe_columns)
+
+    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        col = columns.get("loss")
+        if col is None:
+            return []
+        pos = np.flatnonzero(np.isfinite(vec.floats(col.values)))
+        if not len(pos):
+            return []
+        f = vec.floats(col.values)[pos]
+        cfg, n, out = self.config, self.config.smooth, []
+        self._first_step = vec.item(col.steps, pos[0])
+        if len(f) >= n:
+            med = vec.RollingMedian(f, n)  # window k ends at the finite point k + n - 1
+            self._initial = initial = float(med.at([0])[0])
+            gain, flat = cfg.improvement * abs(initial), initial + 0.5 * abs(initial)
+            # Once a window's median is ``gain`` below the initial one, so is the best: from
+            # there on observe cannot fire.
+            improved = med.first(np.flatnonzero(initial - med.lo >= gain),
+                                 lambda m: initial - m >= gain)
+            end = len(med) if improved is None else improved
+            # observe fires during the run when ``len(self._values) >= early_steps``: that is
+            # the tail it keeps (at most 4n + 1 values), not the number of steps.
+            if cfg.early_steps <= 4 * n + 1:
+                seen = np.arange(n, n + end)  # by window k: k + n values, of which it holds
+                held = np.where(seen <= 4 * n + 1, seen, 2 * n + 1 + (seen - 4 * n - 2) % (2 * n + 1))
+                k = med.first(np.flatnonzero((held >= cfg.early_steps) & (med.lo[:end] <= flat)),
+                              lambda m: m <= flat)
+                if k is not None:  # what observe yields then, with the state of that point
+                    self._fired = True
+                    self._best = float(med.at(slice(0, k + 1)).min())
+                    self._last_step = vec.item(col.steps, pos[k + n - 1])
+                    out.append(self._finding())
+            self._best = med.extreme(lowest=True)[0]
+        self._last_step = vec.item(col.steps, pos[-1])
+        # observe keeps 2n to 4n of the last values (as in ``held``): the same ones
+        m = len(f)
+        keep = m if m <= 4 * n else 2 * n + (m - 4 * n - 1) % (2 * n + 1)
+        self._values = vec.items(col.values, pos[m - keep:])
+        return out
 
     def finish(self) -> Iterator[Finding]:
         steps = self._last_step - (self._first_step or 0) + 1

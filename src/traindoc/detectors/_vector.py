@@ -1,0 +1,249 @@
+"""Vectorized helpers for the detectors' ``observe_series`` (a log's columns judged whole).
+
+Detectors import this module lazily, inside ``observe_series``: it imports numpy, which the
+live face and ``traindoc lint`` must not pay for at start-up. Every helper reproduces what
+the per-point code computes, bit for bit unless its docstring says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from traindoc.events import Scalar, Series
+from traindoc.findings import Finding
+
+# ---- columns as arrays ---------------------------------------------------------------------------
+# The engine hands the same column objects to every vectorized detector of a delivery, and
+# converting a million-element list costs ~25 ms: keep the last few conversions. Keyed by the
+# object's identity (the cache holds the object, so its id cannot be reused meanwhile) and
+# checked against its length; a column is not changed after it was delivered.
+_CACHE: dict[tuple[int, str], tuple[object, np.ndarray]] = {}
+_CACHE_SIZE = 8
+
+
+def _array(seq: Sequence[float], dtype: type, kind: str) -> np.ndarray:
+    if isinstance(seq, np.ndarray) and seq.dtype == dtype:
+        return seq
+    key = (id(seq), kind)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] is seq and len(hit[1]) == len(seq):
+        return hit[1]
+    arr = np.asarray(seq, dtype=dtype)
+    arr.flags.writeable = False  # shared between detectors
+    _CACHE[key] = (seq, arr)
+    while len(_CACHE) > _CACHE_SIZE:  # the oldest goes
+        _CACHE.pop(next(iter(_CACHE)), None)
+    return arr
+
+
+def floats(seq: Sequence[float]) -> np.ndarray:
+    """A column's values as a read-only float64 array (shared: do not modify)."""
+    return _array(seq, np.float64, "f")
+
+
+def ints(seq: Sequence[int]) -> np.ndarray:
+    """A column's steps as a read-only int64 array (shared: do not modify)."""
+    return _array(seq, np.int64, "i")
+
+
+def item(seq: Sequence[float], i: int | np.integer) -> float:
+    """``seq[i]`` as a plain Python number: a column may be a numpy array, and what the
+    detectors keep ends up in findings (JSON)."""
+    v = seq[int(i)]
+    return v.item() if isinstance(v, np.generic) else v  # type: ignore[return-value]
+
+
+def items(seq: Sequence[float], idx: np.ndarray | slice) -> list[float]:
+    """``seq[idx]`` (indices or a slice) as a list of plain Python numbers."""
+    if isinstance(seq, np.ndarray):
+        return seq[idx].tolist()  # type: ignore[no-any-return]
+    if isinstance(idx, slice):
+        return list(seq[idx])
+    return [seq[i] for i in idx.tolist()]
+
+
+def dense(columns: Sequence[Series]) -> bool:
+    """True when ``engine.scalars`` replays ``columns`` row by row (every column on the same
+    steps; within a step: row by row, columns in order), False when it merges them by step
+    (within a step: column by column). The order matters for duplicate steps."""
+    first = columns[0].steps if columns else ()
+    return all(c.steps is first or np.array_equal(ints(c.steps), ints(first)) for c in columns)
+
+
+# ---- small searches ------------------------------------------------------------------------------
+def first_true(mask: np.ndarray, start: int = 0) -> int | None:
+    """The first index >= ``start`` where ``mask`` is True, None when there is none."""
+    if start >= len(mask):
+        return None
+    i = start + int(np.argmax(mask[start:]))
+    return i if mask[i] else None
+
+
+def run_lengths(mask: np.ndarray) -> np.ndarray:
+    """For each index, how many consecutive True values end there (0 where False)."""
+    idx = np.arange(len(mask))
+    last_false = np.maximum.accumulate(np.where(mask, -1, idx))
+    return idx - last_false
+
+
+def first_of_step(steps: np.ndarray) -> np.ndarray:
+    """True at the first point of each step (steps non-decreasing)."""
+    keep = np.ones(len(steps), dtype=bool)
+    keep[1:] = steps[1:] != steps[:-1]
+    return keep
+
+
+# ---- robust statistics ---------------------------------------------------------------------------
+class RollingMedian:
+    """The medians of the windows ``x[k:k+n]`` (k < ``len(self)`` = len(x) - n + 1) of finite
+    values, exactly as ``_maths.median`` computes them (sorted; the middle value, or
+    ``0.5 * (a + b)`` of the two middle ones for an even n), computed only where asked: a
+    million windows cost ~50-90 ms, and most questions are settled by the windows' minimum
+    (``lo``) and maximum (``hi``), which bound their medians and cost a few ms."""
+
+    def __init__(self, x: np.ndarray, n: int) -> None:
+        self.x, self.n = x, n
+        self.windows = sliding_window_view(x, n) if len(x) >= n else np.empty((0, n))
+        self._lo: np.ndarray | None = None
+        self._hi: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def at(self, ks: np.ndarray | slice) -> np.ndarray:
+        """The medians of the windows ``ks`` (indices or a slice)."""
+        windows = self.windows[ks]
+        n, out = self.n, np.empty(len(windows))
+        chunk = max(1, (1 << 19) // n)  # sorting small copies is faster than one big one
+        for s in range(0, len(windows), chunk):
+            part = np.sort(windows[s:s + chunk], axis=1)
+            mid = part[:, n // 2]
+            out[s:s + chunk] = mid if n % 2 else 0.5 * (part[:, n // 2 - 1] + mid)
+        return out
+
+    @property
+    def lo(self) -> np.ndarray:
+        """Each window's minimum: <= its median."""
+        if self._lo is None:
+            self._lo = _rolling(np.minimum, self.x, self.n)
+        return self._lo
+
+    @property
+    def hi(self) -> np.ndarray:
+        """Each window's maximum: >= its median."""
+        if self._hi is None:
+            self._hi = _rolling(np.maximum, self.x, self.n)
+        return self._hi
+
+    def extreme(self, lowest: bool) -> tuple[float, int]:
+        """The lowest (or highest) median and the first window that has it. Only the windows
+        whose bound can reach the median of the most promising window are computed."""
+        if lowest:
+            ref = self.at([int(np.argmin(self.hi))])[0]
+            ks = np.flatnonzero(self.lo <= ref)
+        else:
+            ref = self.at([int(np.argmax(self.lo))])[0]
+            ks = np.flatnonzero(self.hi >= ref)
+        meds = self.at(ks)
+        j = int(np.argmin(meds) if lowest else np.argmax(meds))
+        return float(meds[j]), int(ks[j])
+
+    def first(self, ks: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> int | None:
+        """The first window of ``ks`` (ascending) whose median passes ``test`` (vectorized),
+        None when none does; medians computed in growing chunks, so an early hit is cheap."""
+        s, size = 0, 256
+        while s < len(ks):
+            hit = first_true(test(self.at(ks[s:s + size])))
+            if hit is not None:
+                return int(ks[s + hit])
+            s, size = s + size, 4 * size
+        return None
+
+
+def _rolling(op: np.ufunc, x: np.ndarray, n: int) -> np.ndarray:
+    """``op`` (np.minimum, np.maximum) over each window ``x[k:k+n]``, by doubling: log2(n)
+    passes."""
+    m, width = max(0, len(x) - n + 1), 1
+    while 2 * width <= n:  # x[k] = op over x[k:k+2w] of the original
+        x, width = op(x[:-width], x[width:]), 2 * width
+    return op(x[:m], x[n - width:n - width + m])
+
+
+# ---- exponential moving average ------------------------------------------------------------------
+def ema(x: np.ndarray, alpha: float, avg0: float = 0.0,
+        weight0: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The states ``(avg, weight)`` of ``_maths.Ema`` after each update with ``x[i]``, starting
+    from ``(avg0, weight0)``; its value is ``avg / weight``.
+
+    Not bit-exact: ``avg`` is computed by a doubling scan of ``y_k = c y_(k-1) + alpha x_k``
+    (c = 1 - alpha; after the pass with shift d each ``y_k`` sums the last 2d terms, all with
+    positive weights), ``weight`` in closed form. Both differ from the sequential loop by
+    rounding only: relative to the EMA of ``|x|``, at most a few ulps per pass plus ~3 ulps per
+    sequential update, ~1e-10 for a million points. Terms weighted below 1e-32 are left out
+    (irrelevant unless the values span 20 orders of magnitude)."""
+    c = 1.0 - alpha
+    y = alpha * np.asarray(x, dtype=np.float64)
+    if len(y):
+        y[0] += c * avg0
+    d, cd = 1, c
+    while d < len(y) and cd > 1e-32:
+        y[d:] += cd * y[:-d]  # the right side is a new array: the old y is read
+        d, cd = 2 * d, cd * cd
+    k = min(len(y), int(np.log(1e-18) / np.log(c)) + 1)  # beyond, c ** k is below rounding
+    weight = np.ones(len(y))
+    weight[:k] = 1.0 - c ** np.arange(1, k + 1) * (1.0 - weight0)
+    return y, weight
+
+
+# ---- running a vectorized judgement, or the per-point one ---------------------------------------
+def judge(det: object, columns: Mapping[str, Series], signals: Iterable[str] | None,
+          vectorized: Callable[[dict[str, Series]], Iterable[Finding]]) -> list[Finding]:
+    """What a detector's ``observe_series`` returns: ``vectorized(columns)`` (its judgement of
+    the columns at once) when that applies, else the points replayed to ``det.observe``.
+
+    It applies when ``det`` is in the state of a new instance (the vectorized judgements start
+    from there: a second delivery of columns is replayed) and the columns hold only
+    ``signals`` (None: any). numpy's warnings are off: values overflow to inf silently, as in
+    Python's float arithmetic of ``observe``."""
+    if (signals is not None and set(columns) - set(signals)) or not _fresh(det):
+        return replay(det, columns)
+    with np.errstate(all="ignore"):
+        return list(vectorized(dict(columns)))
+
+
+def _fresh(det: object) -> bool:
+    new = vars(type(det)(det.config))  # type: ignore[attr-defined]
+    return all(_same(v, new[k]) for k, v in vars(det).items())
+
+
+def _same(a: object, b: object) -> bool:
+    if hasattr(a, "state_dict"):  # Ema
+        return a.state_dict() == b.state_dict()  # type: ignore[attr-defined]
+    return a is b or a == b  # ``is``: the NaN a detector starts with
+
+
+def replay(det: object, columns: Mapping[str, Series]) -> list[Finding]:
+    """Feed the columns to ``det.observe`` as Scalars, exactly as the engine replays them."""
+    from traindoc.engine import scalars
+
+    out: list[Finding] = []
+    for event in scalars(list(columns.values())):
+        found: Iterable[Finding] | None = det.observe(event)  # type: ignore[attr-defined]
+        if found is not None:
+            out.extend(found)
+    return out
+
+
+def observe_points(det: object, name: str, steps: Sequence[int], values: Sequence[float],
+                   start: int, stop: int) -> list[Finding]:
+    """Feed points ``start:stop`` of one column to ``det.observe``."""
+    out: list[Finding] = []
+    for i in range(start, stop):
+        event = Scalar(item(steps, i), name, item(values, i))
+        found = det.observe(event)  # type: ignore[attr-defined]
+        if found is not None:
+            out.extend(found)
+    return out

@@ -1,0 +1,335 @@
+"""``observe_series`` (a log's columns judged whole, vectorized) against ``observe`` (the same
+points replayed one by one): the reports must be the same, for hand-made runs that make every
+detector fire and for random ones (hypothesis)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traindoc.detectors.divergence import Divergence
+from traindoc.detectors.exploding_gradients import ExplodingGradients
+from traindoc.detectors.loss_spike import LossSpike
+from traindoc.detectors.nan_hidden_by_logging import NanHiddenByLogging
+from traindoc.detectors.nonfinite import Nonfinite
+from traindoc.detectors.scheduler_before_optimizer import SchedulerBeforeOptimizer
+from traindoc.detectors.stalled_loss import StalledLoss
+from traindoc.engine import Engine, Report
+from traindoc.events import RunEnd, RunStart, Series
+
+NAN, INF = math.nan, math.inf
+VECTORIZED = (StalledLoss, ExplodingGradients, Divergence, NanHiddenByLogging, LossSpike, Nonfinite,
+              SchedulerBeforeOptimizer)
+# Besides the defaults (None): configs that fire easily, so that short runs exercise the
+# firing paths, and corner cases.
+CONFIGS: dict[type, list[Any]] = {
+    StalledLoss: [StalledLoss.Config(improvement=0.1, smooth=3, min_steps=5, early_steps=8),
+                  StalledLoss.Config(improvement=0.1, smooth=3, min_steps=5, early_steps=13),
+                  StalledLoss.Config(improvement=0.125, smooth=2, min_steps=2, early_steps=100)],
+    ExplodingGradients: [ExplodingGradients.Config(absolute=50.0, relative=5.0, window=2, early=3)],
+    Divergence: [Divergence.Config(factor=2.0, above_initial=1.1, nan_rise=2.0, smooth=3),
+                 Divergence.Config(factor=1.5, above_initial=0.0, nan_rise=0.5, smooth=2)],
+    NanHiddenByLogging: [NanHiddenByLogging.Config(consecutive=2)],
+    LossSpike: [LossSpike.Config(factor=1.5, z=2.0, min_rise=0.01, window=5, warmup=3, recover=2),
+                LossSpike.Config(factor=1.1, z=0.5, min_rise=-1.0, window=5, warmup=0, recover=0)],
+    Nonfinite: [],
+    SchedulerBeforeOptimizer: [SchedulerBeforeOptimizer.Config(tolerance=0.05, max_points=12)],
+}
+
+
+class PerPoint:
+    """A detector without ``observe_series``: the engine replays the columns to ``observe``."""
+
+    def __init__(self, det: Any) -> None:
+        self.det, self.id, self.needs = det, det.id, det.needs
+        self.uses = getattr(det, "uses", frozenset())
+
+    def observe(self, event: Any) -> Any:
+        return self.det.observe(event)
+
+    def finish(self) -> Any:
+        return self.det.finish()
+
+
+def report(det: Any, columns: list[Series]) -> Report:
+    engine = Engine([det])
+    engine.feed(RunStart(source="logs", signals=tuple(c.name for c in columns)))
+    for c in columns:
+        engine.feed(c)
+    engine.feed(RunEnd(steps=max((max(c.steps) + 1 for c in columns if len(c)), default=0)))
+    return engine.finish()
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, floats within 1e-9 relative (a vectorized EMA rounds differently), NaN == NaN."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple, deque)) and isinstance(b, (list, tuple, deque)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if hasattr(a, "state_dict"):  # an Ema
+        return same(a.state_dict(), b.state_dict())  # type: ignore[attr-defined]
+    return a == b
+
+
+def check(cls: type, config: Any, columns: list[Series]) -> list[Any]:
+    """Both paths on ``columns``; returns the findings (the same)."""
+    whole, points = cls(config), cls(config)
+    assert hasattr(whole, "observe_series")
+    got, want = report(whole, columns), report(PerPoint(points), columns)
+    got_f = [dataclasses.asdict(f) for f in got.findings]
+    want_f = [dataclasses.asdict(f) for f in want.findings]
+    assert same(got_f, want_f), f"{cls.id}: {got_f} != {want_f}"
+    assert (got.disabled, got.ran, got.not_applicable) == (
+        want.disabled, want.ran, want.not_applicable)
+    json.dumps([f.to_dict() for f in got.findings])  # plain numbers, even from numpy columns
+    if not got.disabled:  # and the state observe would leave, for a later observe
+        for key, value in vars(points).items():
+            if cls is ExplodingGradients and key == "_norms" and not points._fired:
+                continue  # exploding-gradients keeps only the norms a later observe reads
+            assert same(vars(whole)[key], value), f"{cls.id} {key}: {vars(whole)[key]} != {value}"
+    return got.findings
+
+
+# ---- hand-made runs -------------------------------------------------------------------------------
+def decay(n: int, start: float = 2.5, floor: float = 0.2, noise: float = 0.05) -> list[float]:
+    """A healthy loss: exponential decay plus deterministic noise."""
+    return [floor + start * math.exp(-5 * k / n) + noise * ((k * 7919) % 13) / 13 for k in range(n)]
+
+
+def onecycle(n: int, offset: float, warm: int = 10, max_lr: float = 1e-3) -> list[float]:
+    """OneCycleLR's cosine warmup (div_factor 25) logged ``offset`` steps late, then a decay."""
+    start = max_lr / 25
+    lrs = [start + (max_lr - start) * 0.5 * (1 - math.cos(math.pi * min(k + offset, warm) / warm))
+           for k in range(warm)]
+    return lrs + [max_lr * 0.97 ** k for k in range(1, n - warm + 1)]
+
+
+def run(loss: list[float] | None = None, grad_norm: list[float] | None = None,
+        lr: list[float] | None = None, steps: list[int] | None = None,
+        on: dict[str, list[int]] | None = None) -> list[Series]:
+    """Columns on ``steps`` (one list object: the dense replay), or on their own (``on``)."""
+    cols = []
+    for name, values in (("loss", loss), ("grad_norm", grad_norm), ("lr", lr)):
+        if values is not None:
+            s = (on or {}).get(name, steps if steps is not None else list(range(len(values))))
+            cols.append(Series(name, s, values))
+    return cols
+
+
+def spiky(n: int) -> list[float]:
+    out = decay(n)
+    for k in (n // 4, n // 2, n // 2 + 3):
+        out[k] *= 10
+    return out
+
+
+def diverging(n: int, nan_at: int | None = None) -> list[float]:
+    out = [1.0 + 0.01 * (k % 3) for k in range(n // 2)] + [1.3 ** k for k in range(n - n // 2)]
+    if nan_at is not None:
+        out[nan_at:] = [NAN] * (n - nan_at)
+    return out
+
+
+def hidden(n: int, at: int, zero: bool = False) -> tuple[list[float], list[float]]:
+    loss, norm = decay(n), [1.0] * n
+    norm[at:] = [NAN] * (n - at)
+    if zero:
+        loss[at + 2:] = [0.0] * (n - at - 2)
+    return loss, norm
+
+
+N = 300
+CASES: dict[str, list[Series]] = {
+    "healthy": run(decay(N), [1.0 + 0.1 * (k % 5) for k in range(N)], onecycle(N, 0)),
+    "healthy noisy, near zero": run([0.01 * ((k * 31) % 17 - 3) for k in range(N)]),
+    "plateau": run([1.0 + 0.001 * (k % 4) for k in range(N)]),
+    "plateau, then improving": run([1.0] * 40 + decay(N - 40, 1.0, 0.1)),
+    "up, back flat, then improving": run([1.0] * 3 + [2.0] * 12 + [1.0] * 40 + [0.5] * 10),
+    "improved by exactly 1/8": run([1.0] * 5 + [0.875] * 10),
+    "rising slowly": run([1.0 + 0.003 * k for k in range(N)]),
+    "spikes": run(spiky(N)),
+    "spike that stays up": run(decay(100) + [5.0] * 100),
+    "spike right after the warmup": run([1.0] * 10 + [20.0] + [1.0] * 20),
+    "jump of exactly the factor": run([1.0] * 30 + [3.0] + [1.0] * 20),
+    "spikes with NaN after": run([v if k != N // 2 + 1 else NAN for k, v in enumerate(spiky(N))]),
+    "diverging": run(diverging(N)),
+    "rising after progress, then NaN": run([1.0] * 10 + [0.1] * 20 + [1.5] * 10 + [NAN, 1.0]),
+    "diverging to NaN, grad_norm too": run(diverging(60, nan_at=50), [1.0] * 30 + [1e4] * 30),
+    "NaN loss": run(decay(50)[:20] + [NAN] + decay(50)[21:]),
+    "inf grad_norm first": run(decay(50), [1.0] * 10 + [INF] + [1.0] * 39),
+    "exploding grad_norm": run(decay(100), [1.0] * 40 + [1e5 * (1 + k % 3) for k in range(60)]),
+    "grad_norm above the early median": run(decay(100), [1.0] * 10 + [300.0] * 90),
+    "grad_norm high from the start": run(decay(30), [2e3] * 30),
+    "grad_norm all NaN": run(decay(30), [NAN] * 30),
+    "grad_norm all inf": run(decay(30), [INF] * 30),  # observe's message fails: disabled, both
+    "nan hidden by logging": run(*hidden(100, 59)),
+    "nan hidden, logged loss 0": run(*hidden(100, 70, zero=True)),
+    "one inf norm": run(decay(50), [1.0] * 20 + [INF] + [1.0] * 29),
+    "onecycle pre-stepped": run(decay(N), None, onecycle(N, 1)),
+    "onecycle pre-stepped twice, interval 5": run(None, None, onecycle(60, 2), list(range(0, 300, 5))),
+    "onecycle correct": run(None, None, onecycle(N, 0)),
+    "onecycle pre-stepped, uneven steps": run(None, None, onecycle(60, 1), [0, 1, 2, *range(4, 61)]),
+    "lr NaN in the warmup": run(None, None, onecycle(60, 1)[:5] + [NAN] + onecycle(60, 1)[6:]),
+    "duplicate steps": run(spiky(60), [1.0] * 30 + [NAN] * 30, onecycle(60, 1),
+                           steps=sorted(k // 2 for k in range(60))),
+    "duplicate steps, NaN in both": run([1.0, NAN, 2.0, INF, 1.0, 1.0], [NAN, 1.0, NAN, 1.0, 1.0, 1.0],
+                                        steps=[0, 0, 1, 1, 2, 2]),
+    "different steps": run(diverging(60, nan_at=50), [1.0] * 20 + [NAN] * 20, onecycle(30, 1),
+                           on={"grad_norm": list(range(0, 80, 2)), "lr": [0] + list(range(2, 60, 2))}),
+    "sparse, duplicate and different steps": run(
+        [1.0, 2.0, NAN, 0.0, 3.0, INF, 1.0], [INF, NAN, NAN, 1.0],
+        on={"loss": [0, 3, 3, 7, 7, 7, 9], "grad_norm": [3, 3, 7, 11]}),
+    "values near the float limit": run([1e308, -1e308, 1.7e308, -1.7e308, 1e308] * 6 + [5e307] * 20,
+                                       [1.7e308, 1e-300] * 25, [1e308, 1.7e308, 1.79e308]),
+    "negative steps": run([1.0] * 5, [NAN] * 5, steps=[-1, 0, 1, 2, 3]),
+    "empty columns": run([], [], []),
+    "one point": run([NAN], [INF], [1e-3]),
+    "one finite point": run([1.0], [1.0], [1e-3]),
+}
+# (case, detector, config: 0 the default, i CONFIGS[detector][i - 1]): what its finding says.
+# The cases do what they claim, and reach the corners of the vectorized judgements.
+EXPECT: list[tuple[str, type, int, str]] = [
+    ("plateau", StalledLoss, 0, "improved by"),
+    ("plateau, then improving", StalledLoss, 1, "'steps': 8,"),  # fired during the run
+    ("up, back flat, then improving", StalledLoss, 2, "'steps': 20,"),  # when observe's tail is full
+    ("spikes", LossSpike, 0, "spikes in all"),
+    ("spikes with NaN after", LossSpike, 1, "loss"),
+    ("spike right after the warmup", LossSpike, 0, "at step 10"),
+    ("jump of exactly the factor", LossSpike, 0, "at step 30 is 3x"),
+    ("diverging", Divergence, 0, "the loss rose"),
+    ("rising after progress, then NaN", Divergence, 0, "turned non-finite"),
+    ("diverging to NaN, grad_norm too", Nonfinite, 0, "the loss is nan"),
+    ("NaN loss", Nonfinite, 0, "at step 20"),
+    ("inf grad_norm first", Nonfinite, 0, "the grad_norm is non-finite"),
+    ("duplicate steps, NaN in both", Nonfinite, 0, "'signals': ['grad_norm', 'loss']"),
+    ("sparse, duplicate and different steps", Nonfinite, 0, "'signals': ['loss', 'grad_norm']"),
+    ("exploding grad_norm", ExplodingGradients, 0, "consecutive"),
+    ("grad_norm above the early median", ExplodingGradients, 1, "consecutive"),
+    ("nan hidden by logging", NanHiddenByLogging, 0, "from step 59"),
+    ("nan hidden, logged loss 0", NanHiddenByLogging, 1, "exactly 0"),
+    ("negative steps", NanHiddenByLogging, 0, "from step 0"),  # observe starts at step -1
+    ("duplicate steps", NanHiddenByLogging, 1, "grad_norm nan"),
+    ("onecycle pre-stepped", SchedulerBeforeOptimizer, 0, "1 step later"),
+    ("onecycle pre-stepped twice, interval 5", SchedulerBeforeOptimizer, 0, "2 steps later"),
+]
+QUIET: list[tuple[str, type, int]] = [
+    ("healthy", cls, 0) for cls in VECTORIZED
+] + [("one inf norm", NanHiddenByLogging, 0), ("onecycle correct", SchedulerBeforeOptimizer, 0),
+     ("onecycle pre-stepped, uneven steps", SchedulerBeforeOptimizer, 0),
+     ("spike that stays up", LossSpike, 0), ("rising slowly", Divergence, 0),
+     ("improved by exactly 1/8", StalledLoss, 3)]
+
+
+@pytest.mark.parametrize("cls", VECTORIZED, ids=[c.id for c in VECTORIZED])
+def test_hand_made_runs(cls: type) -> None:
+    fired = {}
+    for name, columns in CASES.items():
+        for i, config in enumerate([None, *CONFIGS[cls]]):
+            found = check(cls, config, columns)
+            if found:
+                fired[name, i] = found[0]
+        arrays = [Series(c.name, np.asarray(c.steps, dtype=np.int64), np.asarray(c.values))
+                  for c in columns]  # as a source may hand them
+        with np.errstate(all="ignore"):  # observe's arithmetic on numpy scalars warns of overflows
+            check(cls, None, arrays)
+    assert fired, f"{cls.id} fired on no hand-made run"
+    for name, who, i, text in EXPECT:
+        if who is cls:
+            f = fired.get((name, i))
+            assert f is not None and text in f.message + str(f.evidence), (name, i)
+    for name, who, i in QUIET:
+        if who is cls:
+            assert (name, i) not in fired, (name, i)
+
+
+def test_big_runs() -> None:
+    """Long columns, where the vectorized paths skip work (screens, bounds, chunks)."""
+    n = 20_000
+    healthy = decay(n)
+    spikes = list(healthy)
+    for k in (3000, 9000, 9004, 15000):
+        spikes[k] *= 6
+    spikes[12000] = NAN
+    stalled = [1.0 + 0.05 * ((k * 7919) % 13) / 13 for k in range(n)]
+    runs = [run(healthy, [1.0] * n, onecycle(n, 0)), run(spikes, [1.0] * (n - 50) + [NAN] * 50),
+            run(stalled, [1.0] * 5000 + [5e3] * (n - 5000), onecycle(n, 1)),
+            run(healthy[:10000] + [1.001 ** k for k in range(n - 10000)])]
+    fired = set()
+    for columns in runs:
+        for cls in VECTORIZED:
+            for config in [None, *CONFIGS[cls][:1]]:
+                fired |= {f.id for f in check(cls, config, columns)}
+    assert fired == {c.id for c in VECTORIZED}
+
+
+def test_second_delivery_is_replayed() -> None:
+    """Columns delivered twice (another event between them): the second goes to observe."""
+    first, second = [1.0] * 40 + decay(60), spiky(100) + [NAN]
+    fired = set()
+    for cls in (LossSpike, Divergence, StalledLoss, Nonfinite):
+        config = ([*CONFIGS[cls], None])[0]
+        reports = []
+        for det in (cls(config), PerPoint(cls(config))):
+            engine = Engine([det])
+            engine.feed(Series("loss", list(range(100)), first))
+            engine.feed(RunStart(source="logs"))
+            engine.feed(Series("loss", list(range(100, 201)), second))
+            reports.append([dataclasses.asdict(f) for f in engine.finish().findings])
+        assert same(*reports), cls.id
+        fired |= {f["id"] for f in reports[0]}
+    assert fired == {"loss-spike", "divergence", "stalled-loss", "nonfinite"}
+
+
+# ---- random runs ----------------------------------------------------------------------------------
+SPECIAL = st.sampled_from([0.0, -0.0, 1.0, 2.0, 1e-3, 1e3, 1e5, NAN, INF, -INF, 1e300, -1.0])
+
+
+@st.composite
+def values(draw: Callable[..., Any], n: int) -> list[float]:
+    """Columns that look like training curves (trend, noise, spikes, plateaus, NaN) or any floats."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.lists(st.one_of(st.floats(), SPECIAL), min_size=n, max_size=n))
+    base = draw(st.sampled_from([1.0, 0.01, 100.0, -0.5, 0.0]))
+    growth = draw(st.sampled_from([1.0, 0.97, 1.02, 1.2]))
+    noise = draw(st.sampled_from([0.0, 0.01, 0.3]))
+    seed = draw(st.integers(0, 1000))
+    out = [base * growth ** k + noise * (((k + seed) * 7919) % 23 - 11) / 11 for k in range(n)]
+    for _ in range(draw(st.integers(0, 4))):
+        k = draw(st.integers(0, max(0, n - 1)))
+        if n:
+            out[k] = draw(st.one_of(SPECIAL, st.just(out[k] * 20), st.just(out[k] + 1)))
+    return out
+
+
+@st.composite
+def columns(draw: Callable[..., Any]) -> list[Series]:
+    n = draw(st.integers(0, 80))
+    gaps = st.lists(st.integers(0, 3), min_size=n, max_size=n)  # 0: a duplicate step
+    shared = draw(st.one_of(st.just(list(range(n))),
+                            gaps.map(lambda d: [sum(d[:i]) for i in range(len(d))])))
+    out = []
+    for name in draw(st.permutations(["loss", "grad_norm", "lr"])):
+        kind = draw(st.integers(0, 3))
+        if kind == 3:
+            continue  # not logged
+        steps = shared if kind == 0 else list(shared) if kind == 1 else sorted(
+            draw(st.lists(st.integers(0, 40), max_size=60)))
+        out.append(Series(name, steps, draw(values(len(steps)))))
+    return out
+
+
+@pytest.mark.parametrize("cls", VECTORIZED, ids=[c.id for c in VECTORIZED])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cols=columns(), config=st.integers(0, 2))
+def test_random_runs(cls: type, cols: list[Series], config: int) -> None:
+    check(cls, [None, *CONFIGS[cls]][min(config, len(CONFIGS[cls]))], cols)
