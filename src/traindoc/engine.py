@@ -121,7 +121,7 @@ class Engine:
         for c in columns:
             if len(c):
                 self._seen.add(c.name)
-                self._steps = max(self._steps, int(max(c.steps)) + 1)
+                self._steps = max(self._steps, int(c.steps[-1]) + 1)  # steps are non-decreasing
         routed = {id(d) for c in columns for d in self._routes.get(c.name, ())}
         replay: list[object] = []
         for det in self._detectors:
@@ -218,6 +218,9 @@ def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
     """The columns' points as Scalars in step order (columns in the given order within a step)."""
     if not columns:
         return
+    # Plain Python numbers (a reader may hand numpy arrays): findings carry them into JSON.
+    columns = [c if isinstance(c.steps, list) and isinstance(c.values, list)
+               else Series(c.name, _plain(c.steps), _plain(c.values)) for c in columns]
     make = _make
     first = columns[0].steps
     if all(c.steps is first or list(c.steps) == list(first) for c in columns):
@@ -237,6 +240,11 @@ def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
                 yield make(step, c.name, c.values[p])
                 p += 1
             pos[j] = p
+
+
+def _plain(seq: Sequence[float]) -> list:  # type: ignore[type-arg]
+    tolist = getattr(seq, "tolist", None)
+    return tolist() if tolist is not None else list(seq)  # type: ignore[no-any-return]
 
 
 def _fast_scalar() -> Callable[[int, str, float], Scalar] | None:

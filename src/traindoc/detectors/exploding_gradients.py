@@ -114,7 +114,8 @@ class ExplodingGradients:
             yield self._finding()
 
     def _finding(self) -> Finding:
-        vals = finite([v for _, v in self._norms])
+        # All non-finite (a norm of inf at every step) is still a finding: show those values.
+        vals = finite([v for _, v in self._norms]) or [v for _, v in self._norms]
         cfg = self.config
         top = sorted(self._share, key=lambda k: -self._share[k])[:5]
         dominant = ", ".join(f"{k} ({self._share[k]:.0%})" for k in top)

@@ -40,7 +40,6 @@ class Nonfinite:
         self._grads: list[str] = []
         self._params: list[str] = []
         self._loss: float | None = None
-        self._steps = 0
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
@@ -66,8 +65,6 @@ class Nonfinite:
             if event.name == "loss":
                 self._loss = event.value
             yield from self._fire(event.step, event.name)
-        else:
-            self._steps += 1
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
         """The columns at once: the first step with a non-finite value. ``observe`` fires at
@@ -94,7 +91,6 @@ class Nonfinite:
                   for i in idx[vec.ints(c.steps)[idx] == step].tolist()]
         if vec.dense(cols):
             points.sort()
-        self._steps = sum(len(idx) for idx in bad) - len(points)  # those at later steps
         names = [cols[j].name for _, j in points]
         i, j = points[0]
         self._loss = vec.item(cols[j].values, i) if names[0] == "loss" else None

@@ -13,9 +13,9 @@ from traindoc.findings import Finding
 
 class StalledLoss:
     """The best smoothed loss (rolling median of ``smooth``) is less than ``improvement`` below
-    the initial smoothed loss. Judged at the end of runs of at least ``min_steps`` steps, and
-    already during the run once ``early_steps`` steps have passed without improvement (so a
-    long warmup cannot fire it early)."""
+    the initial smoothed loss. Judged at the end of runs of at least ``min_steps`` steps, never
+    during the run: a long warmup (thousands of steps at a tiny LR in LLM training) looks
+    stalled until it ends, and a finding cannot be taken back."""
 
     id: ClassVar[str] = "stalled-loss"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
@@ -31,7 +31,6 @@ class StalledLoss:
         improvement: float = 0.02
         smooth: int = 10
         min_steps: int = 100
-        early_steps: int = 500
 
         def __post_init__(self) -> None:
             if self.smooth < 1 or self.min_steps < self.smooth:
@@ -44,9 +43,8 @@ class StalledLoss:
         self._last_step = 0
         self._initial: float | None = None
         self._best: float | None = None
-        self._fired = False
 
-    def observe(self, event: Event) -> Iterator[Finding]:
+    def observe(self, event: Event) -> None:
         assert isinstance(event, Scalar)
         if event.value != event.value or abs(event.value) == float("inf"):
             return
@@ -60,16 +58,12 @@ class StalledLoss:
             if self._initial is None:
                 self._initial = smooth
             self._best = smooth if self._best is None else min(self._best, smooth)
-            if not self._fired and len(self._values) >= self.config.early_steps and self._stalled():
-                self._fired = True
-                yield self._finding()
         if len(self._values) > 4 * n:  # keep memory bounded: only the tail is needed
             del self._values[: -2 * n]
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
         """The loss column at once: the rolling medians of its finite values give the initial
-        and the running best level, hence the first point where ``observe`` would fire; the
-        state is then the one ``observe`` leaves, for ``finish``."""
+        and the best level; the state is the one ``observe`` leaves, for ``finish``."""
         from traindoc.detectors import _vector as vec
 
         return vec.judge(self, columns, {"loss"}, self._observe_columns)
@@ -86,36 +80,18 @@ class StalledLoss:
         if not len(pos):
             return []
         f = vec.floats(col.values)[pos]
-        cfg, n, out = self.config, self.config.smooth, []
+        n = self.config.smooth
         self._first_step = vec.item(col.steps, pos[0])
         if len(f) >= n:
             med = vec.RollingMedian(f, n)  # window k ends at the finite point k + n - 1
-            self._initial = initial = float(med.at([0])[0])
-            gain, flat = cfg.improvement * abs(initial), initial + 0.5 * abs(initial)
-            # Once a window's median is ``gain`` below the initial one, so is the best: from
-            # there on observe cannot fire.
-            improved = med.first(np.flatnonzero(initial - med.lo >= gain),
-                                 lambda m: initial - m >= gain)
-            end = len(med) if improved is None else improved
-            # observe fires during the run when ``len(self._values) >= early_steps``: that is
-            # the tail it keeps (at most 4n + 1 values), not the number of steps.
-            if cfg.early_steps <= 4 * n + 1:
-                seen = np.arange(n, n + end)  # by window k: k + n values, of which it holds
-                held = np.where(seen <= 4 * n + 1, seen, 2 * n + 1 + (seen - 4 * n - 2) % (2 * n + 1))
-                k = med.first(np.flatnonzero((held >= cfg.early_steps) & (med.lo[:end] <= flat)),
-                              lambda m: m <= flat)
-                if k is not None:  # what observe yields then, with the state of that point
-                    self._fired = True
-                    self._best = float(med.at(slice(0, k + 1)).min())
-                    self._last_step = vec.item(col.steps, pos[k + n - 1])
-                    out.append(self._finding())
+            self._initial = float(med.at([0])[0])
             self._best = med.extreme(lowest=True)[0]
         self._last_step = vec.item(col.steps, pos[-1])
-        # observe keeps 2n to 4n of the last values (as in ``held``): the same ones
+        # observe keeps 2n to 4n of the last values: the same ones
         m = len(f)
         keep = m if m <= 4 * n else 2 * n + (m - 4 * n - 1) % (2 * n + 1)
         self._values = vec.items(col.values, pos[m - keep:])
-        return out
+        return []
 
     def finish(self) -> Iterator[Finding]:
         steps = self._last_step - (self._first_step or 0) + 1
