@@ -49,7 +49,7 @@ class Log:
                        signals=tuple(self.signals()) + extra_signals)
         columns = _table.series(t, self.map.signal_of)
         yield from columns
-        yield RunEnd(steps=max((int(max(c.steps)) + 1 for c in columns if len(c)), default=0))
+        yield RunEnd(steps=max((int(c.steps[-1]) + 1 for c in columns if len(c)), default=0))
 
 
 def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:
@@ -133,7 +133,7 @@ def _read_file(path: Path, x_override: tuple[str, str] | None) -> Table:
     if "tfevents" in name:
         return tensorboard.read(path)
     raw = path.read_bytes()
-    if not raw.strip():
+    if not raw or raw.isspace():  # not raw.strip(): that copies the file
         raise UsageError(f"{path} is empty; pass the metrics file your training wrote")
     if tensorboard.is_event_file(raw[:12]):
         return tensorboard.read(path)
@@ -152,7 +152,7 @@ def _read_file(path: Path, x_override: tuple[str, str] | None) -> Table:
         return trainer_state.load(path, text)
     if suffix in (".jsonl", ".ndjson") or head == "{":
         return jsonl.read(path, text, x_override)
-    return csv_file.read(path, text, x_override)
+    return csv_file.read(path, text, x_override, data=raw)
 
 
 def _whole_json(text: str) -> bool:

@@ -2,10 +2,12 @@
 Lightning's ``CSVLogger`` ``metrics.csv`` (sparse rows: train and val metrics on different
 rows, empty cells where a row has no value, ``step`` and ``epoch`` columns).
 
-Speed: a file without quotes whose lines all have the header's number of fields (nearly every
-metrics log) is split in one ``str.split`` and sliced into columns; anything else goes through
-the ``csv`` module. Columns are converted whole (``map(float, column)`` runs at C speed); only
-a column with empty or text cells takes the cell-by-cell path.
+Speed: a plain numeric file (no quotes, every row with the header's number of cells, ``\n``
+line ends; nearly every metrics log) is parsed in bulk by ``_csv_fast`` (numpy, ~0.5 s for a
+million rows of four columns, against ~2 s) and built by ``_build_numbers``; anything else
+takes the general path: one ``str.split`` when the rows line up, the ``csv`` module otherwise,
+columns converted whole (``map(float, column)``) and cell by cell only where a column has
+empty or text cells. Both paths give the same Table (tests/logs/test_reader_speed_paths.py).
 """
 
 from __future__ import annotations
@@ -16,18 +18,72 @@ from itertools import repeat
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from traindoc.errors import UsageError
+from traindoc.sources.logs import _csv_fast
+from traindoc.sources.logs._bulk import in_order
 from traindoc.sources.logs._table import Series, Table, to_float
 from traindoc.sources.logs.mapping import EPOCH_NAMES, STEP_NAMES
 
 _DELIMITERS = (",", "\t", ";", "|")
+_CUT_NOTE = "{}: the last line is cut short (the run was stopped while writing?); it is skipped"
+# Below this many rows the general path is the faster one: the bulk path's fixed cost is
+# ~0.4 ms a column (numpy calls), the general path's ~0.7 us a cell; they meet near 1,500 rows.
+_BULK_ROWS = 2000
 
 
-def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Table:
-    """``text`` is the file's content; ``x_override`` is ("step"|"epoch", column) from --map."""
+def read(path: Path, text: str, x_override: tuple[str, str] | None = None,
+         data: bytes | None = None) -> Table:
+    """``text`` is the file's content (``data`` its bytes, when at hand: spares an encode);
+    ``x_override`` is ("step"|"epoch", column) from --map."""
+    table = _read_fast(path, text, x_override, data, min_rows=_BULK_ROWS)
+    return table if table is not None else _read_general(path, text, x_override)
+
+
+def _read_general(path: Path, text: str, x_override: tuple[str, str] | None) -> Table:
     table = Table(format="csv", files=[str(path)])
     header, columns = _split(path, text, table)
     return _build(path, table, header, columns, x_override)
+
+
+class _Unsupported(Exception):
+    """A case the fast path leaves to the general one (which words the errors)."""
+
+
+def _read_fast(path: Path, text: str, x_override: tuple[str, str] | None,
+               data: bytes | None = None, min_rows: int = 0) -> Table | None:
+    """The Table of a plain numeric file, read in bulk; None where the general path must read
+    it, or should (fewer than ``min_rows`` rows)."""
+    nl = text.find("\n")
+    head = text[:max(nl, 0)]
+    if not head.strip():
+        return None
+    delim = max(_DELIMITERS, key=head.count)
+    if not head.count(delim):
+        return None
+    split = _csv_fast.split(text, head, delim, data)
+    if split is None:
+        return None
+    grid, cut = split
+    if grid.rows < min_rows:
+        return None
+    table = Table(format="csv", files=[str(path)])
+    if cut:
+        table.notes.append(_CUT_NOTE.format(path.name))
+    header = _unique([h.strip() for h in head.split(delim)])
+    lower = [h.lower() for h in header]
+    xi, kind = _x_column(header, lower, x_override, path)
+    columns = []
+    for j in range(len(header)):
+        col = _csv_fast.numbers(grid, j, want_ints=j == xi)
+        if col is None:
+            return None
+        columns.append(col)
+    try:
+        return _build_numbers(path, table, header, lower, columns, xi, kind)
+    except _Unsupported:
+        return None
 
 
 def _split(path: Path, text: str, table: Table) -> tuple[list[str], list[Sequence[str]]]:
@@ -47,8 +103,7 @@ def _split(path: Path, text: str, table: Table) -> tuple[list[str], list[Sequenc
             "trainer_state.json or a .jsonl log")
     body_lines = [ln for ln in lines[start + 1:] if ln.strip()]
     if body_lines and not text.endswith(("\n", "\r")) and body_lines[-1].count(delim) < head.count(delim):
-        table.notes.append(f"{path.name}: the last line is cut short (the run was stopped while writing?); "
-                           "it is skipped")
+        table.notes.append(_CUT_NOTE.format(path.name))
         body_lines.pop()
     # A header repeated further down: a resumed run that appended to the file with a new header.
     repeats = [i for i, ln in enumerate(body_lines) if ln == head]
@@ -155,6 +210,74 @@ def _x_values(col: Sequence[str], name: str, path: Path, table: Table) -> list[i
         return None
     xs = [int(v) if v is not None and math.isfinite(v) and v >= 0 else -1 for v in raw]
     skipped = xs.count(-1)
+    if skipped:
+        table.notes.append(f"{path.name}: {skipped} row(s) without a {name} value >= 0 are skipped")
+    return xs
+
+
+def _build_numbers(path: Path, table: Table, header: list[str], lower: list[str],
+                   columns: list[_csv_fast.Numbers], xi: int | None, kind: str) -> Table:
+    """``_build`` on columns parsed in bulk (numpy arrays, not cells): the same series and notes."""
+    n = len(columns[0].values)
+    if {"epoch", "step"} <= set(lower) and any(c.empty is not None for c in columns):
+        table.format = "lightning-csv"
+    if xi is None:
+        xs = np.arange(n)
+        table.notes.append(f"{path.name}: no step or epoch column; rows are numbered 0..{n - 1}")
+    else:
+        table.x, table.x_column = kind, header[xi]
+        found = _x_numbers(columns[xi], header[xi], path, table)
+        if found is None:
+            table.notes.append(f"{path.name}: {header[xi]} has fractional values; rows are numbered instead")
+            xs = np.arange(n)
+            table.x, table.x_column = "step", None
+        else:
+            xs = found
+            valid = xs >= 0
+            if not valid.any():
+                raise _Unsupported
+            if kind == "epoch" and xs[valid].min() == 1:
+                xs = np.where(valid, xs - 1, -1)
+                table.notes.append(f"{path.name}: {header[xi]} starts at 1; shown 0-based (epoch 1 is step 0)")
+    keep_all = xs.min() >= 0
+    shared: list[int] | None = None  # the steps list of every full column, made once
+    for j, name in enumerate(header):
+        if j == xi:
+            continue
+        col = columns[j]
+        if col.empty is None and keep_all:
+            if shared is None:
+                shared, shared_ordered = xs.tolist(), in_order(xs)
+            table.series[name] = Series(shared, col.values.tolist(), ordered=shared_ordered)
+            continue
+        keep = xs >= 0 if col.empty is None else (xs >= 0) & ~col.empty
+        if keep.any():
+            steps = xs[keep]
+            table.series[name] = Series(steps.tolist(), col.values[keep].tolist(), ordered=in_order(steps))
+    return table
+
+
+def _x_numbers(col: _csv_fast.Numbers, name: str, path: Path, table: Table) -> np.ndarray | None:
+    """``_x_values`` on a column parsed in bulk."""
+    if col.ints is not None:
+        xs = col.ints
+        negative = int((xs < 0).sum())
+        if negative:
+            table.notes.append(f"{path.name}: {negative} row(s) with a negative {name} are skipped")
+            xs = np.maximum(xs, -1)
+        return xs
+    raw = col.values  # nan where a cell is empty
+    finite = np.isfinite(raw)
+    if not finite.any():
+        raise _Unsupported
+    good = raw[finite]
+    if (good != np.floor(good)).any():
+        return None
+    usable = finite & (raw >= 0)
+    if (raw[usable] >= 2.0**63).any():
+        raise _Unsupported  # beyond int64: Python ints in the general path, dropped by finish()
+    xs = np.where(usable, raw, -1).astype(np.int64)
+    skipped = len(xs) - int(usable.sum())
     if skipped:
         table.notes.append(f"{path.name}: {skipped} row(s) without a {name} value >= 0 are skipped")
     return xs

@@ -12,24 +12,29 @@ crc32c(data)``) of ``Event`` protobufs; this module decodes the few fields that 
 
 ``SummaryWriter.add_scalar`` (torch, tensorboardX) writes ``simple_value``; TF2 and
 ``new_style=True`` write a one-element ``tensor`` with the "scalars" plugin. Records in the
-exact layout ``add_scalar`` writes are matched a few MB at a time by one regex (``_Fast``, about
-1 us a record in all); every other record goes through the general field walker.
+exact layout ``add_scalar`` writes are found and decoded in bulk by ``_tb_fast`` (numpy); the
+walk over the file takes each run of them where it lands on one, and decodes every other
+record with the general field walker below.
 
 Checks: the first record's length CRC and the file_version record say "this is an event file";
 a record cut short at the end of the file (a run killed while writing) is dropped with a note
 (its length CRC tells a cut from corruption); a record that does not decode is an error naming
 its byte offset. The data CRC is not checked (a pure-Python crc32c would cost more than the
-whole decode).
+whole decode); the bulk path checks each record's length CRC.
 """
 
 from __future__ import annotations
 
-import re
 import struct
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from traindoc.errors import UsageError
+from traindoc.sources.logs import _tb_fast
+from traindoc.sources.logs._bulk import in_order
 from traindoc.sources.logs._table import Series, Table
 
 _U64 = struct.Struct("<Q")
@@ -101,7 +106,9 @@ def read(path: Path) -> Table:
     return table
 
 
-def _read_file(path: Path, buf: bytes, out: dict[str, Series], table: Table) -> None:
+def _read_file(path: Path, buf: bytes, out: dict[str, Series], table: Table, bulk: bool = True) -> None:
+    """Add the scalars of one event file to ``out``. ``bulk=False``: decode every record the
+    general way (what the bulk path is tested against)."""
     n = len(buf)
     if n == 0:
         table.notes.append(f"{path.name}: empty event file, skipped")
@@ -110,19 +117,24 @@ def _read_file(path: Path, buf: bytes, out: dict[str, Series], table: Table) -> 
         raise UsageError(f"{path}: not a TensorBoard event file (bad record header); pass an "
                          "events.out.tfevents.* file or its folder")
     plugin: dict[str, str] = {}
-    # Per tag: add_scalar records found by the scanner (raw bytes, decoded at the end), and
-    # records decoded one by one, with the index among the raw ones where each belongs.
-    raw: dict[bytes, tuple[list[bytes], list[bytes]]] = {}
-    lists: dict[bytes, list[tuple[int, int, float]]] = {}
-    fast: _Fast | None = None
+    # Per tag, the points decoded one by one: (record offset, index in the record, step, value).
+    lists: dict[bytes, list[tuple[int, int, int, float]]] = {}
+    found = _tb_fast.scan(buf if bulk else b"", _length_crcs())
+    runs: list[tuple[int, int]] = []  # [i, j): bulk records the walk took
+    k = 0  # the first bulk record at or after pos
     pos = 0
     try:
         while pos < n:
-            if fast is not None:
-                pos = fast.consume(buf, pos, raw)
-                if pos >= n:
-                    break
-            # One record the slow way: another layout, a new tag, or the first records.
+            at = int(found.starts[k]) if k < len(found) else n
+            if pos > at:
+                k = int(np.searchsorted(found.starts, pos))
+                continue
+            if pos == at and pos:  # the first record is checked below, as a file_version
+                j = found.run_end(k)
+                runs.append((k, j))
+                pos, k = int(found.ends[j - 1]), j
+                continue
+            # One record the general way: another layout, or one the bulk scan could not vouch for.
             if pos + 12 > n:
                 _cut(path, pos, table)
                 break
@@ -133,83 +145,59 @@ def _read_file(path: Path, buf: bytes, out: dict[str, Series], table: Table) -> 
                     raise Corrupt(f"bad record length at byte {pos}")
                 _cut(path, pos, table)
                 break
-            new_tag = _event(buf, start, end, lists, raw, plugin, pos == 0)
+            _event(buf, start, end, pos, lists, plugin)
             pos = end + 4
-            if new_tag is not None and new_tag not in raw:
-                raw[new_tag] = ([], [])
-                fast = _Fast(list(raw), fast.chunk if fast else _Fast.MAX)
     except (Corrupt, IndexError, struct.error, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: corrupt event file near byte {pos} ({exc}); TensorBoard cannot read "
                          "it either; pass the other files of the run") from None
-    for tag in dict.fromkeys([*lists, *raw]):
-        steps_b, values_b = raw.get(tag, ([], []))
-        steps = [b[0] if len(b) == 1 else (b[0] & 127 | b[1] << 7) if len(b) == 2 else
-                 (b[0] & 127 | (b[1] & 127) << 7 | b[2] << 14) if len(b) == 3 else _varint(b, 0)[0]
-                 for b in steps_b]
-        values = list(struct.unpack(f"<{len(values_b)}f", b"".join(values_b)))
-        # Points decoded the slow way go back to their place in file order.
-        for at, step, value in reversed(lists.get(tag, [])):
-            steps.insert(at, step)
-            values.insert(at, value)
-        if not steps:
-            continue
+    _collect(found, runs, lists, out)
+
+
+def _collect(bulk: _tb_fast.Scalars, runs: list[tuple[int, int]],
+             lists: dict[bytes, list[tuple[int, int, int, float]]], out: dict[str, Series]) -> None:
+    """The points of each tag in file order into ``out``, tags in the order of their first point."""
+    taken = np.zeros(len(bulk), bool)
+    for i, j in runs:
+        taken[i:j] = True
+    idx = np.flatnonzero(taken)
+    ids = bulk.tag_ids[idx]
+    idx = idx[np.argsort(ids.astype(np.uint16) if len(bulk.tags) < 1 << 16 else ids, kind="stable")]
+    bounds = np.cumsum(np.bincount(ids, minlength=len(bulk.tags)))
+    in_bulk = {bulk.tags[t]: idx[bounds[t] - c:bounds[t]]
+               for t, c in enumerate(np.diff(bounds, prepend=0).tolist()) if c}
+    first = {tag: (int(bulk.starts[i[0]]), 0) for tag, i in in_bulk.items()}
+    for tag, points in lists.items():
+        first[tag] = min(first.get(tag, points[0][:2]), points[0][:2])
+    for tag in sorted(first, key=first.__getitem__):
+        rows = in_bulk.get(tag)
+        slow = lists.get(tag, [])
+        if rows is not None and not slow:
+            steps_a = bulk.steps[rows]
+            steps, values, ordered = steps_a.tolist(), bulk.values[rows].tolist(), in_order(steps_a)
+        else:
+            if rows is None:
+                rows = np.empty(0, np.int64)
+            # Both kinds in one tag: merged by record offset (a stable sort keeps the values
+            # of one record in their order).
+            offsets = [p[0] for p in slow] + bulk.starts[rows].tolist()
+            order = np.argsort(np.array(offsets, np.int64), kind="stable").tolist()
+            all_steps = [p[2] for p in slow] + bulk.steps[rows].tolist()
+            all_values = [p[3] for p in slow] + bulk.values[rows].tolist()
+            steps, values, ordered = [all_steps[i] for i in order], [all_values[i] for i in order], False
         name = tag.decode("utf-8", "replace")
         old = out.get(name)
         if old is None:
-            out[name] = Series(steps, values)
+            out[name] = Series(steps, values, ordered=ordered)
         else:  # the same tag in a later file of the run (a restart): appended, then re-ordered
             old.steps.extend(steps)
             old.values.extend(values)
+            old.ordered = False
 
 
-class _Fast:
-    """The add_scalar fast path: ``findall`` over a chunk of the file (no Python per record),
-    taken only when its matches tile the chunk exactly (the first starts where we are, the last
-    ends where their summed lengths say, so no other record sits between them). The chunk
-    adapts: it doubles while chunks tile, and shrinks to twice the last stretch of back-to-back
-    records when other records (histograms, images) are interleaved; below 64 KB it matches
-    record by record, so the scan stays linear whatever the mix."""
-
-    MIN, FINDALL, MAX = 1 << 10, 1 << 16, 1 << 22  # below FINDALL bytes: record by record
-
-    def __init__(self, tags: list[bytes], chunk: int = MAX) -> None:
-        alt = b"|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True))
-        # Whole records (length 8, crc 4, data, crc 4) of Event{wall_time, step,
-        # summary{value{tag, simple_value}}}: 37 bytes plus the step's varint and the tag.
-        self.pattern = re.compile(rb".{12}\x09.{8}\x10([\x80-\xff]{0,9}[\x00-\x7f])\x2a.\x0a.\x0a.("
-                                  + alt + rb")\x15(.{4}).{4}", re.S)
-        self.chunk = chunk
-
-    def consume(self, buf: bytes, pos: int, raw: dict[bytes, tuple[list[bytes], list[bytes]]]) -> int:
-        """Take the add_scalar records that follow ``pos``; return where they stop."""
-        n, pat = len(buf), self.pattern
-        while pos < n and pat.match(buf, pos) is not None:
-            if self.chunk >= self.FINDALL:
-                found = pat.findall(buf, pos, min(n, pos + self.chunk))
-                steps, tags, values = zip(*found)
-                size = 37 * len(found) + sum(map(len, steps)) + sum(map(len, tags))
-                last = pat.match(buf, pos + size - 37 - len(steps[-1]) - len(tags[-1]))
-            if self.chunk < self.FINDALL or last is None or last.end() != pos + size or last.groups() != found[-1]:
-                start = pos
-                m = pat.match(buf, pos)
-                while m is not None:  # record by record up to the first other record
-                    step, tag, value = m.groups()
-                    raw[tag][0].append(step)
-                    raw[tag][1].append(value)
-                    pos = m.end()
-                    m = pat.match(buf, pos)
-                self.chunk = max(self.MIN, 2 * (pos - start))
-                return pos
-            if len(set(tags)) == 1:
-                raw[tags[0]][0].extend(steps)
-                raw[tags[0]][1].extend(values)
-            else:
-                for step, tag, value in found:
-                    raw[tag][0].append(step)
-                    raw[tag][1].append(value)
-            pos += size
-            self.chunk = min(self.MAX, 2 * self.chunk)
-        return pos
+@lru_cache(maxsize=1)
+def _length_crcs() -> np.ndarray:
+    """The masked crc32c of every record length the bulk scan accepts (8 little-endian bytes)."""
+    return np.array([_masked_crc(_U64.pack(k)) for k in range(_tb_fast.MAX_LENGTH)], np.uint32)
 
 
 def _cut(path: Path, pos: int, table: Table) -> None:
@@ -257,10 +245,9 @@ def _fields(buf: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
         raise Corrupt("message overruns its length")
 
 
-def _event(buf: bytes, start: int, end: int, lists: dict[bytes, list[tuple[int, int, float]]],
-           raw: dict[bytes, tuple[list[bytes], list[bytes]]], plugin: dict[str, str], first: bool) -> bytes | None:
-    """Decode one Event record into ``lists``; return its tag when the record is a lone
-    simple_value (add_scalar's layout), so that later records of that tag take the fast path."""
+def _event(buf: bytes, start: int, end: int, pos: int,
+           lists: dict[bytes, list[tuple[int, int, int, float]]], plugin: dict[str, str]) -> None:
+    """Decode the Event record at byte ``pos`` (data ``start:end``) into ``lists``."""
     step = 0
     summary: tuple[int, int] | None = None
     version = False
@@ -271,20 +258,15 @@ def _event(buf: bytes, start: int, end: int, lists: dict[bytes, list[tuple[int, 
             summary = val
         elif num == 3 and wire == 2:
             version = buf[val[0]:val[1]].startswith(b"brain.Event")
-    if first and not version and summary is None:
+    if pos == 0 and not version and summary is None:
         raise Corrupt("the first record is neither a file_version nor a summary")
     if summary is None:
-        return None
+        return
     values = [v for n, w, v in _fields(buf, *summary) if n == 1 and w == 2]
-    last: bytes | None = None
-    for vs, ve in values:
+    for i, (vs, ve) in enumerate(values):
         tag, value = _value(buf, vs, ve, plugin)
-        if tag is None or value is None:
-            continue
-        at = len(raw[tag][0]) if tag in raw else 0
-        lists.setdefault(tag, []).append((at, step, value))
-        last = tag
-    return last if len(values) == 1 else None
+        if tag is not None and value is not None:
+            lists.setdefault(tag, []).append((pos, i, step, value))
 
 
 def _value(buf: bytes, start: int, end: int, plugin: dict[str, str]) -> tuple[bytes | None, float | None]:
