@@ -1,10 +1,14 @@
 """Every example of every registered detector: its tests and its docs are the same thing.
 
-Golden streams are replayed through the detector alone; a zoo example must agree with the zoo
-case's expectation line (test_zoo.py runs those cases for real).
+Golden streams are replayed through the detector alone; real logs go through `traindoc logs`
+with the detector alone selected; a zoo example must agree with the zoo case's expectation
+line (test_zoo.py runs those cases for real).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 
@@ -18,12 +22,17 @@ EXAMPLES = [(cls, ex) for cls in detectors.DETECTORS for ex in cls.examples]
 
 
 @pytest.mark.parametrize("cls,example", EXAMPLES, ids=[f"{c.id}:{e.source}" for c, e in EXAMPLES])
-def test_example(cls: type, example: object) -> None:
+def test_example(cls: type, example: object, tmp_path: Path) -> None:
     kind, _, name = example.source.partition("/")
-    if example.source.endswith(".jsonl"):
-        report = analyze(record.read(TESTS / example.source), select=[cls.id])
-        assert not report.disabled, report.disabled
-        fired = {f.id: f.step for f in report.findings}
+    if example.source.endswith(".jsonl") or kind == "fixtures":
+        if kind == "fixtures":  # a real log, read as `traindoc logs` reads it (columns whole)
+            report = json.loads(_logs_json(TESTS / example.source, example.argv, cls.id, tmp_path))
+            assert not report["disabled"], report["disabled"]
+            fired = {f["id"]: f["step"] for f in report["findings"]}
+        else:
+            report = analyze(record.read(TESTS / example.source), select=[cls.id])
+            assert not report.disabled, report.disabled
+            fired = {f.id: f.step for f in report.findings}
         if example.fires_at is None:
             assert cls.id not in fired, f"{cls.id} fired on {name}"
         else:
@@ -39,3 +48,12 @@ def test_example(cls: type, example: object) -> None:
             assert cls.id in case.expect
             if example.fires_at >= 0 and case.expect[cls.id] is not None:
                 assert case.expect[cls.id] == example.fires_at
+
+
+def _logs_json(path: Path, argv: tuple[str, ...], id_: str, tmp: Path) -> str:
+    from traindoc.cli import main
+
+    out = tmp / "report.json"
+    rc = main(["logs", str(path), *argv, "--select", id_, "--json", str(out)])
+    assert rc == 0, rc
+    return out.read_text(encoding="utf-8")

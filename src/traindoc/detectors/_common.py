@@ -13,13 +13,16 @@ __all__ = ["Example", "finding", "fmt", "names"]
 class Example:
     """A case a detector must get right, which is also its documentation.
 
-    ``source`` is a zoo script (``zoo/<name>.py``) or a golden event stream (a ``.jsonl``
-    path under tests/, e.g. ``golden/loss_spike.jsonl``). ``fires_at`` is the step at which the detector
-    must first fire, ``-1`` for "fires, step unknown", or None when it must stay quiet.
+    ``source`` is a zoo script (``zoo/<name>.py``), a golden event stream (a ``.jsonl`` path
+    under tests/, e.g. ``golden/loss_spike.jsonl``), or a real log under tests/fixtures/logs/
+    (a CSV, a TensorBoard folder ...) read by ``traindoc logs`` with the options in ``argv``.
+    ``fires_at`` is the step at which the detector must first fire, ``-1`` for "fires, step
+    unknown", or None when it must stay quiet.
     """
 
     source: str
     fires_at: int | None
+    argv: tuple[str, ...] = ()
 
 
 def fmt(x: float) -> str:

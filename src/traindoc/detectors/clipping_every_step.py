@@ -21,6 +21,8 @@ class ClippingEveryStep:
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/exploding_acyclicity.py", 0),
         Example("zoo/healthy_mlp.py", None),
+        Example("fixtures/logs/csv/clipped_every_step.csv", 0, ("--max-norm", "1")),
+        Example("fixtures/logs/csv/healthy.csv", None, ("--max-norm", "1")),
     )
 
     @dataclass(frozen=True)

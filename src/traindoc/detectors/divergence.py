@@ -28,6 +28,8 @@ class Divergence:
         Example("zoo/divergence.py", -1),
         Example("golden/diverging_loss.jsonl", 18),
         Example("golden/healthy_noisy_loss.jsonl", None),
+        Example("fixtures/logs/tensorboard/diverging", 144),
+        Example("fixtures/logs/tensorboard/healthy", None),
     )
 
     @dataclass(frozen=True)

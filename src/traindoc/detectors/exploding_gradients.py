@@ -24,6 +24,8 @@ class ExplodingGradients:
         Example("zoo/exploding_acyclicity.py", 0),
         Example("zoo/divergence.py", -1),
         Example("golden/healthy_noisy_loss.jsonl", None),
+        Example("fixtures/logs/seeds/seed001_grad_f1.csv", 0),
+        Example("fixtures/logs/hf/healthy", None),
     )
 
     @dataclass(frozen=True)

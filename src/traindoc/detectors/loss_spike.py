@@ -33,6 +33,8 @@ class LossSpike:
         Example("golden/loss_spike.jsonl", 30),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("zoo/loss_spike.py", -1),
+        Example("fixtures/logs/csv/loss_spike.csv", 170),
+        Example("fixtures/logs/csv/healthy.csv", None),
     )
 
     @dataclass(frozen=True)

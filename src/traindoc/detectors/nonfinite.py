@@ -26,6 +26,8 @@ class Nonfinite:
         Example("golden/nonfinite_loss.jsonl", 12),
         Example("ckpt/golden/nonfinite_param.jsonl", -1),
         Example("golden/healthy_noisy_loss.jsonl", None),
+        Example("fixtures/logs/hf/nan_hidden", 24),
+        Example("fixtures/logs/csv/healthy.csv", None),
     )
 
     @dataclass(frozen=True)

@@ -24,6 +24,8 @@ class StalledLoss:
         Example("zoo/clamped_loss.py", 0),
         Example("zoo/healthy_gpt.py", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
+        Example("fixtures/logs/csv/stalled_loss.csv", 0),
+        Example("fixtures/logs/tensorboard/healthy", None),
     )
 
     @dataclass(frozen=True)
