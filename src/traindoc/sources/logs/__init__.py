@@ -21,7 +21,7 @@ from typing import Iterator
 
 from traindoc.errors import UsageError
 from traindoc.events import Event, RunEnd, RunStart
-from traindoc.sources.logs import _table, csv_file, jsonl, mapping, tensorboard, trainer_state
+from traindoc.sources.logs import _table, mapping
 from traindoc.sources.logs._table import Table
 
 @dataclass
@@ -129,6 +129,9 @@ def read(path: Path, x_override: tuple[str, str] | None = None) -> Table:
 
 
 def _read_file(path: Path, x_override: tuple[str, str] | None) -> Table:
+    # The readers import numpy: only when a log is read (the CLI's parser imports this package).
+    from traindoc.sources.logs import csv_file, jsonl, tensorboard, trainer_state
+
     name = path.name.lower()
     if "tfevents" in name:
         return tensorboard.read(path)
@@ -194,6 +197,8 @@ def _read_dir(path: Path, x_override: tuple[str, str] | None) -> Table:
             names = ", ".join(str(c.relative_to(path)) for c in csvs[:6])
             raise UsageError(f"{path} holds {len(csvs)} runs ({names}); pass one run's metrics.csv")
         return _read_file(csvs[0], x_override)
+    from traindoc.sources.logs import tensorboard
+
     return tensorboard.read(path)
 
 
