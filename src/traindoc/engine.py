@@ -223,7 +223,7 @@ def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
                else Series(c.name, _plain(c.steps), _plain(c.values)) for c in columns]
     make = _make
     first = columns[0].steps
-    if all(c.steps is first or list(c.steps) == list(first) for c in columns):
+    if all(c.steps is first or c.steps == first for c in columns):  # lists, from here on
         # Dense (one row per step, every column filled): walk the rows.
         names = [c.name for c in columns]
         for step, row in zip(first, zip(*(c.values for c in columns))):
