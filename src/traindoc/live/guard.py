@@ -46,7 +46,8 @@ from traindoc import detectors
 from traindoc.detectors._common import finding, fmt
 from traindoc.events import Event
 from traindoc.findings import Finding
-from traindoc.live.session import ObjectMap, Session
+from traindoc.live.objects import ObjectMap
+from traindoc.live.session import Session
 
 TRIGGERS = ("loss-spike", "nonfinite")
 KEEP = 2  # states kept in memory

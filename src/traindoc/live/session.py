@@ -1,6 +1,6 @@
 """A live observation session: step bookkeeping, sampling, and the one batched transfer.
 
-The probes (``live/probes.py``) call the ``on_*`` methods from torch's hooks. Tensors measured
+The probes (``live/probes/``) call the ``on_*`` methods from torch's hooks. Tensors measured
 during a step stay on their device in ``_pending``; at the end of each *sampled* step they are
 concatenated and read back with one ``.tolist()`` per device (the only GPU sync traindoc adds),
 decoded into events and fed to the engine.
@@ -17,7 +17,6 @@ import os
 import platform
 import sys
 import time
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -31,6 +30,7 @@ from traindoc.events import (
 )
 from traindoc.findings import Finding
 from traindoc.live import measure
+from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
 
 Decoder = Callable[[list[float]], Iterable[Event]]
 
@@ -55,78 +55,6 @@ LEVELS: dict[str, Level] = {
 }
 
 RELU_WINDOW = 8  # sampled batches per dead-ReLU window
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_STDLIB_DIR = os.path.dirname(os.__file__)
-
-
-_ZOO_DIR = os.path.join(_OUR_DIR, "zoo")
-
-
-def _is_user_file(fn: str) -> bool:
-    if fn.startswith("<") or fn.startswith(_TORCH_DIR):
-        return False
-    if fn.startswith(_OUR_DIR):
-        return fn.startswith(_ZOO_DIR)  # the zoo scripts are user code
-    return not (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn)
-
-
-def user_site(depth: int = 2) -> str:
-    """``file:line`` of the innermost frame outside torch, traindoc and the stdlib."""
-    frame = sys._getframe(depth)
-    while frame is not None:
-        fn = frame.f_code.co_filename
-        if _is_user_file(fn):
-            rel = os.path.relpath(fn)
-            return f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return ""
-
-
-_MISSING = object()
-
-
-class ObjectMap:
-    """A dict keyed by object identity that ignores dead objects: Python reuses the id of a
-    freed tensor or module, so a plain ``dict[id(obj)]`` would hand a new parameter the name,
-    initial values or state of an old one."""
-
-    def __init__(self) -> None:
-        self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
-
-    def get(self, obj: Any, default: Any = None) -> Any:
-        item = self._d.get(id(obj))
-        return item[1] if item is not None and item[0]() is obj else default
-
-    def __contains__(self, obj: Any) -> bool:
-        return self.get(obj, _MISSING) is not _MISSING
-
-    def __setitem__(self, obj: Any, value: Any) -> None:
-        key = id(obj)
-
-        def forget(ref: weakref.ref[Any], d: dict[int, Any] = self._d) -> None:
-            if d.get(key, (None,))[0] is ref:  # the entry is still this dead object's
-                del d[key]
-
-        self._d[key] = (weakref.ref(obj, forget), value)
-
-    def pop(self, obj: Any, default: Any = None) -> Any:
-        value = self.get(obj, _MISSING)
-        if value is _MISSING:
-            return default
-        del self._d[id(obj)]
-        return value
-
-    def items(self) -> list[tuple[Any, Any]]:
-        return [(o, v) for r, v in self._d.values() if (o := r()) is not None]
-
-    def values(self) -> list[Any]:
-        return [v for _, v in self.items()]
-
-    def __len__(self) -> int:
-        return len(self._d)
-
 
 class Session:
     def __init__(
@@ -393,7 +321,7 @@ class Session:
         """Name the optimizer's parameters after the module (forward roots seen so far, or an
         nn.Module in the user's frames) that holds the most of them."""
         ids = {id(p) for g in opt.param_groups for p in g["params"]}
-        candidates = [m for m, _ in self._roots.items()] + _frame_modules(sys._getframe(1))
+        candidates = [m for m, _ in self._roots.items()] + frame_modules(sys._getframe(1))
         best = max((m for m in candidates if m is not None),
                    key=lambda m: (sum(id(p) in ids for p in m.parameters()), sum(1 for _ in m.parameters())),
                    default=None)
@@ -463,7 +391,7 @@ class Session:
         if module in self._roots or len(self._roots) >= 8:
             return
         self._roots[module] = True
-        owner = _largest_container(module, _frame_modules(sys._getframe(1)))
+        owner = largest_container(module, frame_modules(sys._getframe(1)))
         self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
 
     def _name_from(self, model: Any, override: bool = False) -> None:
@@ -567,23 +495,3 @@ class Session:
                 self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(self._grad_sq[step])))
         self._grad_sq.clear()
         self._clipped = {s for s in self._clipped if s > self.step}
-
-
-def _frame_modules(frame: Any) -> list[Any]:
-    """The nn.Modules among the local variables of ``frame`` and its callers."""
-    found: list[Any] = []
-    while frame is not None:
-        for value in list(frame.f_locals.values()):
-            if isinstance(value, torch.nn.Module) and all(value is not f for f in found):
-                found.append(value)
-        frame = frame.f_back
-    return found
-
-
-def _largest_container(module: Any, candidates: list[Any]) -> Any:
-    best, size = module, sum(1 for _ in module.modules())
-    for cand in candidates:
-        n = sum(1 for _ in cand.modules())
-        if n > size and any(m is module for m in cand.modules()):
-            best, size = cand, n
-    return best

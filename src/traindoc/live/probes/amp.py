@@ -34,7 +34,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from traindoc.events import AutocastCheck, Event, GradScale, ScaledClip
 from traindoc.live.probes._patch import Patcher, is_compiling
-from traindoc.live.session import Session, user_site
+from traindoc.live.objects import user_site
+from traindoc.live.session import Session
 
 # Modules whose work is matmuls that autocast runs in bf16/fp16 (RNNs are left out: CPU
 # autocast does not cover all of them).

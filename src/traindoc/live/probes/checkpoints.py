@@ -27,7 +27,8 @@ import torch.optim.lr_scheduler as lr_scheduler
 
 from traindoc.events import Checkpoint, SaveFile, StateLoad
 from traindoc.live.probes._patch import Patcher
-from traindoc.live.session import Session, user_site
+from traindoc.live.objects import user_site
+from traindoc.live.session import Session
 
 _RECENT_LOADS = 32
 _LOAD_PARTS = ("_on_load", "_remember_lrs", "_on_optimizer_load", "_on_scheduler_load")

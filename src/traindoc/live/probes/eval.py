@@ -30,7 +30,8 @@ from torch.nn.modules import module as _module
 from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher, is_compiling
-from traindoc.live.session import ObjectMap, Session, _frame_modules, user_site
+from traindoc.live.objects import ObjectMap, frame_modules, user_site
+from traindoc.live.session import Session
 
 _RERUNS = 2  # evaluation phases whose first forward is re-run (determinism check)
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
@@ -403,7 +404,7 @@ def _held_params(s: Session) -> set[int]:
 def _find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
     """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
     and that has BatchNorm modules of the same names."""
-    candidates = [m for m, _ in s._roots.items()] + _frame_modules(sys._getframe(1))
+    candidates = [m for m, _ in s._roots.items()] + frame_modules(sys._getframe(1))
     for cand in candidates:
         if cand is None:
             continue

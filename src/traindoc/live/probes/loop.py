@@ -36,7 +36,8 @@ from torch.utils.data import dataloader as _dl
 from traindoc.events import Event, GradAccumulation, Scalar, SchedulerStep
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher, is_compiling
-from traindoc.live.session import ObjectMap, Session, user_site
+from traindoc.live.objects import ObjectMap, user_site
+from traindoc.live.session import Session
 
 _MAX_NORMS = 16  # gradient norms kept per interval (one per backward)
 

@@ -33,7 +33,7 @@ import torch
 
 from traindoc import metrics as api
 from traindoc.events import Event, Scalar
-from traindoc.live import session as session_mod
+from traindoc.live.objects import is_user_file
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.session import Session
 
@@ -326,7 +326,7 @@ def _called_from_script() -> bool:
     if frame is None:
         return False
     fn = frame.f_code.co_filename
-    return session_mod._is_user_file(fn) and "site-packages" not in fn and "dist-packages" not in fn
+    return is_user_file(fn) and "site-packages" not in fn and "dist-packages" not in fn
 
 
 class _CsvTrack:

@@ -27,7 +27,8 @@ from traindoc.events import Event
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.metrics import publisher
-from traindoc.live.session import ObjectMap, Session
+from traindoc.live.objects import ObjectMap
+from traindoc.live.session import Session
 
 ROUTER_WORDS = ("gate", "router", "gating", "routing", "w_gate", "wg")
 EXPERT_COUNT_ATTRS = ("num_experts", "n_experts", "num_local_experts", "n_routed_experts", "experts_count")

@@ -1,0 +1,102 @@
+"""The user's code and objects, seen from inside a hook: where a call came from
+(``user_site``), which modules a frame holds, and an identity map that forgets dead objects."""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import Any
+
+import torch
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STDLIB_DIR = os.path.dirname(os.__file__)
+
+
+_ZOO_DIR = os.path.join(_OUR_DIR, "zoo")
+
+
+def is_user_file(fn: str) -> bool:
+    if fn.startswith("<") or fn.startswith(_TORCH_DIR):
+        return False
+    if fn.startswith(_OUR_DIR):
+        return fn.startswith(_ZOO_DIR)  # the zoo scripts are user code
+    return not (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn)
+
+
+def user_site(depth: int = 2) -> str:
+    """``file:line`` of the innermost frame outside torch, traindoc and the stdlib."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if is_user_file(fn):
+            rel = os.path.relpath(fn)
+            return f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
+_MISSING = object()
+
+
+class ObjectMap:
+    """A dict keyed by object identity that ignores dead objects: Python reuses the id of a
+    freed tensor or module, so a plain ``dict[id(obj)]`` would hand a new parameter the name,
+    initial values or state of an old one."""
+
+    def __init__(self) -> None:
+        self._d: dict[int, tuple[weakref.ref[Any], Any]] = {}
+
+    def get(self, obj: Any, default: Any = None) -> Any:
+        item = self._d.get(id(obj))
+        return item[1] if item is not None and item[0]() is obj else default
+
+    def __contains__(self, obj: Any) -> bool:
+        return self.get(obj, _MISSING) is not _MISSING
+
+    def __setitem__(self, obj: Any, value: Any) -> None:
+        key = id(obj)
+
+        def forget(ref: weakref.ref[Any], d: dict[int, Any] = self._d) -> None:
+            if d.get(key, (None,))[0] is ref:  # the entry is still this dead object's
+                del d[key]
+
+        self._d[key] = (weakref.ref(obj, forget), value)
+
+    def pop(self, obj: Any, default: Any = None) -> Any:
+        value = self.get(obj, _MISSING)
+        if value is _MISSING:
+            return default
+        del self._d[id(obj)]
+        return value
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return [(o, v) for r, v in self._d.values() if (o := r()) is not None]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def frame_modules(frame: Any) -> list[Any]:
+    """The nn.Modules among the local variables of ``frame`` and its callers."""
+    found: list[Any] = []
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, torch.nn.Module) and all(value is not f for f in found):
+                found.append(value)
+        frame = frame.f_back
+    return found
+
+
+def largest_container(module: Any, candidates: list[Any]) -> Any:
+    best, size = module, sum(1 for _ in module.modules())
+    for cand in candidates:
+        n = sum(1 for _ in cand.modules())
+        if n > size and any(m is module for m in cand.modules()):
+            best, size = cand, n
+    return best
