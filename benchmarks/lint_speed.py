@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [ROOT / "tests" / "lint_corpus", ROOT / "src" / "traindoc" / "zoo"]
+SOURCES = [ROOT / "tests" / "lint_corpus", ROOT / "zoo"]
 TARGET = 20_000  # lines per second
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from traindoc import zoo
+import zoo_cases as zoo
 from conftest import ENV
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from traindoc import detectors, record, zoo
+from traindoc import detectors, record
+import zoo_cases as zoo
 from traindoc.analyze import analyze
 from conftest import ROOT
 

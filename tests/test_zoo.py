@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from traindoc import zoo
+import zoo_cases as zoo
 from conftest import python, traindoc
 
 CASES = zoo.cases()

@@ -17,7 +17,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from traindoc import catalog, detectors, zoo
+from traindoc import catalog, detectors
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import zoo_cases as zoo  # noqa: E402
 from traindoc.lint.rules import RULES
 
 FACES = ("live", "logs", "ckpt", "lint", "preflight")

@@ -10,7 +10,8 @@ import pytest
 from traindoc.lint import lint_paths, lint_source
 
 CORPUS = Path(__file__).parents[1] / "lint_corpus"
-ZOO = Path(__file__).parents[2] / "src" / "traindoc" / "zoo"
+ZOO = Path(__file__).parents[2] / "zoo"
+DEMO = Path(__file__).parents[2] / "src" / "traindoc" / "demo_scripts"
 
 
 def test_corpus_is_large_enough():
@@ -26,7 +27,7 @@ def test_healthy_corpus_is_clean():
 
 
 def test_healthy_zoo_scripts_are_clean():
-    healthy = sorted(ZOO.glob("healthy_*.py"))
+    healthy = sorted([*ZOO.glob("healthy_*.py"), *DEMO.glob("healthy_*.py")])
     if not healthy:
         pytest.skip("no healthy zoo scripts yet")
     result = lint_paths(healthy, use_config=False)

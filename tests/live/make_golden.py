@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-ZOO = HERE.parents[1] / "src" / "traindoc" / "zoo"
+ZOO = HERE.parents[1] / "zoo"
 SIGNALS = {"scheduler_step", "grad_accumulation", "eval_pass", "loader_wait", "batchnorm_state",
            "run_start", "run_end"}
 

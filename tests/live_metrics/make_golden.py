@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
-ZOO = HERE.parents[1] / "src" / "traindoc" / "zoo"
+ZOO = HERE.parents[1] / "zoo"
 STREAMS = {"loss_term_imbalance.jsonl": "loss_term_imbalance.py", "healthy_moe_terms.jsonl": "healthy_moe.py"}
 KEEP = {"run_start", "loss_term", "run_end"}
 

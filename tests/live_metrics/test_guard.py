@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import traindoc
-from traindoc import zoo
+import zoo_cases as zoo
 from traindoc.live.guard import GuardConfig, GuardStop
 from _spiky import train
 from conftest import python, traindoc as cli

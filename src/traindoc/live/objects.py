@@ -15,14 +15,9 @@ _OUR_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _STDLIB_DIR = os.path.dirname(os.__file__)
 
 
-_ZOO_DIR = os.path.join(_OUR_DIR, "zoo")
-
-
 def is_user_file(fn: str) -> bool:
-    if fn.startswith("<") or fn.startswith(_TORCH_DIR):
+    if fn.startswith(("<", _TORCH_DIR, _OUR_DIR)):
         return False
-    if fn.startswith(_OUR_DIR):
-        return fn.startswith(_ZOO_DIR)  # the zoo scripts are user code
     return not (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn)
 
 

@@ -1,9 +1,11 @@
-"""The failure zoo: tiny CPU training scripts that really fail (and healthy twins).
+"""Case scripts: tiny CPU training scripts that really fail (and healthy twins).
 
 Each script is plain PyTorch, written the way people write training code, and never imports
 traindoc. Its docstring ends with a ``traindoc-expect:`` line listing the failure ids that
 ``traindoc run`` must report as warning or error (``id@N``: first at step N); an empty list
-means a healthy run that must stay quiet. The end-to-end tests, the demo and the docs read it.
+means a healthy run that must stay quiet. The package ships only the three that ``traindoc
+demo`` runs (``demo_scripts/``); the whole failure zoo lives in the repository's ``zoo/`` folder,
+read by the end-to-end tests and the docs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class Case:
         return not self.expect
 
 
-def _parse(path: Path) -> Case:
+def parse(path: Path) -> Case:
     text = path.read_text(encoding="utf-8")
     match = re.search(r"^traindoc-expect:(.*)$", text, re.M)
     if match is None:
@@ -39,13 +41,11 @@ def _parse(path: Path) -> Case:
     return Case(path.stem, path, expect, doc.group(1).strip() if doc else "")
 
 
-def cases() -> list[Case]:
-    folder = Path(str(resources.files(__name__)))
-    return [_parse(p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+def read(folder: Path) -> list[Case]:
+    """The cases in ``folder`` (every ``*.py`` not starting with ``_``), by name."""
+    return [parse(p) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
 
 
-def case(name: str) -> Case:
-    for c in cases():
-        if c.name == name:
-            return c
-    raise KeyError(name)
+def demo_cases() -> list[Case]:
+    """The cases shipped with the package, for ``traindoc demo``."""
+    return read(Path(str(resources.files("traindoc") / "demo_scripts")))
