@@ -23,8 +23,9 @@ from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTer
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
-    Activation, Backward, Batch, Cast, Classification, Clip, Optimizer, ParamGroup, ParamStats,
-    RunEnd, RunStart, Scalar, Series,
+    NO_GRADS, OUTCOMES, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
+    Batch, Cast, Classification, Clip, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
+    Scalar, Series, StepBegin, StepEnd,
 )
 
 # The signals a source may carry. Descriptions are used in "not applicable" reasons.
@@ -52,6 +53,8 @@ SIGNALS: dict[str, str] = {
     "accumulation": "the backward() calls and gradient norms between optimizer steps (live, sampled steps)",
     "eval": "evaluation passes: forward passes under no_grad/inference_mode after a step (live)",
     "data_wait": "time spent waiting on the DataLoader per step (live)",
+    "lifecycle": "where each training step begins and how each optimizer step ended (stepped, skipped by a GradScaler, ...; live)",
+    "phase": "training phases: a new optimizer or model after training began (live)",
 }
 
 
@@ -59,7 +62,7 @@ Event = Union[
     RunStart, Optimizer, Scalar, Series, Backward, ParamStats, Activation, Clip, Batch,
     Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
-    SchedulerStep, GradAccumulation, EvalPass, LoaderWait,
+    SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -87,6 +90,9 @@ EVENT_TYPES: dict[str, type] = {
     "grad_accumulation": GradAccumulation,
     "eval_pass": EvalPass,
     "loader_wait": LoaderWait,
+    "step_begin": StepBegin,
+    "step_end": StepEnd,
+    "phase": Phase,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 
@@ -135,5 +141,6 @@ __all__ = [
     "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
-    "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait",
+    "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
+    "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

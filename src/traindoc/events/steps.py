@@ -74,6 +74,51 @@ class Series:
     def __len__(self) -> int:
         return len(self.steps)
 
+# How an optimizer's step() call ended (StepEnd.outcome).
+STEPPED = "stepped"  # the optimizer ran and the step took effect
+SKIPPED_BY_SCALER = "skipped_by_scaler"  # an AMP GradScaler found Inf/NaN gradients and skipped it
+SKIPPED_BY_SCRIPT = "skipped_by_script"  # backward ran but the script never called step() this round
+NO_GRADS = "no_grads"  # step() ran while no parameter it holds had a gradient
+OUTCOMES = (STEPPED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, NO_GRADS)
+
+
+@dataclass(frozen=True)
+class StepBegin:
+    """A training step (one round: the backward passes and at most one ``step()`` per
+    optimizer) begins. ``step`` is the round's index, the number every event of the round
+    carries."""
+
+    step: int
+    signal: ClassVar[str] = "lifecycle"
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """One optimizer's part of a step ended, with its ``outcome`` (``OUTCOMES``). ``optimizer``
+    is the optimizer's index (-1 for a round in which no optimizer stepped); ``taken`` counts
+    that optimizer's steps that took effect so far, this one included. Several optimizers (GANs,
+    RL), LBFGS closures, accumulation and GradScaler-skipped steps are told apart by this event,
+    not by heuristics in each detector."""
+
+    step: int
+    optimizer: int
+    outcome: str
+    taken: int = 0
+    signal: ClassVar[str] = "lifecycle"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A new training phase begins at ``step``: a new optimizer after others have stepped (a
+    teacher, then a student; pretraining, then fine-tuning), or a new model. Loss judgements
+    start over at a phase boundary. ``index`` counts phases from 0."""
+
+    step: int
+    index: int
+    reason: str
+    signal: ClassVar[str] = "phase"
+
+
 @dataclass(frozen=True)
 class Backward:
     """A value handed to backward(). ``constant`` is True when it has no autograd history
