@@ -86,7 +86,9 @@ def test_a_failing_probe_is_disabled_and_reported_once(monkeypatch: pytest.Monke
         _, losses = train(steps=10)
     assert len(losses) == 10  # the user's training went on
     assert len(calls) == 1  # disabled after the first failure
-    assert ("probe:backward", "RuntimeError: boom") in doc.report().disabled
+    errors = dict(doc.report().disabled)
+    assert errors["probe:backward"].startswith("RuntimeError: boom; blind from step 0 on: ")
+    assert "constant-loss" in errors["probe:backward"]  # the detectors it left blind are named
     assert capsys.readouterr().err.count("internal error in probe 'backward'") == 1
 
 

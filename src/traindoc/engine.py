@@ -11,10 +11,17 @@ import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from traindoc.events import SIGNALS, Event, RunEnd, RunStart, Scalar, Series
 from traindoc.findings import Finding, severity_rank
+
+if TYPE_CHECKING:  # importing the detectors package would import every detector
+    from traindoc.detectors import Detector
+
+T = TypeVar("T")
+# A detector's observe, finish or observe_series, bound to it.
+Hook = Callable[..., Iterable[Finding] | None]
 
 
 @dataclass
@@ -41,6 +48,9 @@ class Engine:
     signals in one call (vectorized judgement); every other detector gets the points replayed
     as ``Scalar`` events in step order, exactly what a per-point source would have sent.
 
+    A detector's optional members (``uses``, ``finish``, ``observe_series``; see
+    ``detectors.Detector``) are looked up with ``getattr``: a missing one is a no-op.
+
     A detector that raises is disabled and reported once (``Report.disabled``); the others go
     on. The first finding of an id is announced through ``on_finding``; a later finding of the
     same id (a detector refining its evidence at the end) replaces the stored one but keeps the
@@ -49,7 +59,7 @@ class Engine:
 
     def __init__(
         self,
-        detectors: Sequence[object],
+        detectors: Sequence[Detector],
         *,
         on_finding: Callable[[Finding], None] | None = None,
         ignore: Iterable[str] = (),
@@ -59,7 +69,7 @@ class Engine:
         self._profile = profile  # per-detector time accounting (Report.timings)
         self._on_finding = on_finding
         self._ignore = set(ignore)
-        self._routes: dict[str, list[object]] = {}
+        self._routes: dict[str, list[Detector]] = {}
         for det in self._detectors:
             # ``needs``: required signals; ``uses``: optional ones that enrich the evidence.
             wanted = _wanted(det)
@@ -96,7 +106,10 @@ class Engine:
                 ranks=event.world_size, level=event.level,
             )
         elif isinstance(event, RunEnd):
-            self._run.update(steps=event.steps, duration_s=event.duration_s, status=event.status)
+            self._run.update(steps=event.steps, duration_s=event.duration_s, status=event.status,
+                             trained=event.trained)
+            if event.exit_code:
+                self._run.update(exit_code=event.exit_code)
         step = getattr(event, "step", None)
         if isinstance(step, int) and step + 1 > self._steps:
             self._steps = step + 1
@@ -104,7 +117,7 @@ class Engine:
         if isinstance(event, RunStart) and event.signals:
             self._declared(set(event.signals))
         for det in self._routes.get(signal, ()):
-            self._call(det, "observe", event)
+            self._call(det, det.observe, event)
 
     def _declared(self, signals: set[str]) -> None:
         """The source said up front which signals it carries: stop routing events to detectors
@@ -123,24 +136,25 @@ class Engine:
                 self._seen.add(c.name)
                 self._steps = max(self._steps, int(c.steps[-1]) + 1)  # steps are non-decreasing
         routed = {id(d) for c in columns for d in self._routes.get(c.name, ())}
-        replay: list[object] = []
+        replay: list[Detector] = []
         for det in self._detectors:
             if id(det) not in routed:
                 continue
             wanted = _wanted(det)
             mine = [n for n in names if n in wanted]
-            if hasattr(det, "observe_series") and len(mine) == len(set(mine)):
-                self._call(det, "observe_series", {c.name: c for c in columns if c.name in wanted})
+            series = _optional(det, "observe_series")
+            if series is not None and len(mine) == len(set(mine)):
+                self._call(det, series, {c.name: c for c in columns if c.name in wanted})
             else:
                 replay.append(det)
         if not replay:
             return
-        wanted_any = set().union(*(_wanted(d) for d in replay))
+        wanted_any = set[str]().union(*(_wanted(d) for d in replay))
         targets = {id(d) for d in replay}
         for ev in scalars([c for c in columns if c.name in wanted_any]):
             for det in self._routes.get(ev.name, ()):
                 if id(det) in targets:
-                    self._call(det, "observe", ev)
+                    self._call(det, det.observe, ev)
 
     def finish(self) -> Report:
         if self._finished is not None:
@@ -148,10 +162,13 @@ class Engine:
         if self._columns:
             self._deliver_columns()
         for det in self._detectors:
-            self._call(det, "finish")
-        ran, not_applicable = [], []
+            finish = _optional(det, "finish")
+            if finish is not None:
+                self._call(det, finish)
+        ran: list[str] = []
+        not_applicable: list[tuple[str, str]] = []
         for det in self._detectors:
-            id_ = det.id  # type: ignore[attr-defined]
+            id_ = det.id
             if id_ in self._disabled or id_ in self._ignore:
                 continue
             missing = _missing(det, self._seen)
@@ -171,13 +188,14 @@ class Engine:
         )
         return self._finished
 
-    def _call(self, det: object, method: str, *args: object) -> None:
-        id_ = det.id  # type: ignore[attr-defined]
+    def _call(self, det: Detector, hook: Hook, *args: object) -> None:
+        """``hook(*args)``: one of ``det``'s methods, its findings recorded, its crash contained."""
+        id_ = det.id
         if id_ in self._disabled:
             return
         t0 = time.perf_counter() if self._profile else 0.0
         try:
-            found = getattr(det, method)(*args)
+            found = hook(*args)
             if found is not None:
                 for f in found:
                     self._record(f)
@@ -200,18 +218,31 @@ class Engine:
         self._findings[f.id] = replace(f, step=old.step if old.step is not None else f.step)
 
 
-def _missing(det: object, seen: set[str]) -> list[str]:
+def _missing(det: Detector, seen: set[str]) -> list[str]:
     """The signals ``det`` lacks: all of its ``needs``; with no needs, any one of its ``uses``."""
-    needs = set(det.needs)  # type: ignore[attr-defined]
+    needs = set(det.needs)
     if needs:
         return sorted(needs - seen)
-    uses = set(getattr(det, "uses", ()))
+    uses = _uses(det)
     return [] if uses & seen else sorted(uses)
 
 
-def _wanted(det: object) -> set[str]:
+def _wanted(det: Detector) -> set[str]:
     """``needs``: required signals; ``uses``: optional ones that enrich the evidence."""
-    return set(det.needs) | set(getattr(det, "uses", ()))  # type: ignore[attr-defined]
+    return set(det.needs) | _uses(det)
+
+
+def _uses(det: Detector) -> set[str]:
+    """The optional ``uses`` of the Detector protocol; none when the detector has no such member."""
+    uses: Iterable[str] = getattr(det, "uses", ())
+    return set(uses)
+
+
+def _optional(det: Detector, name: str) -> Hook | None:
+    """An optional method of the Detector protocol (``finish``, ``observe_series``), bound to
+    ``det``; None when the detector has no such member: the engine does nothing in its place."""
+    hook: Hook | None = getattr(det, name, None)
+    return hook
 
 
 def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
@@ -242,9 +273,10 @@ def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
             pos[j] = p
 
 
-def _plain(seq: Sequence[float]) -> list:  # type: ignore[type-arg]
-    tolist = getattr(seq, "tolist", None)
-    return tolist() if tolist is not None else list(seq)  # type: ignore[no-any-return]
+def _plain(seq: Sequence[T]) -> list[T]:
+    """``seq`` as a list; a numpy array's numbers become Python's (``tolist``)."""
+    tolist: Callable[[], list[T]] | None = getattr(seq, "tolist", None)
+    return tolist() if tolist is not None else list(seq)
 
 
 def _fast_scalar() -> Callable[[int, str, float], Scalar] | None:

@@ -10,8 +10,14 @@ from typing import Literal, Mapping, Sequence, Union
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
-# JSON-friendly evidence values: numbers measured in the run, names, short lists of them.
-EvidenceValue = Union[int, float, str, bool, None, list[Union[int, float, str]], dict[str, float]]
+# JSON-friendly evidence values: numbers measured in the run, names, short lists of them. The
+# homogeneous lists are listed apart because list is invariant: a list[str] is no
+# list[int | float | str] to mypy.
+EvidenceValue = Union[
+    int, float, str, bool, None,
+    list[int], list[float], list[str], list[Union[int, float, str]],
+    dict[str, float],
+]
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ import side effect: ``build`` makes fresh instances for one run.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
+from traindoc.detectors._protocol import Detector, Finishing, ObservingSeries, Stateful
 from traindoc.detectors.bad_initial_loss import BadInitialLoss
 from traindoc.detectors.bf16_master_weights import Bf16MasterWeights
 from traindoc.detectors.checkpoint_incomplete import CheckpointIncomplete
@@ -53,7 +54,10 @@ from traindoc.detectors.nondeterministic_eval import NondeterministicEval
 from traindoc.detectors.slow_eval import SlowEval
 from traindoc.detectors.unscaled_grad_accumulation import UnscaledGradAccumulation
 
-DETECTORS: tuple[type, ...] = (
+__all__ = ["DETECTORS", "Detector", "Finishing", "ObservingSeries", "Stateful", "build", "by_id"]
+
+# mypy checks each class against the Detector protocol here.
+DETECTORS: tuple[type[Detector], ...] = (
     # gradients and updates
     Nonfinite,
     MaskedNonfinite,
@@ -110,20 +114,23 @@ def build(
     select: Iterable[str] | None = None,
     ignore: Iterable[str] = (),
     config: Mapping[str, Mapping[str, object]] | None = None,
-) -> list[object]:
+) -> list[Detector]:
     """Fresh detector instances. ``config`` maps an id to overrides of its Config fields."""
     config = config or {}
     chosen = set(select) if select is not None else None
     muted = set(ignore)
-    out = []
+    out: list[Detector] = []
     for cls in DETECTORS:
-        id_ = cls.id  # type: ignore[attr-defined]
+        id_ = cls.id
         if id_ in muted or (chosen is not None and id_ not in chosen):
             continue
         overrides = dict(config.get(id_, {}))
-        out.append(cls(cls.Config(**overrides)))  # type: ignore[attr-defined]
+        # Typed as a callable: mypy refuses to call the protocol class Detector.Config itself,
+        # though each cls.Config is a concrete dataclass.
+        make_config: Callable[..., Detector.Config] = cls.Config
+        out.append(cls(make_config(**overrides)))
     return out
 
 
-def by_id() -> dict[str, type]:
-    return {cls.id: cls for cls in DETECTORS}  # type: ignore[attr-defined]
+def by_id() -> dict[str, type[Detector]]:
+    return {cls.id: cls for cls in DETECTORS}

@@ -8,7 +8,7 @@ from typing import ClassVar, Iterator
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Optimizer, ScaledClip
-from traindoc.findings import Finding
+from traindoc.findings import EvidenceValue, Finding
 
 _ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adagrad", "RMSprop", "Adafactor", "Lion")
 
@@ -62,16 +62,16 @@ class ClipBeforeUnscale:
         scale = median([c.scale for c in self._calls])
         opt = self._optimizer or "the optimizer"
         lr = f" (lr {fmt(self._lr)})" if self._lr is not None else ""
-        normed = [c for c in self._calls if c.norm is not None]
-        evidence: dict[str, object] = {
+        normed = [(c, c.norm) for c in self._calls if c.norm is not None]  # clip_grad_norm_ calls
+        evidence: dict[str, EvidenceValue] = {
             "calls": self._count, "first_step": first.step, "function": first.fn,
             "max_norm": first.max_norm, "scale": scale, "where": where, "optimizer": self._optimizer,
         }
         if normed:
-            scaled = median([c.norm for c in normed])  # type: ignore[misc]
-            true = median([c.norm / c.scale for c in normed if c.scale])  # type: ignore[operator]
-            effective = median([min(c.norm, c.max_norm) / c.scale for c in normed if c.scale])  # type: ignore[type-var, operator]
-            clipped = sum(c.norm > c.max_norm for c in normed) / len(normed)  # type: ignore[operator]
+            scaled = median([n for _, n in normed])
+            true = median([n / c.scale for c, n in normed if c.scale])
+            effective = median([min(n, c.max_norm) / c.scale for c, n in normed if c.scale])
+            clipped = sum(n > c.max_norm for c, n in normed) / len(normed)
             shrink = true / effective if effective > 0 else float("inf")
             measured = (
                 f"It measured a median norm of {fmt(scaled)} for a true gradient norm of {fmt(true)}, "
@@ -111,6 +111,6 @@ class ClipBeforeUnscale:
                 "accumulation, unscale once after the last micro-batch. With bf16 autocast drop the "
                 "scaler and clip directly."
             ),
-            evidence=evidence,  # type: ignore[arg-type]
+            evidence=evidence,
             where=[where] if where else [],
         )

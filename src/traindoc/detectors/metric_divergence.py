@@ -38,7 +38,7 @@ class MetricDivergence:
     """
 
     id: ClassVar[str] = "metric-divergence"
-    needs: frozenset[str] = frozenset({"val_loss"})  # per instance: the watched signals
+    needs: ClassVar[frozenset[str]] = frozenset({"val_loss"})  # an instance replaces it: see __init__
     uses: frozenset[str] = frozenset()
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/val_loss_explodes.jsonl", 25),
@@ -64,7 +64,9 @@ class MetricDivergence:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         if self.config.watch:
-            self.needs = frozenset(self.config.watch)
+            # Per instance: the watched signals. The Detector protocol declares needs as a ClassVar
+            # (the registry reads it on the class); this detector alone narrows it per config.
+            self.needs = frozenset(self.config.watch)  # type: ignore[misc]  # see above
             self.uses = frozenset({"val_loss"}) - self.needs
         self._tracks: dict[str, _Track] = {}
 

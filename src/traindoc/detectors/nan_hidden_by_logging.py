@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar, Series
+from traindoc.events import Event, Scalar, Series, StepBegin, StepEnd
 from traindoc.findings import Finding
 
 
@@ -18,10 +18,15 @@ class NanHiddenByLogging:
     a NaN/Inf step loss is replaced by the window's running mean, and once the parameters are
     NaN every step loss is NaN, nothing is added, and the logged loss is 0.0. A single Inf
     norm (a GradScaler overflow in fp16) stays quiet.
+
+    A stream with the step lifecycle (live) is not judged: there the loss is the value handed
+    to backward(), not a logger's, so no logger can have hidden anything (nonfinite and
+    masked-nonfinite judge that stream's NaNs on their own evidence).
     """
 
     id: ClassVar[str] = "nan-hidden-by-logging"
     needs: ClassVar[frozenset[str]] = frozenset({"loss", "grad_norm"})
+    uses: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/nan_hidden_by_logging.jsonl", 59),
         Example("fixtures/logs/golden/fp16_overflow_once.jsonl", None),
@@ -46,8 +51,13 @@ class NanHiddenByLogging:
         self._zero = 0  # ... of which the logged loss is exactly 0
         self._fired: list[tuple[int, float, float]] | None = None
         self._shown: list[tuple[int, float, float]] = []  # the first few, for the message
+        self._live = False
 
     def observe(self, event: Event) -> Iterable[Finding]:
+        if isinstance(event, (StepBegin, StepEnd)):
+            self._live = True
+        if self._live:
+            return ()
         assert isinstance(event, Scalar)
         if event.name == "loss":
             self._loss = (event.step, event.value)
@@ -76,6 +86,8 @@ class NanHiddenByLogging:
         hidden ones among them, and the first point where ``observe`` fires."""
         from traindoc.detectors import _vector as vec
 
+        if self._live:
+            return []
         return vec.judge(self, columns, {"loss", "grad_norm"}, self._observe_columns)
 
     def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:

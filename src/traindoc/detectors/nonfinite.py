@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterable, Iterator
 
 from traindoc.detectors._common import Example, finding, names
-from traindoc.events import Activation, Event, ParamStats, Scalar, Series
+from traindoc.events import SKIPPED_BY_SCALER, Activation, Event, ParamStats, Scalar, Series, StepBegin, StepEnd
 from traindoc.findings import Finding
 
 
@@ -16,11 +16,16 @@ class Nonfinite:
 
     The evidence names where it appeared: the first module whose forward output held NaN on
     that step (forward), and the parameters whose gradient or value is non-finite (backward).
+
+    On a stream with the step lifecycle (live), a step's verdict waits for its ``StepEnd``: an
+    Inf/NaN gradient on a step that an AMP GradScaler skipped is the scaler doing its job (every
+    fp16 run has such steps), not a failure; a scale that keeps collapsing is
+    ``grad-scaler-collapse``'s to judge.
     """
 
     id: ClassVar[str] = "nonfinite"
     needs: ClassVar[frozenset[str]] = frozenset()  # any one of its uses: a loss, grads, params
-    uses: ClassVar[frozenset[str]] = frozenset({"loss", "params", "activations", "grad_norm"})
+    uses: ClassVar[frozenset[str]] = frozenset({"loss", "params", "activations", "grad_norm", "lifecycle"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/nonfinite_grad.py", 2),
         Example("golden/nonfinite_loss.jsonl", 12),
@@ -42,8 +47,37 @@ class Nonfinite:
         self._grads: list[str] = []
         self._params: list[str] = []
         self._loss: float | None = None
+        self._lifecycle = False  # the stream says how each step ended (live)
+        self._held: Finding | None = None  # this step's verdict, until its StepEnd
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, (StepBegin, StepEnd)):
+            self._lifecycle = True
+            if isinstance(event, StepEnd):
+                yield from self._step_ended(event)
+            return
+        yield from self._hold(self._observe(event))
+
+    def _hold(self, found: Iterable[Finding]) -> list[Finding]:
+        """Without a lifecycle, findings go out at once; with one, the last (fullest) finding
+        of the step waits for the step's end."""
+        found = list(found)
+        if not self._lifecycle or not found:
+            return found
+        self._held = found[-1]
+        return []
+
+    def _step_ended(self, end: StepEnd) -> Iterator[Finding]:
+        held = self._held
+        if held is None or held.step != end.step:
+            return
+        self._held = None
+        if end.outcome == SKIPPED_BY_SCALER:  # the scaler skipped it: start over
+            self._step, self._what, self._grads, self._params, self._loss = None, [], [], [], None
+            return
+        yield held
+
+    def _observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
             if event.nan and not event.is_output and event.step not in self._module:
                 self._module[event.step] = event.module
@@ -74,7 +108,7 @@ class Nonfinite:
         the ones that count (the engine keeps the first's step, the last's evidence)."""
         from traindoc.detectors import _vector as vec
 
-        return vec.judge(self, columns, None, self._observe_columns)
+        return self._hold(vec.judge(self, columns, None, self._observe_columns))
 
     def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
         import numpy as np
@@ -105,7 +139,8 @@ class Nonfinite:
         return out
 
     def finish(self) -> Iterator[Finding]:
-        return iter(())
+        if self._held is not None:  # a last step that never ended (the run stopped in it)
+            yield self._held
 
     def _fire(self, step: int, what: str) -> Iterator[Finding]:
         if self._step is None:

@@ -229,9 +229,13 @@ class Cast:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """Last event: how many optimizer steps ran and how the run ended."""
+    """Last event: how many steps ran and how the run ended. ``trained`` is False when a live
+    run never trained (no backward, no optimizer step: an import error, a crash before the
+    first step); ``exit_code`` is the script's own."""
 
     steps: int
     duration_s: float = 0.0
     status: str = "ok"  # "ok", "exception", "exit", "interrupted"
+    trained: bool = True
+    exit_code: int = 0
     signal: ClassVar[str] = "end"

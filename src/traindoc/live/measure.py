@@ -17,14 +17,18 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
 def strided(t: torch.Tensor) -> torch.Tensor:
-    """A fixed, evenly strided sample of ``t``'s elements (a view when possible)."""
+    """A fixed, evenly strided sample of ``t``'s elements (a view when possible). A complex
+    tensor is seen as its real and imaginary parts, so every statistic works on real numbers."""
     flat = t.detach().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
     stride = max(1, flat.numel() // SAMPLE)
     return flat[::stride][:SAMPLE]
 
 
 def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
-    """Per-tensor L2 norms in float32 (fp16 norms would overflow at 65504)."""
+    """Per-tensor L2 norms as float32, whatever the tensors' dtype (fp64, fp32, bf16, fp16,
+    complex). Low-precision norms are accumulated in float32 (fp16 would overflow at 65504)."""
     if not grads:
         return torch.zeros(0)
     same = all(g.dtype == torch.float32 and g.device == grads[0].device for g in grads)
@@ -34,7 +38,13 @@ def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
         except (RuntimeError, AttributeError):
             pass
     dev = grads[0].device
-    return torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32).to(dev) for g in grads])
+    return torch.stack([norm(g).to(dev) for g in grads])
+
+
+def norm(t: torch.Tensor) -> torch.Tensor:
+    """The L2 norm of ``t`` as a float32 scalar, for any floating or complex dtype."""
+    wide = torch.float32 if t.dtype in LOW_PRECISION else None  # fp64/complex keep their own
+    return torch.linalg.vector_norm(t.detach(), dtype=wide).float()
 
 
 def spacing(dtype: torch.dtype, magnitude: float) -> float:

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     doc = Watch(level=args.level, select=select, ignore=ignore, record=args.record,
                 settings=settings, script=argv0, argv=script_args, guard=getattr(args, "guard", False))
     code, status = _execute(doc, target, script_args, is_module=bool(args.module))
-    report = doc.close(status)
+    report = doc.close(status, code)
     if int(os.environ.get("RANK", "0")) != 0:
         return code
     fail = output.emit(report, args, settings)

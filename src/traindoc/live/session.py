@@ -5,9 +5,18 @@ during a step stay on their device in ``_pending``; at the end of each *sampled*
 concatenated and read back with one ``.tolist()`` per device (the only GPU sync traindoc adds),
 decoded into events and fed to the engine.
 
-Steps: ``step`` counts optimizer steps (0-based). A step "round" holds at most one ``step()`` per
-optimizer; the round closes at the next ``backward()`` after an optimizer stepped, or when an
-optimizer steps a second time (several optimizers, GANs, LBFGS closures all fit this rule).
+Steps: ``step`` counts training steps (0-based). A step "round" holds at most one ``step()`` per
+optimizer; the round closes at the next ``backward()`` after an optimizer stepped, when an
+optimizer steps a second time (several optimizers, GANs, LBFGS closures all fit this rule), or
+when the gradients are cleared after a backward without any step (the script skipped the step).
+Each round ends in the event stream with its loss, its gradient norm and one ``StepEnd`` per
+optimizer saying how that optimizer's step ended (stepped, skipped by a GradScaler, skipped by
+the script, no gradients), always after the round's own measurements: detectors judge a step
+knowing its outcome.
+
+The step bookkeeping never runs inside a probe that can be disabled: a measurement that fails
+(an unexpected dtype, a tensor subclass) disables that measurement only, and the report names
+the detectors it left blind.
 """
 
 from __future__ import annotations
@@ -25,8 +34,9 @@ import torch
 from traindoc import config, detectors
 from traindoc.engine import Engine, Report
 from traindoc.events import (
-    Activation, Backward, Batch, Cast, Classification, Clip, Event, Optimizer, ParamGroup,
-    ParamStats, RunEnd, RunStart, Scalar,
+    NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward, Batch, Cast,
+    Classification, Clip, Event, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
+    Scalar, StepBegin, StepEnd,
 )
 from traindoc.findings import Finding
 from traindoc.live import measure
@@ -56,6 +66,38 @@ LEVELS: dict[str, Level] = {
 
 RELU_WINDOW = 8  # sampled batches per dead-ReLU window
 
+# What each probe measures: when one is disabled, the detectors reading these signals are blind.
+PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
+    "params": ("params", "grad_norm", "optimizer"),
+    "backward": ("backward", "loss"),
+    "clip": ("clip", "grad_norm"),
+    "forward": ("activations",),
+    "dataloader": ("batch",),
+    "cross_entropy": ("classification",),
+    "cast": ("cast",),
+    "accumulation": ("accumulation",),
+    "scheduler": ("scheduler", "lr"),
+    "lr": ("lr",),
+    "loop": ("scheduler", "lr"),
+    "amp": ("amp", "autocast"),
+    "checkpoints": ("save", "load", "checkpoint", "train_state"),
+    "eval": ("eval", "bn"),
+    "data": ("data_wait",),
+    "routers": ("expert_gini", "expert_entropy"),
+    "loss_terms": ("loss_terms",),
+}
+
+
+class _RoundEnd:
+    """A marker in the pending list: the round ``step`` ended; emit its loss, gradient norm
+    and outcomes once the values before it are decoded."""
+
+    __slots__ = ("step", "outcomes")
+
+    def __init__(self, step: int, outcomes: list[tuple[int, str, int]]) -> None:
+        self.step = step
+        self.outcomes = outcomes
+
 class Session:
     def __init__(
         self,
@@ -81,8 +123,15 @@ class Session:
         self.next_sampled = self.sampled
         self._stepped: set[int] = set()
         self._micro = 0
-        self._step_loss: dict[int, list[int]] = {}
-        self._pending: list[tuple[torch.Tensor, Decoder]] = []
+        self._outcomes: list[tuple[int, str, int]] = []  # (optimizer, outcome, taken) this round
+        self._taken: dict[int, int] = {}  # optimizer index -> steps that took effect
+        self._cleared = False  # gradients cleared since this round's last backward
+        self._trained = False  # a backward or an optimizer step was seen
+        self._phase = 0
+        self._loss_sum: dict[int, float] = {}  # step -> sum of its decoded backward values
+        # In stream order: measurements to read back, round ends, and events that must not
+        # overtake the measurements before them.
+        self._pending: list[tuple[torch.Tensor, Decoder] | _RoundEnd | Event] = []
         self._started = time.time()
         self._t0 = time.perf_counter()
         # Optimizers and parameters (weak: traindoc must not keep the user's objects alive).
@@ -98,6 +147,7 @@ class Session:
         self._clipped: set[int] = set()
         self._grad_sq: dict[int, float] = {}
         self.failed: dict[str, str] = {}
+        self._failed_at: dict[str, int] = {}
         self.on_sampling_change: Callable[[bool], None] | None = None
         # Loss tensors scaled by an AMP GradScaler (id -> scale tensor), set by the AMP probe,
         # so the loss signal is the user's loss, not loss * scale.
@@ -107,6 +157,8 @@ class Session:
         self.grad_scale: torch.Tensor | None = None
         # Called with the step that just ended (before the counter moves on).
         self.round_listeners: list[Callable[[int], None]] = []
+        # Called with (module, output) for every module output of a sampled training forward.
+        self.output_listeners: list[Callable[[Any, Any], None]] = []
         # Called with every event emitted (the guard watches the stream through this).
         self.event_listeners: list[Callable[[Event], None]] = []
 
@@ -120,6 +172,11 @@ class Session:
     def measuring(self) -> bool:
         """Is the work happening now on a sampled step?"""
         return self.next_sampled if self.round_done else self.sampled
+
+    @property
+    def trained(self) -> bool:
+        """Was any training seen (a backward or an optimizer step)?"""
+        return self._trained
 
     def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
@@ -149,45 +206,84 @@ class Session:
             rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1)),
             level=self.level_name,
         ))
+        self.emit(StepBegin(step=0))
 
-    def finish(self, status: str = "ok") -> Report:
-        self._close_round(final=True)
-        self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status))
+    def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
+        if self._micro or self._outcomes:  # the last round's own events, then its end
+            self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
+        self._flush()
+        self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
+                         trained=self._trained, exit_code=exit_code))
         report = self.engine.finish()
         for probe, error in sorted(self.failed.items()):
-            report.disabled.append((f"probe:{probe}", error))
+            chosen = report.ran + [id_ for id_, _ in report.not_applicable]
+            report.disabled.append((f"probe:{probe}", self._blind(probe, error, chosen)))
         return report
+
+    def _blind(self, probe: str, error: str, chosen: list[str]) -> str:
+        """The error, from which step, and the detectors the disabled probe left blind."""
+        signals = set(PROBE_SIGNALS.get(probe, ()))
+        blind = [cls.id for cls in detectors.DETECTORS if cls.id in chosen
+                 and signals & (set(cls.needs) | set(getattr(cls, "uses", ())))]
+        at = self._failed_at.get(probe, 0)
+        tail = f"; blind from step {at} on: {', '.join(blind)}" if blind else ""
+        return f"{error}{tail}"
 
     def fail(self, probe: str, exc: BaseException) -> None:
         """A probe raised: remember it once; the caller disables it. Never reaches the user."""
         if probe not in self.failed:
             self.failed[probe] = f"{type(exc).__name__}: {exc}"
+            self._failed_at[probe] = self.current_step
             sys.stderr.write(f"traindoc: internal error in probe {probe!r}, disabled it: {exc}\n")
 
-    def _close_round(self, final: bool = False) -> None:
-        if self.sampled or final or len(self._pending) > 512:
+    def _round_outcomes(self) -> list[tuple[int, str, int]]:
+        if self._outcomes:
+            return self._outcomes
+        return [(-1, SKIPPED_BY_SCRIPT, 0)]  # backward ran, no optimizer stepped
+
+    def _close_round(self) -> None:
+        self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
+        if self.sampled or len(self._pending) > 512:
             self._flush()
-        if final:
-            return
         for listener in self.round_listeners:
             listener(self.step)
         self.step += 1
         self.round_done = False
         self._stepped.clear()
+        self._outcomes = []
         self._micro = 0
+        self._cleared = False
         self.sampled = self.next_sampled
+        self._pending.append(StepBegin(step=self.step))
 
     # ---- optimizers ---------------------------------------------------------------------------
     def on_optimizer_created(self, opt: Any) -> None:
         if opt not in self._optimizers:
-            self._optimizers[opt] = len(self._optimizers)
+            index = len(self._optimizers)
+            self._optimizers[opt] = index
+            if self._taken:  # another optimizer trained already: a new phase begins
+                self._phase += 1
+                self._pending.append(Phase(step=self.current_step, index=self._phase,
+                                reason=f"a new optimizer ({type(opt).__name__}) after "
+                                       f"{sum(self._taken.values())} optimizer steps"))
+
+    def on_zero_grad(self) -> None:
+        """The script cleared gradients (``optimizer.zero_grad()`` / ``model.zero_grad()``)."""
+        if self._micro and not self.round_done:
+            self._cleared = True
 
     def on_step_pre(self, opt: Any) -> None:
+        """Bookkeeping first (never disabled), then the sampled measurement (may be)."""
         if self.round_done and id(opt) in self._stepped:
             self._close_round()
         self.on_optimizer_created(opt)
-        if not self.sampled:
-            return
+        if self.sampled and "params" not in self.failed:
+            try:
+                self._snapshot(opt)
+            except Exception as exc:  # never let traindoc break the user's training
+                self.fail("params", exc)
+
+    def _snapshot(self, opt: Any) -> None:
         index = self._optimizers.get(opt)
         if opt not in self._announced:
             self._announced[opt] = True
@@ -201,11 +297,25 @@ class Session:
                 self._snap[p] = measure.StepSnapshot(p)
 
     def on_step_post(self, opt: Any) -> None:
+        self._end_step(opt, _has_grads(opt))
+        if self.sampled and opt in self._optimizers and "params" not in self.failed:
+            try:
+                self._measure_step(opt)
+            except Exception as exc:  # never let traindoc break the user's training
+                self.fail("params", exc)
+
+    def _end_step(self, opt: Any, stepped: bool | None) -> None:
+        """``opt``'s part of this round ended: it stepped (True), stepped with no gradient
+        (False) or was skipped by a GradScaler (None)."""
         first = not self.round_done
         self._stepped.add(id(opt))
         self.round_done = True
-        if self.sampled and opt in self._optimizers:
-            self._measure_step(opt)
+        self._trained = True
+        index = self._optimizers.get(opt, -1)
+        if stepped:
+            self._taken[index] = self._taken.get(index, 0) + 1
+        outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
+        self._outcomes.append((index, outcome, self._taken.get(index, 0)))
         if first:
             self._sample_next()
 
@@ -222,11 +332,7 @@ class Session:
         if self.round_done and id(opt) in self._stepped:
             self._close_round()
         self.on_optimizer_created(opt)
-        first = not self.round_done
-        self._stepped.add(id(opt))
-        self.round_done = True
-        if first:
-            self._sample_next()
+        self._end_step(opt, None)
 
     def _measure_step(self, opt: Any) -> None:
         index = self._optimizers.get(opt)
@@ -334,10 +440,11 @@ class Session:
 
     # ---- backward and loss ------------------------------------------------------------------
     def on_backward(self, loss: torch.Tensor) -> None:
-        if self.round_done:
+        if self.round_done or self._cleared:  # a step ended, or the script dropped the last one
             self._close_round()
         step, micro = self.step, self._micro
         self._micro += 1
+        self._trained = True
         if loss.numel() != 1:
             return
         constant = loss.grad_fn is None
@@ -345,13 +452,15 @@ class Session:
         if self.sampled or self._nan_flags:  # forward flags are only taken on sampled steps
             self._pack_activations()
 
+        sums = self._loss_sum
+
         def decode(vals: list[float]) -> Iterable[Event]:
+            sums[step] = sums.get(step, 0.0) + vals[0]  # the step's loss, emitted at its end
             yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)
 
         scale = self.loss_scales.pop(id(loss), None)
         value = loss.detach() if scale is None else loss.detach() / scale
         self.defer(value, decode)  # no copy, no sync: read at the flush
-        self._step_loss.setdefault(step, []).append(len(self._pending) - 1)
 
     # ---- clip, batches, classification, casts -------------------------------------------------
     def on_clip(self, total_norm: Any, max_norm: float) -> None:
@@ -473,25 +582,46 @@ class Session:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        self._step_loss, step_loss = {}, self._step_loss
         by_device: dict[Any, list[int]] = {}
-        for i, (t, _) in enumerate(pending):
-            by_device.setdefault(t.device, []).append(i)
+        for i, entry in enumerate(pending):
+            if isinstance(entry, tuple):
+                by_device.setdefault(entry[0].device, []).append(i)
         values: list[list[float]] = [[] for _ in pending]
         for idxs in by_device.values():
-            flat = torch.cat([pending[i][0].detach().reshape(-1).float() for i in idxs])
+            tensors = [entry[0] for i in idxs if isinstance(entry := pending[i], tuple)]
+            flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
             out = flat.tolist()  # the sync point: one per device per sampled step
             pos = 0
-            for i in idxs:
-                n = pending[i][0].numel()
+            for i, tensor in zip(idxs, tensors):
+                n = tensor.numel()
                 values[i] = out[pos:pos + n]
                 pos += n
-        for i, (_, decode) in enumerate(pending):
-            for event in decode(values[i]):
-                self.emit(event)
-        for step, idxs in sorted(step_loss.items()):
-            self.emit(Scalar(step=step, name="loss", value=sum(values[i][0] for i in idxs)))
-            if step not in self._clipped and step in self._grad_sq:
-                self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(self._grad_sq[step])))
-        self._grad_sq.clear()
-        self._clipped = {s for s in self._clipped if s > self.step}
+        emit = self.emit
+        for i, entry in enumerate(pending):
+            if isinstance(entry, tuple):
+                for event in entry[1](values[i]):
+                    emit(event)
+            elif isinstance(entry, _RoundEnd):
+                self._end_round(entry)
+            else:
+                emit(entry)
+
+    def _end_round(self, end: _RoundEnd) -> None:
+        """The round's loss and gradient norm, then how each optimizer's step ended."""
+        step = end.step
+        loss = self._loss_sum.pop(step, None)
+        if loss is not None:
+            self.emit(Scalar(step=step, name="loss", value=loss))
+        grad_sq = self._grad_sq.pop(step, None)
+        if step in self._clipped:
+            self._clipped.discard(step)
+        elif grad_sq is not None:
+            self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(grad_sq)))
+        for index, outcome, taken in end.outcomes:
+            self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
+
+
+def _has_grads(opt: Any) -> bool:
+    """Does any parameter ``opt`` holds have a gradient? (stops at the first one: O(1) in a
+    normal step, a full scan only when nothing has one)"""
+    return any(p.grad is not None for g in opt.param_groups for p in g["params"])

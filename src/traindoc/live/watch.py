@@ -91,15 +91,23 @@ class Watch:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close(_status(ev))
 
-    def close(self, status: str = "ok") -> Report:
-        """Remove the probes and finish the report (idempotent)."""
+    def close(self, status: str = "ok", exit_code: int = 0) -> Report:
+        """Remove the probes and finish the report (idempotent). Fail-open like the probes: an
+        error while finishing is one line on stderr and a report of what was found so far."""
         if self._report is None:
-            if self._guard is not None:
-                self._guard.uninstall()
-            self._probes.uninstall()
-            self._report = self.session.finish(status)
+            for part, action in (("the guard", self._guard.uninstall if self._guard else None),
+                                 ("the probes", self._probes.uninstall)):
+                if action is not None:
+                    _safely(f"removing {part}", action)
+            try:
+                self._report = self.session.finish(status, exit_code)
+            except Exception as exc:  # never lose the report, never change the exit code
+                sys.stderr.write(f"traindoc: internal error while finishing the report: "
+                                 f"{type(exc).__name__}: {exc}\n")
+                self._report = self.session.engine.finish()
+                self._report.disabled.append(("finish", f"{type(exc).__name__}: {exc}"))
             if self._recorder is not None:
-                self._recorder.close()
+                _safely("closing the event record", self._recorder.close)
         return self._report
 
     @property
@@ -113,6 +121,13 @@ class Watch:
         if self._report is None:
             raise RuntimeError("the report is ready when the `with traindoc.watch()` block exits")
         return self._report
+
+
+def _safely(what: str, action: Any) -> None:
+    try:
+        action()
+    except Exception as exc:  # traindoc's own cleanup must never reach the user's script
+        sys.stderr.write(f"traindoc: internal error {what}: {type(exc).__name__}: {exc}\n")
 
 
 def _status(ev: BaseException | None) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from traindoc import catalog
 from traindoc.config import Settings
@@ -51,22 +53,39 @@ def check_output_path(path: str | None, option: str) -> None:
 
 
 def emit(report: Report, args: argparse.Namespace, settings: Settings | None = None) -> int:
-    """Render the terminal report, write the files asked for, return 0 or EXIT_FAIL_ON."""
+    """Render the terminal report, write the files asked for, return 0 or EXIT_FAIL_ON.
+
+    Each output is written on its own: one that fails (a full disk, a renderer bug) is one line
+    on stderr and never stops the others or changes the exit code. Files are written to a
+    temporary name and renamed, so a failed write never leaves half a report."""
     from traindoc.report import json as json_report
     from traindoc.report import text
 
-    text.render(report)
+    _safely("the terminal report", lambda: text.render(report))
     if args.json:
-        data = json_report.dumps(report)
         if args.json == "-":
-            sys.stdout.write(data)
+            _safely("the JSON report", lambda: sys.stdout.write(json_report.dumps(report)))
         else:
-            Path(args.json).write_text(data, encoding="utf-8")
+            _safely(f"the JSON report {args.json}", lambda: _write(args.json, json_report.dumps(report)))
     if getattr(args, "html", None):
         from traindoc.report import html
 
-        Path(args.html).write_text(html.render(report), encoding="utf-8")
+        _safely(f"the HTML report {args.html}", lambda: _write(args.html, html.render(report)))
     fail_on = args.fail_on or (settings.fail_on if settings else None)
     if fail_on and report.worst() <= severity_rank(fail_on):
         return EXIT_FAIL_ON
     return 0
+
+
+def _write(path: str, data: str) -> None:
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.traindoc-tmp")
+    tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def _safely(what: str, write: Callable[[], object]) -> None:
+    try:
+        write()
+    except Exception as exc:  # an output failing must not lose the others or the exit code
+        sys.stderr.write(f"traindoc: could not write {what}: {type(exc).__name__}: {exc}\n")

@@ -32,7 +32,14 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
         bits.append(f"status {run['status']}")
     console.rule("[bold]traindoc report[/]")
     console.print(f"{escape(head.removeprefix('traindoc report: '))}: {', '.join(bits)}")
-    if not report.findings:
+    if run.get("trained") is False:
+        code = f", exit code {run['exit_code']}" if run.get("exit_code") else ""
+        console.print(f"No training was observed: the script ended (status {run.get('status', 'ok')}{code}) "
+                      "before any backward() or optimizer step, so there was nothing to diagnose.")
+    elif not report.findings and report.disabled:
+        console.print(f"No findings from the detectors that ran, but {len(report.disabled)} part(s) were "
+                      "disabled after an internal error (below): failures they watch could not be seen.")
+    elif not report.findings:
         console.print("No findings: nothing in this run looks broken to the detectors that ran.")
     for sev in SEVERITIES:
         group = [f for f in report.findings if f.severity == sev]
@@ -48,10 +55,12 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
             console.print(f"  [dim]cause:[/]    {escape(f.cause)}")
             console.print(f"  [dim]fix:[/]      {escape(f.fix)}")
     console.print()
+    for id_, error in report.disabled:
+        console.print(f"[red]disabled after an internal error:[/] {escape(id_)}: {escape(error)}")
+    if run.get("trained") is False:
+        return  # which detectors applied says nothing about a run that never trained
     console.print(f"[dim]ran:[/] {escape(', '.join(report.ran)) or 'none'}")
     if report.not_applicable:
         console.print("[dim]not applicable:[/]")
         for id_, reason in report.not_applicable:
             console.print(f"  {escape(id_)}: {escape(reason)}")
-    for id_, error in report.disabled:
-        console.print(f"[red]disabled after an internal error:[/] {escape(id_)}: {escape(error)}")

@@ -60,6 +60,8 @@ class CoreProbes:
         self._patch(F, "cross_entropy", self._wrap_cross_entropy)
         for method in ("to", "bfloat16", "half"):
             self._patch(torch.nn.Module, method, self._wrap_cast)
+        for owner in (torch.optim.Optimizer, torch.nn.Module):
+            self._patch(owner, "zero_grad", self._wrap_zero_grad)
         s.on_sampling_change = self.set_forward_hooks
         # Our global forward hooks make torch warn on every call of a torch.compile'd module;
         # the warning is about us, not the user's code, so it must not reach their output.
@@ -88,6 +90,17 @@ class CoreProbes:
             probes._guard("optimizer", probes.s.on_optimizer_created, opt)
 
         return __init__
+
+    def _wrap_zero_grad(self, orig: Any) -> Any:
+        session = self.s
+
+        @functools.wraps(orig)
+        def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(obj, *args, **kwargs)
+            session.on_zero_grad()  # sets a flag: cannot raise
+            return out
+
+        return zero_grad
 
     def _on_backward(self, loss: Any) -> None:
         if loss is not None:
@@ -200,6 +213,8 @@ class CoreProbes:
             return
         with torch.no_grad():
             self._guard("forward", self.s.on_module_output, module, output)
+            for listener in self.s.output_listeners:
+                listener(module, output)
             if self._depth == 0 and next(module.parameters(), None) is not None:
                 self._guard("forward", self.s.on_root_forward, module, output)
 

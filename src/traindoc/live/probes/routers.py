@@ -7,7 +7,10 @@ output ends in a dimension of E (an ``nn.Linear(d, E)``, or any module named gat
 routing, checked on its output). A block with an ``num_experts``-like integer attribute and a
 gate/router child counts too. ``traindoc.watch_router(module)`` names any other router.
 
-On sampled steps (training forwards only) the top-1 expert of every token is read from the
+Nothing is attached to the user's modules (a hook object on a module would travel with
+``copy.deepcopy``, ``pickle`` and ``torch.save(model)``): routers are looked at from the core
+probe's global forward hook, which is on during sampled steps only. On those steps (training
+forwards only) the top-1 expert of every token is read from the
 router's output on its device (``argmax`` over the last dimension, ``bincount``) and read back in
 the step's one batched transfer; after the step the load's Gini coefficient (0 even, (E-1)/E
 all tokens on one expert) and entropy (nats) are emitted as ``expert_gini``/``expert_entropy``.
@@ -25,7 +28,7 @@ import torch
 from traindoc import metrics as api
 from traindoc.events import Event
 from traindoc.live import measure
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.metrics import publisher
 from traindoc.live.objects import ObjectMap
 from traindoc.live.session import Session
@@ -41,12 +44,13 @@ class RouterProbe:
         self.s = session
         self._guard = patcher.guard
         self.pub = publisher(session)
-        self._routers = ObjectMap()  # module -> (name, experts, hook handle)
+        self._routers = ObjectMap()  # module -> (name, experts)
         self._scanned = ObjectMap()  # models already searched for routers
         self._load: dict[int, dict[int, list[float]]] = {}  # step -> router (id) -> counts
 
     def install(self) -> None:
         self.s.round_listeners.append(self._on_round)
+        self.s.output_listeners.append(self._hook)
         api.router_sinks.append(self._on_router)
         for module, experts in list(api.routers.items()):
             self._add(module, type(module).__name__, experts)
@@ -54,10 +58,10 @@ class RouterProbe:
     def uninstall(self) -> None:
         if self._on_round in self.s.round_listeners:
             self.s.round_listeners.remove(self._on_round)
+        if self._hook in self.s.output_listeners:
+            self.s.output_listeners.remove(self._hook)
         if self._on_router in api.router_sinks:
             api.router_sinks.remove(self._on_router)
-        for _, _, handle in self._routers.values():
-            handle.remove()
         self._routers = ObjectMap()
 
     # ---- finding routers -----------------------------------------------------------------------
@@ -67,8 +71,7 @@ class RouterProbe:
     def _add(self, module: Any, name: str, experts: int | None) -> None:
         if module in self._routers or not isinstance(module, torch.nn.Module):
             return
-        handle = module.register_forward_hook(self._hook)
-        self._routers[module] = (name, experts, handle)
+        self._routers[module] = (name, experts)
         self.pub.claim("expert_gini")
         self.pub.claim("expert_entropy")
 
@@ -99,10 +102,10 @@ class RouterProbe:
                     self._add(child, full, experts)
 
     # ---- measuring -----------------------------------------------------------------------------
-    def _hook(self, module: Any, args: Any, output: Any) -> None:
-        if is_compiling() or not self.s.measuring or not torch.is_grad_enabled():
-            return
-        self._guard(self.name, self._on_output, module, output)
+    def _hook(self, module: Any, output: Any) -> None:
+        """Every module output on a sampled training forward (from the core probe)."""
+        if module in self._routers and self.s.measuring:
+            self._guard(self.name, self._on_output, module, output)
 
     def _on_output(self, module: Any, output: Any) -> None:
         entry = self._routers.get(module)
