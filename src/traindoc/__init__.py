@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # typing only: `import traindoc` stays free of torch
-    from traindoc.live.watch import Watch
-
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    # Type checkers see the class itself, so that a call is checked against Watch's own
+    # parameters; at run time the function below imports it lazily (no torch on import).
+    from traindoc.live.watch import Watch as watch
+else:
+    def watch(model=None, optimizer=None, **options):
+        """Observe the training inside a ``with`` block (see ``traindoc.live.watch.Watch``)."""
+        from traindoc.live.watch import Watch
 
-def watch(model: object = None, optimizer: object = None, **options: object) -> "Watch":
-    """Observe the training inside a ``with`` block (see ``traindoc.live.watch.Watch``)."""
-    from traindoc.live.watch import Watch
-
-    return Watch(model, optimizer, **options)  # type: ignore[arg-type]
+        return Watch(model, optimizer, **options)
 
 # One-line calls for what zero-code capture cannot see (traindoc/metrics.py: no torch import).
 from traindoc.metrics import log, loss_terms, watch_router  # noqa: E402

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from traindoc import __version__
 from traindoc.errors import UsageError
@@ -29,7 +29,7 @@ FACES: dict[str, tuple[str, str]] = {
 class _Parser(argparse.ArgumentParser):
     """argparse, but errors in our voice: ``Error: ...`` plus a hint, exit 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"Error: {message}\nTry '{self.prog} --help'.\n")
         raise SystemExit(2)
 

@@ -19,7 +19,7 @@ from traindoc.errors import UsageError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib  # type: ignore[no-redef]
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,11 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence, TypeVa
 from traindoc.events import SIGNALS, Event, RunEnd, RunStart, Scalar, Series
 from traindoc.findings import Finding, severity_rank
 
+# Scalars buffered for the column detectors before a delivery without waiting for a flush point:
+# bounds the buffer (a stream of Scalars alone, e.g. a recorded run) at ~100 KB, and a delivery
+# costs a column detector ~20-100 us of numpy set-up, a few ns per point at this size.
+CHUNK = 4096
+
 if TYPE_CHECKING:  # importing the detectors package would import every detector
     from traindoc.detectors import Detector
 
@@ -43,13 +48,22 @@ class Report:
 class Engine:
     """Routes events by signal to the detectors that need them.
 
-    ``Series`` events (a log's columns) are gathered until the next other event and then
-    delivered at once: a detector with ``observe_series`` gets ``{signal: Series}`` for all its
-    signals in one call (vectorized judgement); every other detector gets the points replayed
-    as ``Scalar`` events in step order, exactly what a per-point source would have sent.
+    Numbers reach a detector in one of two ways, decided by the detector alone:
 
-    A detector's optional members (``uses``, ``finish``, ``observe_series``; see
-    ``detectors.Detector``) are looked up with ``getattr``: a missing one is a no-op.
+    - A *column detector* (one with ``observe_series``) judges columns: it gets
+      ``{signal: Series}`` for its signals and never a ``Scalar``. A log's columns (``Series``
+      events) are gathered until the next other event and delivered whole; ``Scalar`` events
+      (live, a recorded stream) are kept in small columns and delivered at the next flush point:
+      ``flush()``, any event other than a ``Scalar``, ``finish()``, or ``CHUNK`` points. Its
+      findings can come later than the point that made them (live: at the next sampled step's
+      events), with the same step numbers.
+    - Every other detector gets ``Scalar`` events as they come, and a log's columns replayed as
+      ``Scalar`` events in step order, exactly what a per-point source would have sent.
+
+    Each detector sees its own events in the order they came (Scalars kept for it are delivered
+    before any later event). A detector's optional members (``uses``, ``finish``,
+    ``observe_series``; see ``detectors.Detector``) are looked up with ``getattr``: a missing one
+    is a no-op.
 
     A detector that raises is disabled and reported once (``Report.disabled``); the others go
     on. The first finding of an id is announced through ``on_finding``; a later finding of the
@@ -83,6 +97,10 @@ class Engine:
         self._steps = 0
         self._finished: Report | None = None
         self._columns: list[Series] = []  # Series events awaiting delivery
+        # Scalars awaiting delivery to column detectors: signal -> (steps, values), _buffered in all.
+        self._buffer: dict[str, tuple[list[int], list[float]]] = {}
+        self._buffered = 0
+        self._reroute()
 
     @property
     def findings(self) -> list[Finding]:
@@ -94,11 +112,30 @@ class Engine:
 
     def feed(self, event: Event) -> None:
         if isinstance(event, Series):
+            if self._buffered:  # Scalars that came first go first
+                self._flush_buffer()
             self._columns.append(event)
             return
         if self._columns:
-            self._deliver_columns()
+            self._deliver(self._columns, replay=True)
+            self._columns = []
         signal = event.signal
+        if isinstance(event, Scalar):
+            if event.step + 1 > self._steps:
+                self._steps = event.step + 1
+            self._seen.add(signal)
+            for det in self._scalar_routes.get(signal, ()):
+                self._call(det, det.observe, event)
+            if signal in self._columnar:
+                steps, values = self._buffer.setdefault(signal, ([], []))
+                steps.append(event.step)
+                values.append(event.value)
+                self._buffered += 1
+                if self._buffered >= CHUNK:
+                    self._flush_buffer()
+            return
+        if self._buffered:
+            self._flush_buffer()
         if isinstance(event, RunStart):
             self._run.update(
                 source=event.source, script=event.script, argv=list(event.argv),
@@ -110,6 +147,8 @@ class Engine:
                              trained=event.trained)
             if event.exit_code:
                 self._run.update(exit_code=event.exit_code)
+            if event.optimizer_steps is not None:
+                self._run.update(optimizer_steps=event.optimizer_steps)
         step = getattr(event, "step", None)
         if isinstance(step, int) and step + 1 > self._steps:
             self._steps = step + 1
@@ -119,6 +158,21 @@ class Engine:
         for det in self._routes.get(signal, ()):
             self._call(det, det.observe, event)
 
+    def flush(self) -> None:
+        """Deliver what waits for the column detectors now (a source calls this where a delay
+        would matter, e.g. at the end of a sampled step)."""
+        if self._columns:
+            self._deliver(self._columns, replay=True)
+            self._columns = []
+        if self._buffered:
+            self._flush_buffer()
+
+    def _reroute(self) -> None:
+        """Where a Scalar goes: to ``observe`` of the per-point detectors of its signal, and
+        into the buffer when a column detector wants its signal."""
+        self._scalar_routes = {s: [d for d in dets if not _columnar(d)] for s, dets in self._routes.items()}
+        self._columnar = {s for s, dets in self._routes.items() if any(map(_columnar, dets))}
+
     def _declared(self, signals: set[str]) -> None:
         """The source said up front which signals it carries: stop routing events to detectors
         that need others (a million-row log pays nothing for them)."""
@@ -127,30 +181,49 @@ class Engine:
                 for routed in self._routes.values():
                     if det in routed:
                         routed.remove(det)
+        self._reroute()
 
-    def _deliver_columns(self) -> None:
-        columns, self._columns = self._columns, []
-        names = [c.name for c in columns]
+    def _flush_buffer(self) -> None:
+        """The buffered Scalars as columns, in the order their signals first came (the buffer
+        keeps its keys): a column does not say in which order two signals of one step came, and
+        a detector reading several replays them column by column within a step (live sends the
+        loss, then the gradient norm, every step)."""
+        columns = [Series(name, steps, values) for name, (steps, values) in self._buffer.items() if steps]
+        self._buffer = {name: ([], []) for name in self._buffer}
+        self._buffered = 0
+        self._deliver(columns, replay=False)
+
+    def _deliver(self, columns: list[Series], replay: bool) -> None:
+        """``columns`` to the column detectors that want them, in calls that hold at most one
+        column per signal (a signal twice in a row: two calls, in order); and, with ``replay``
+        (a log's columns), as Scalar events to the per-point detectors."""
         for c in columns:
             if len(c):
                 self._seen.add(c.name)
                 self._steps = max(self._steps, int(c.steps[-1]) + 1)  # steps are non-decreasing
         routed = {id(d) for c in columns for d in self._routes.get(c.name, ())}
-        replay: list[Detector] = []
+        points: list[Detector] = []
         for det in self._detectors:
             if id(det) not in routed:
                 continue
-            wanted = _wanted(det)
-            mine = [n for n in names if n in wanted]
             series = _optional(det, "observe_series")
-            if series is not None and len(mine) == len(set(mine)):
-                self._call(det, series, {c.name: c for c in columns if c.name in wanted})
-            else:
-                replay.append(det)
-        if not replay:
+            if series is None:
+                points.append(det)
+                continue
+            wanted = _wanted(det)
+            call: dict[str, Series] = {}
+            for c in columns:
+                if c.name not in wanted:
+                    continue
+                if c.name in call:
+                    self._call(det, series, call)
+                    call = {}
+                call[c.name] = c
+            self._call(det, series, call)
+        if not replay or not points:
             return
-        wanted_any = set[str]().union(*(_wanted(d) for d in replay))
-        targets = {id(d) for d in replay}
+        wanted_any = set[str]().union(*(_wanted(d) for d in points))
+        targets = {id(d) for d in points}
         for ev in scalars([c for c in columns if c.name in wanted_any]):
             for det in self._routes.get(ev.name, ()):
                 if id(det) in targets:
@@ -159,8 +232,7 @@ class Engine:
     def finish(self) -> Report:
         if self._finished is not None:
             return self._finished
-        if self._columns:
-            self._deliver_columns()
+        self.flush()
         for det in self._detectors:
             finish = _optional(det, "finish")
             if finish is not None:
@@ -225,6 +297,11 @@ def _missing(det: Detector, seen: set[str]) -> list[str]:
         return sorted(needs - seen)
     uses = _uses(det)
     return [] if uses & seen else sorted(uses)
+
+
+def _columnar(det: Detector) -> bool:
+    """A column detector: it judges whole columns (``observe_series``), never single Scalars."""
+    return _optional(det, "observe_series") is not None
 
 
 def _wanted(det: Detector) -> set[str]:

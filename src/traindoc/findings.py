@@ -63,17 +63,21 @@ def finding(
     id_: str,
     *,
     message: str,
-    cause: str,
-    fix: str,
+    cause: str | None = None,
+    fix: str | None = None,
     step: int | None = None,
     evidence: Mapping[str, EvidenceValue] | None = None,
     where: Sequence[str] = (),
 ) -> Finding:
-    """A finding whose severity and title come from the catalog entry of ``id_``."""
+    """A finding whose severity and title come from the catalog entry of ``id_``, and its cause
+    and fix too unless the caller knows better: a cause or fix that names the run's own objects
+    (the optimizer, a parameter, file:line) or depends on what was measured is passed in; the
+    general one lives once, on the catalog page (``Entry.cause``, ``Entry.fix``)."""
     from traindoc import catalog  # catalog imports this module
 
     entry = catalog.get(id_)
     return Finding(
-        id=id_, severity=entry.severity, title=entry.title, message=message, cause=cause,
-        fix=fix, step=step, evidence=dict(evidence or {}), where=tuple(where),
+        id=id_, severity=entry.severity, title=entry.title, message=message,
+        cause=entry.cause if cause is None else cause, fix=entry.fix if fix is None else fix,
+        step=step, evidence=dict(evidence or {}), where=tuple(where),
     )

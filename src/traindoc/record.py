@@ -23,11 +23,19 @@ def _encode(value: object) -> object:
 def _decode(value: object) -> object:
     if isinstance(value, dict):
         if set(value) == {"__float__"}:
-            return float(value["__float__"])  # type: ignore[arg-type]
+            return float(value["__float__"])
         return {k: _decode(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_decode(v) for v in value]
     return value
+
+
+def _record(value: object) -> dict[str, object]:
+    """A decoded JSON line, which must be an object (a dict) to be an event."""
+    decoded = _decode(value)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"expected a JSON object, got {type(decoded).__name__}")
+    return decoded
 
 
 def dump_line(event: Event) -> str:
@@ -55,6 +63,6 @@ def read(path: str | Path) -> Iterator[Event]:
             if not line.strip():
                 continue
             try:
-                yield from_dict(_decode(json.loads(line)))  # type: ignore[arg-type]
+                yield from_dict(_record(json.loads(line)))
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a traindoc event: {exc}") from None

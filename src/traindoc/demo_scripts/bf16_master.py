@@ -137,7 +137,7 @@ def main() -> None:
             print(f"step {step:4d} | loss {loss.item():.4f} | grad norm {grad_norm.item():.3f}"
                   f" | lr {scheduler.get_last_lr()[0]:.2e}")
 
-    ln_w = model.blocks[0].ln1.weight
+    ln_w = model.get_parameter("blocks.0.ln1.weight")
     print(f"blocks.0.ln1.weight: mean {ln_w.float().mean().item():.6f}, dtype {ln_w.dtype}")
     if args.save:
         torch.save(model.state_dict(), args.save)

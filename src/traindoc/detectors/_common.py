@@ -1,4 +1,10 @@
-"""What every detector shares: building a finding from the catalog, and its examples."""
+"""What every detector shares: building a finding from the catalog, and its examples.
+
+A detector writes only what it measured: the message, the evidence, ``where``, and a cause or fix
+when it can name the run's own objects or the branch it found. The failure itself (title, what
+it is, causes, what to try) is described once, on its catalog page, and ``finding`` takes the
+title, and the cause and fix a detector does not pass, from there.
+"""
 
 from __future__ import annotations
 

@@ -41,6 +41,25 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
 
 
+class Thinned:
+    """Every ``stride``-th value of a sequence (by position), the stride doubling whenever more
+    than ``cap`` would be kept: at most ``cap`` values however long the run, spread evenly over
+    it, and the same ones however the sequence is cut into calls. A bounded stand-in for the
+    whole sequence (its median is the sequence's while it held at most ``cap`` values)."""
+
+    def __init__(self, cap: int = 1024) -> None:
+        self.cap, self.stride, self.count = cap, 1, 0
+        self.values: list[float] = []
+
+    def extend(self, xs: Sequence[float]) -> None:
+        part = xs[(-self.count) % self.stride::self.stride]  # positions that are multiples of stride
+        tolist = getattr(part, "tolist", None)  # a numpy array: Python floats
+        self.values.extend(tolist() if tolist is not None else part)
+        self.count += len(xs)
+        while len(self.values) > self.cap:
+            self.values, self.stride = self.values[::2], 2 * self.stride
+
+
 class Ema:
     """Exponential moving average with bias correction (so early values are not pulled to 0)."""
 

@@ -1,8 +1,9 @@
-"""Vectorized helpers for the detectors' ``observe_series`` (a log's columns judged whole).
+"""Vectorized helpers for the detectors' ``observe_series`` (columns judged at once: a log's
+whole, or the engine's small columns of live Scalars).
 
 Detectors import this module lazily, inside ``observe_series``: it imports numpy, which the
 live face and ``traindoc lint`` must not pay for at start-up. Every helper reproduces what
-the per-point code computes, bit for bit unless its docstring says otherwise.
+the plain-Python maths (``_maths``) computes, bit for bit unless its docstring says otherwise.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from traindoc.events import Scalar, Series
+from traindoc.events import Series
 from traindoc.findings import Finding
 
 # ---- columns as arrays ---------------------------------------------------------------------------
@@ -128,15 +129,22 @@ class RollingMedian:
     def lo(self) -> np.ndarray:
         """Each window's minimum: <= its median."""
         if self._lo is None:
-            self._lo = _rolling(np.minimum, self.x, self.n)
+            self._lo = self._widen(_rolling(np.minimum, self.x, self.n), -1.0)
         return self._lo
 
     @property
     def hi(self) -> np.ndarray:
         """Each window's maximum: >= its median."""
         if self._hi is None:
-            self._hi = _rolling(np.maximum, self.x, self.n)
+            self._hi = self._widen(_rolling(np.maximum, self.x, self.n), 1.0)
         return self._hi
+
+    def _widen(self, bound: np.ndarray, sign: float) -> np.ndarray:
+        """An even window's median 0.5 * (a + b) overflows to +-inf beyond a bound of half the
+        largest float: there the bound is +-inf, so that it still bounds the median."""
+        if self.n % 2:
+            return bound
+        return np.where(sign * bound > np.finfo(np.float64).max / 2, sign * np.inf, bound)
 
     def extreme(self, lowest: bool) -> tuple[float, int]:
         """The lowest (or highest) median and the first window that has it. Only the windows
@@ -232,18 +240,6 @@ def replay(det: object, columns: Mapping[str, Series]) -> list[Finding]:
     out: list[Finding] = []
     for event in scalars(list(columns.values())):
         found: Iterable[Finding] | None = det.observe(event)  # type: ignore[attr-defined]
-        if found is not None:
-            out.extend(found)
-    return out
-
-
-def observe_points(det: object, name: str, steps: Sequence[int], values: Sequence[float],
-                   start: int, stop: int) -> list[Finding]:
-    """Feed points ``start:stop`` of one column to ``det.observe``."""
-    out: list[Finding] = []
-    for i in range(start, stop):
-        event = Scalar(item(steps, i), name, item(values, i))
-        found = det.observe(event)  # type: ignore[attr-defined]
         if found is not None:
             out.extend(found)
     return out

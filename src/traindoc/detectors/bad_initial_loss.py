@@ -51,16 +51,6 @@ class BadInitialLoss:
                 f"classifier should start near ln({event.classes}) = {fmt(expected)} (threshold "
                 f"{fmt(limit)})."
             ),
-            cause=(
-                "The initial predictions are confident and wrong: the output layer is initialised "
-                "with a large scale (or a scaled head, a temperature that divides the logits by a "
-                "small number), or the targets do not match the outputs."
-            ),
-            fix=(
-                "Initialise the output layer small (default init, or normal_(std=0.02) / zeros for "
-                "the last layer); remove extra logit scaling; check that targets are class indices "
-                "in [0, C)."
-            ),
             evidence={"loss": event.value, "classes": event.classes, "expected": expected, "threshold": limit},
         )
 

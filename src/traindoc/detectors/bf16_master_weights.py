@@ -23,6 +23,8 @@ class Bf16MasterWeights:
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/bf16_master.py", 0),
         Example("zoo/healthy_bf16_autocast.py", None),
+        Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", 20),  # ckpt: bf16 optimizer state
+        Example("ckpt/golden/complete_training.jsonl", None),
     )
 
     @dataclass(frozen=True)
@@ -54,11 +56,6 @@ class Bf16MasterWeights:
             message=(
                 f"{event.cls} trains {len(low)} of {len(dtypes)} parameters stored as {dtype}{site}; "
                 "the optimizer has no fp32 copy of them."
-            ),
-            cause=(
-                "The model was cast to low precision for training (`model.to(torch.bfloat16)`, "
-                "`.half()`), so weights, updates and optimizer arithmetic all run at 8 (bf16) or "
-                "11 (fp16) significant bits: small updates round away."
             ),
             fix=(
                 f"Remove the cast{(' at ' + cast.where) if cast and cast.where else ''} and keep "

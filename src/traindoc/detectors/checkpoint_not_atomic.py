@@ -78,17 +78,6 @@ class CheckpointNotAtomic:
         return finding(
             self.id, step=first.step,
             message=what + also + ".",
-            cause=(
-                "The checkpoint is written straight to the path resume reads. A crash, preemption "
-                "or full disk during the write leaves a truncated file there, and the previous "
-                "good checkpoint is already overwritten: torch.load then fails ('failed finding "
-                "central directory') and the run restarts from scratch."
-            ),
-            fix=(
-                "Write to a temporary file in the same folder, then rename it over the old one: "
-                "tmp = path + '.tmp'; torch.save(state, tmp); os.replace(tmp, path) (os.replace "
-                "is atomic on POSIX and Windows). Or keep the last two checkpoints."
-            ),
             evidence={"path": first.path, "saves_in_place": len(steps), "steps": steps[:50],
                       "training_checkpoint": first.training, "where": first.where,
                       "overwrote_existing_file": self._overwrote_existing, "other_paths": others[:10]},

@@ -85,11 +85,6 @@ class ClippingEveryStep:
                 f"the median gradient norm was {fmt(med)}x max_norm (thresholds: {self.config.rate:.0%} "
                 f"of calls, {fmt(self.config.factor)}x)."
             ),
-            cause=(
-                "The gradient norm is far above max_norm on nearly every step: max_norm is too "
-                "tight for this model and loss, or the gradients are exploding and clipping is "
-                "hiding it. Every update then has the same size, lr * max_norm."
-            ),
             fix=(
                 f"Measure the unclipped norm (it is {fmt(med * self._max_norm)} here): if it is "
                 "steady, raise max_norm to about its typical value so clipping only catches spikes; "

@@ -83,16 +83,6 @@ class ConstantLoss:
         return finding(
             self.id, step=first,
             message="; ".join(parts) + value + f" (first at step {first}).",
-            cause=(
-                "The loss is replaced by a constant when it looks bad (`if loss > 1e6: loss = "
-                "torch.tensor(1e6)`, NaN replacement, `torch.tensor(loss.item())`) or clamped "
-                "(`loss.clamp(max=...)`): a constant has zero gradient, so those steps learn nothing."
-            ),
-            fix=(
-                "Remove the replacement/clamp and fix why the loss is large or NaN (normalize the "
-                "targets, balance the loss weights, lower the LR). To bound a large loss keep its "
-                "gradient: clip gradients (clip_grad_norm_) or use a robust loss (smooth_l1/Huber)."
-            ),
             evidence={"constant_steps": len(self._constant), "zero_gradient_steps": len(self._zero_grad),
                       "steps_observed": self._steps, "first_steps": steps[:20],
                       "value_to_backward": common[0] if common else None},

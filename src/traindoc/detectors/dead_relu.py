@@ -66,15 +66,6 @@ class DeadRelu:
                 f"ReLU units never active over {batches} sampled batches: {desc} "
                 f"(threshold {cfg.share:.0%})."
             ),
-            cause=(
-                "The pre-activations are negative for every input: a bias initialised very negative, "
-                "a large update (LR too high, a loss spike) that pushed the units into the dead zone, "
-                "or inputs with a large negative offset. Dead units get zero gradient and never recover."
-            ),
-            fix=(
-                "Use the default init (or Kaiming) and zero biases; lower the LR or add warmup; "
-                "normalize inputs; add BatchNorm/LayerNorm before the ReLU, or use LeakyReLU/GELU."
-            ),
             evidence={"modules": {a.module: a.dead for a in bad[:20] if a.dead is not None},
                       "batches": batches, "threshold": cfg.share},
             where=[a.module for a in bad[:10]],

@@ -123,16 +123,6 @@ class DegenerateThreshold:
         return finding(
             self.id, step=first_step,
             message="; ".join(parts) + ": the scores still move, but none crosses the threshold.",
-            cause=(
-                "No score in the evaluation set is above the fixed threshold (usually 0.5), so "
-                "nothing is predicted positive: sparse targets push calibrated scores below 0.5, or "
-                "the scores are not probabilities. F1 = 0 then says nothing about ranking quality."
-            ),
-            fix=(
-                "Select and stop on a threshold-free metric (average precision, AUROC, or the task "
-                "metric such as SHD); tune the threshold on validation; log the share of positive "
-                "predictions next to F1 and use zero_division=0 explicitly."
-            ),
             evidence={"signals": where, "first_zero_step": first_step,
                       "best": {n: self._best[n][1] for n in where}},
             where=where,

@@ -8,19 +8,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
     import numpy as np
+
+    from traindoc.detectors import _vector as vec
 
 
 class Divergence:
-    """The smoothed loss (median of the last ``smooth`` values) rises to ``factor`` times its
-    best so far and above its initial level, or the loss turns NaN/Inf after rising
-    ``nan_rise`` times above its best. Comparing with the initial level too keeps a loss that
-    wobbles near zero at the end of training from firing."""
+    """The smoothed loss (median of the last ``smooth`` finite values) rises to ``factor`` times
+    its best so far and above its initial level, or the loss turns NaN/Inf after the smoothed
+    loss rose ``nan_rise`` times above its best. Comparing with the initial level too keeps a
+    loss that wobbles near zero at the end of training from firing.
+
+    Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
+    columns the engine delivers; the same findings however a column is cut.
+    """
 
     id: ClassVar[str] = "divergence"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
@@ -42,118 +47,128 @@ class Divergence:
         def __post_init__(self) -> None:
             if self.factor <= 1:
                 raise ValueError(f"factor must be > 1, got {self.factor}")
+            if self.smooth < 1:
+                raise ValueError(f"smooth must be >= 1, got {self.smooth}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._recent: deque[float] = deque(maxlen=self.config.smooth)
-        self._initial: float | None = None
+        self._tail: deque[float] = deque(maxlen=self.config.smooth - 1)  # the last finite values
+        self._initial: float | None = None  # the first smoothed loss
         self._best = math.inf
         self._best_step = 0
-        self._last = math.nan
+        self._last = math.nan  # the latest smoothed loss
         self._peak = -math.inf
         self._fired: tuple[int, float, str] | None = None
 
-    def observe(self, event: Event) -> Iterator[Finding]:
+    def observe(self, event: Event) -> list[Finding]:
+        """A single point, as a column of one (the engine sends columns)."""
         assert isinstance(event, Scalar)
-        if self._fired:
-            if len(self._recent) == self.config.smooth and math.isfinite(event.value):
-                self._recent.append(event.value)
-                self._peak = max(self._peak, median(list(self._recent)))
-            return
-        cfg = self.config
-        if not math.isfinite(event.value):
-            if self._initial is not None and self._last >= cfg.nan_rise * self._best > 0:
-                self._fired = (event.step, event.value, "turned non-finite after rising")
-                yield self._finding(*self._fired)
-            return
-        self._recent.append(event.value)
-        if len(self._recent) < cfg.smooth:
-            return
-        smooth = median(list(self._recent))
-        self._last = smooth
-        if self._initial is None:
-            self._initial = smooth
-        if smooth < self._best:
-            self._best, self._best_step = smooth, event.step
-        self._peak = max(self._peak, smooth)
-        if self._best > 0 and smooth >= cfg.factor * self._best and smooth >= cfg.above_initial * self._initial:
-            self._fired = (event.step, smooth, "rose")
-            yield self._finding(*self._fired)
+        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """The loss column at once: rolling medians of the finite values give the running best
-        and peak; the first point where ``observe`` fires (a rise, or a non-finite value after
-        one) freezes best and initial as it does; the peak goes on to the column's end."""
-        from traindoc.detectors import _vector as vec
-
-        return vec.judge(self, columns, {"loss"}, self._observe_columns)
-
-    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        """The next points of the loss. The smoothed loss at each finite point is the median of
+        the window ending there (``_tail`` carries the window over to the next call); the first
+        point where the judgement holds fires, and the peak goes on to the end."""
         import numpy as np
-
-        from traindoc.detectors import _vector as vec
 
         col = columns.get("loss")
-        if col is None:
+        if col is None or not len(col):
             return []
-        x = vec.floats(col.values)
-        finite = np.isfinite(x)
-        pos = np.flatnonzero(finite)
-        cfg, n = self.config, self.config.smooth
-        self._recent.extend(vec.items(col.values, pos[-n:]))
-        if len(pos) < n:
-            return []  # the median never formed: nothing to judge, a NaN cannot fire either
-        med = vec.RollingMedian(x[pos], n)  # window k ends at the finite point k + n - 1
-        self._initial = initial = float(med.at([0])[0])
-        # A non-finite point is judged against the window of the last finite point before it.
-        bad = np.flatnonzero(~finite)
-        k_bad = bad - np.arange(len(bad)) - n  # bad[i] has bad[i] - i finite points before it
-        bad, k_bad = bad[k_bad >= 0], k_bad[k_bad >= 0]  # < 0: no median yet
-        # Screen: a window's max bounds its median, the running min of the windows' min the best.
-        low = np.minimum.accumulate(med.lo)
-        hi = med.hi
-        may_rise = (hi > 0) & (hi >= cfg.factor * low) & (hi >= cfg.above_initial * initial)
-        may_nan = hi[k_bad] >= cfg.nan_rise * low[k_bad] if cfg.nan_rise > 0 else k_bad >= 0
-        if may_rise.any() or may_nan.any():
-            return self._judge_series(col, pos, bad, k_bad, med.at(slice(None)))
-        # observe cannot fire: only the state
-        self._best, k = med.extreme(lowest=True)
-        self._best_step = vec.item(col.steps, pos[k + n - 1])
-        self._peak = med.extreme(lowest=False)[0]
-        self._last = float(med.at([len(med) - 1])[0])
-        return []
+        with np.errstate(all="ignore"):  # values near the float limit overflow to inf, as in Python
+            return self._judge(col)
 
-    def _judge_series(self, col: Series, pos: np.ndarray, bad: np.ndarray, k_bad: np.ndarray,
-                      smooth: np.ndarray) -> list[Finding]:
-        """observe's judgement with all the medians ``smooth``, ``smooth[k]`` at the finite
-        point ``pos[k + n - 1]``; ``bad``: the non-finite points after the first median, whose
-        last median before them is ``smooth[k_bad]``."""
+    def _judge(self, col: Series) -> list[Finding]:
         import numpy as np
 
         from traindoc.detectors import _vector as vec
 
-        cfg, n, initial = self.config, self.config.smooth, self._initial
-        best = np.minimum.accumulate(smooth)
-        lower = np.ones(len(smooth), dtype=bool)  # where a new best is set (strictly lower)
-        lower[1:] = smooth[1:] < best[:-1]
-        best_at = np.maximum.accumulate(np.where(lower, np.arange(len(smooth)), 0))
+        x = vec.floats(col.values)
+        pos = np.flatnonzero(np.isfinite(x))
+        n, t = self.config.smooth, len(self._tail)
+        med = vec.RollingMedian(np.concatenate((np.array(self._tail, dtype=float), x[pos])), n)
+        lag = n - 1 - t  # window k ends at the finite point pos[k + lag]
+        if n > 1:
+            self._tail.extend(vec.items(col.values, pos[-(n - 1):]))
+        peak = med.extreme(lowest=False)[0] if len(med) else -math.inf
+        if self._fired:
+            self._peak = max(self._peak, peak)
+            return []
+        # A non-finite point is judged against the last median before it: window k_bad (bad[i]
+        # has bad[i] - i finite points before it); k_bad < 0: a median from an earlier call.
+        bad = np.flatnonzero(~np.isfinite(x))
+        k_bad = bad - np.arange(len(bad)) - 1 - lag
+        if self._may_fire(med, k_bad):
+            return self._first_fire(col, pos, bad, k_bad, med.at(slice(None)), lag, peak)
+        if len(med):  # nothing fires: only the state moves
+            if self._initial is None:
+                self._initial = float(med.at([0])[0])
+            best, k = med.extreme(lowest=True)
+            if best < self._best:
+                self._best, self._best_step = best, vec.item(col.steps, pos[k + lag])
+            self._last = float(med.at([len(med) - 1])[0])
+        self._peak = max(self._peak, peak)
+        return []
+
+    def _may_fire(self, med: vec.RollingMedian, k_bad: np.ndarray) -> bool:
+        """Whether anything can fire, from bounds: a window's max bounds its median from above,
+        the running min of the windows' min (and the best so far) the best from below."""
+        import numpy as np
+
+        cfg = self.config
+        if len(k_bad) and k_bad[0] < 0 and self._before_nan(self._last, self._best):
+            return True
+        if not len(med):
+            return False
+        initial = self._initial if self._initial is not None else float(med.at([0])[0])
+        low, hi = np.minimum(np.minimum.accumulate(med.lo), self._best), med.hi
+        if np.any((hi > 0) & (hi >= cfg.factor * low) & (hi >= cfg.above_initial * initial)):
+            return True
+        k = k_bad[k_bad >= 0]
+        return bool(len(k)) and (cfg.nan_rise <= 0 or bool(np.any(hi[k] >= cfg.nan_rise * low[k])))
+
+    def _before_nan(self, last: float, best: float) -> bool:
+        """A non-finite loss after this smoothed loss (``last``, best ``best``) fires."""
+        return last >= self.config.nan_rise * best > 0
+
+    def _first_fire(self, col: Series, pos: np.ndarray, bad: np.ndarray, k_bad: np.ndarray,
+                    smooth: np.ndarray, lag: int, peak: float) -> list[Finding]:
+        """The judgement with all the medians ``smooth`` of this call (``smooth[k]`` at the
+        finite point ``pos[k + lag]``) and its non-finite points ``bad`` (the last median
+        before each: ``smooth[k_bad]``); the state is the one at the point that fires."""
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        cfg = self.config
+        initial = self._initial if self._initial is not None else (
+            float(smooth[0]) if len(smooth) else math.nan)
+        best = np.minimum(np.minimum.accumulate(smooth), self._best)
+        lower = smooth < np.concatenate(([self._best], best[:-1]))  # a new best: strictly lower
+        best_at = np.maximum.accumulate(np.where(lower, np.arange(len(smooth)), -1))
         rose = (best > 0) & (smooth >= cfg.factor * best) & (smooth >= cfg.above_initial * initial)
         k_rose = vec.first_true(rose)
-        rise = cfg.nan_rise * best[k_bad]
-        j = vec.first_true((smooth[k_bad] >= rise) & (rise > 0))
-        k = len(smooth) - 1  # the point whose state stays (the last, or the one that fired)
-        if k_rose is not None and (j is None or pos[k_rose + n - 1] < bad[j]):
+        ks = np.maximum(k_bad, 0)
+        last = np.where(k_bad >= 0, smooth[ks] if len(smooth) else 0.0, self._last)
+        ref = np.where(k_bad >= 0, best[ks] if len(smooth) else 0.0, self._best)
+        j = vec.first_true((last >= cfg.nan_rise * ref) & (cfg.nan_rise * ref > 0))
+        if k_rose is not None and (j is None or pos[k_rose + lag] < bad[j]):
             k = k_rose
-            self._fired = (vec.item(col.steps, pos[k + n - 1]), float(smooth[k]), "rose")
+            self._fired = (vec.item(col.steps, pos[k + lag]), float(smooth[k]), "rose")
         elif j is not None:
             k = int(k_bad[j])
             self._fired = (vec.item(col.steps, bad[j]), vec.item(col.values, bad[j]),
                            "turned non-finite after rising")
-        self._best, self._best_step = float(best[k]), vec.item(col.steps, pos[best_at[k] + n - 1])
-        self._last = float(smooth[k])
-        self._peak = float(smooth[: k + 1].max())
+        else:  # the bounds let it through, the medians do not: as if nothing fired
+            k = len(smooth) - 1
+        if k >= 0:
+            self._initial = initial
+            if best_at[k] >= 0:
+                self._best, self._best_step = float(best[k]), vec.item(col.steps, pos[best_at[k] + lag])
+            self._last = float(smooth[k])
+            self._peak = max(self._peak, float(smooth[: k + 1].max()))
         out = [self._finding(*self._fired)] if self._fired else []
-        self._peak = float(smooth.max())  # after firing, observe still follows the peak
+        if self._fired:  # after firing, the peak goes on to the end
+            self._peak = max(self._peak, peak)
         return out
 
     def finish(self) -> Iterator[Finding]:
@@ -169,16 +184,7 @@ class Divergence:
                 f"({fmt(self._best)} at step {self._best_step}) and against {fmt(self._initial or 0)} at "
                 f"the start (threshold {fmt(self.config.factor)}x the best); it peaked at {fmt(self._peak)}."
             ),
-            cause=(
-                "The LR is above the stability limit for this loss and model (or rose with the "
-                "schedule), a loss term blows up, or the data scale is off; each update overshoots "
-                "and makes the next gradient larger."
-            ),
-            fix=(
-                "Lower the LR (by 3-10x) or add warmup; clip gradients; normalize inputs and "
-                "targets; if it started after some progress, check the schedule and the batches at "
-                "that step."
-            ),
             evidence={"loss": value, "peak": self._peak, "best": self._best, "best_step": self._best_step,
                       "initial": self._initial, "ratio": ratio, "threshold": self.config.factor},
         )
+

@@ -106,16 +106,6 @@ class ExpertCollapse:
                 f"peak {fmt(self._peak[1])} at step {self._peak[0]}, last {fmt(last)} at step "
                 f"{last_step}; {self._high} logged values at or above the threshold."
             ),
-            cause=(
-                "The router sends most tokens to a few experts: no (or too weak) load-balancing "
-                "loss, router logits growing without bound (no z-loss), a router softmax in "
-                "bf16/fp16, or an LR too high on the router. Idle experts get no gradient."
-            ),
-            fix=(
-                "Add or raise the load-balancing loss (aux weight about 0.01), add a router z-loss "
-                "(about 1e-3), compute the router in float32, set a capacity factor and log dropped "
-                "tokens per layer."
-            ),
             evidence={"gini": m, "threshold": cfg.gini, "peak": self._peak[1], "peak_step": self._peak[0],
                       "last": last, "entropy": self._entropy_at_fire, "high_values": self._high},
         )

@@ -2,19 +2,43 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt, names
-from traindoc.detectors._maths import finite, median
+from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, ParamStats, Scalar, Series
 from traindoc.findings import Finding
 
+if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
+    import numpy as np
+
 
 class ExplodingGradients:
-    """The total gradient norm (before clipping) stays, for ``window`` consecutive measurements,
-    above an absolute limit (thousands) or orders of magnitude above the run's own early level.
-    The evidence names the parameters that hold most of the squared norm.
+    """The total gradient norm (before clipping; one per step, the step's first) stays, for
+    ``window`` consecutive measurements, orders of magnitude above a reference taken from the
+    run itself. A norm has no scale of its own, so the reference is what the source offers:
+
+    - The parameter norm, where the source measures it (live: the parameters on sampled
+      steps): a gradient ``params`` times the norm of the weights it updates means one SGD step
+      at an LR above 1/``params`` replaces the weights. This catches a norm that is huge from
+      the first step, where the run's early level is no reference. Measured on the zoo: healthy
+      runs 0.005-0.7, the exploding ones 340-88,000 (zoo/divergence: 6.0e4 against weights of
+      6.1 at step 0).
+    - The run's early level (the median of its first ``early`` norms): ``relative`` times it is
+      a norm that grew by two orders of magnitude, at any scale.
+    - Neither the run's later level nor its loss can stand in for the parameter norm when a log
+      holds the norm alone: seed 001's norm (5.2e4 at the first epoch) falls 8.5x by the last,
+      as a healthy run's falls after its first steps; its loss is as huge (1.7e4, a norm/loss
+      ratio of 3 that healthy runs also show). Such a log is compared with the scale of a
+      normalized model's gradient instead, ~1 (a mean-reduced loss of normalized inputs at a
+      standard init; healthy zoo runs 0.01-2.4): ``unscaled`` times it. A log that recorded
+      the parameter norm would not need it.
+
+    The evidence names the parameters that hold most of the squared norm. Judged on columns
+    (``observe_series``): a log's column whole, live Scalars in the small columns the engine
+    delivers; the same findings however a column is cut.
     """
 
     id: ClassVar[str] = "exploding-gradients"
@@ -30,55 +54,49 @@ class ExplodingGradients:
 
     @dataclass(frozen=True)
     class Config:
-        absolute: float = 1000.0  # a norm above this is far outside any healthy range
-        relative: float = 100.0  # ... or this many times the run's early median
+        params: float = 10.0  # the norm / the parameter norm, where the source measures it
+        relative: float = 100.0  # the norm / the run's early median (after the early norms)
+        unscaled: float = 1000.0  # the norm, where no parameter norm is known (a log of the norm alone)
         window: int = 5
         early: int = 5
 
         def __post_init__(self) -> None:
             if self.window < 1 or self.early < 1:
                 raise ValueError("window and early must be >= 1")
+            if min(self.params, self.relative, self.unscaled) <= 0:
+                raise ValueError("params, relative and unscaled must be > 0")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._norms: list[tuple[int, float]] = []
+        self._grad_sq: dict[str, float] = {}  # per parameter, its latest measurement
+        self._param_sq: dict[str, float] = {}
         self._share: dict[str, float] = {}
-        self._grad_sq: dict[str, float] = {}
-        self._streak: list[int] = []
-        self._fired = False
+        self._early: list[float] = []  # the first ``early`` norms
+        self._last_step: int | None = None
+        self._n = 0  # norms measured
+        self._first = math.nan
+        self._top = -math.inf  # the largest (NaN aside)
+        self._last = math.nan
+        self._sample = Thinned()  # for the median
+        self._streak = 0  # consecutive high norms up to the last one ...
+        self._streak_start = 0  # ... from this step
+        self._fired: int | None = None  # the step where the streak that fired began
+        self._reference = ("", math.nan)  # what the norm was compared with where it fired
 
-    def observe(self, event: Event) -> Iterator[Finding]:
+    def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, ParamStats):
-            if event.grad is not None and event.grad == event.grad:
+            if event.grad is not None and math.isfinite(event.grad):
                 self._grad_sq[event.name] = event.grad ** 2
-            return
-        assert isinstance(event, Scalar)
-        if self._norms and self._norms[-1][0] == event.step:
-            return  # one norm per step (a pre-clip norm wins: it comes first)
-        self._norms.append((event.step, event.value))
-        cfg = self.config
-        early = median([v for _, v in self._norms[: cfg.early]])
-        high = event.value >= cfg.absolute or (
-            len(self._norms) > cfg.early and early > 0 and event.value >= cfg.relative * early)
-        if not high:
-            self._streak = []
-        elif len(self._streak) < cfg.window:  # only its start and length matter
-            self._streak.append(event.step)
-        if high and self._grad_sq:
-            total = sum(self._grad_sq.values()) or 1.0
-            self._share = {k: v / total for k, v in self._grad_sq.items()}
-        if not self._fired and len(self._streak) >= cfg.window:
-            self._fired = True
-            yield self._finding()
+            if math.isfinite(event.norm):
+                self._param_sq[event.name] = event.norm ** 2
+            return []
+        assert isinstance(event, Scalar)  # a single point, as a column of one
+        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """The grad_norm column at once: one norm per step (the first), the early median, the
-        runs of high norms; ``observe`` fires where a run first reaches ``window``."""
-        from traindoc.detectors import _vector as vec
-
-        return vec.judge(self, columns, {"grad_norm"}, self._observe_columns)
-
-    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        """The next points of the grad_norm column: one norm per step, each judged against the
+        references known now (the parameter norm of the latest sampled step), the streaks
+        carried over from the call before."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec
@@ -87,48 +105,89 @@ class ExplodingGradients:
         if col is None or not len(col):
             return []
         cfg = self.config
-        keep = np.flatnonzero(vec.first_of_step(vec.ints(col.steps)))  # a step's first norm
+        steps = vec.ints(col.steps)
+        first = vec.first_of_step(steps)  # a step's first norm (a pre-clip norm comes first)
+        first[0] = steps[0] != self._last_step
+        keep = np.flatnonzero(first)
+        self._last_step = int(steps[-1])
+        if not len(keep):
+            return []
         norms = vec.floats(col.values)[keep]
-        early = median(vec.items(col.values, keep[: cfg.early]))
-        high = (norms >= cfg.absolute) | (
-            (np.arange(len(norms)) >= cfg.early) & (early > 0) & (norms >= cfg.relative * early))
+        self._early += vec.items(col.values, keep[: cfg.early - len(self._early)])
+        early = median(self._early) if len(self._early) == cfg.early else math.nan
+        weights = math.sqrt(sum(self._param_sq.values()))
+        with np.errstate(all="ignore"):  # NaN compares False; values near the float limit overflow
+            grown = (self._n + np.arange(len(norms)) >= cfg.early) & (early > 0) & (
+                norms >= cfg.relative * early)
+            scaled = norms >= (cfg.params * weights if weights > 0 else cfg.unscaled)
+        high = grown | scaled
+        if high.any() and self._grad_sq:
+            total = sum(self._grad_sq.values()) or 1.0
+            self._share = {k: v / total for k, v in self._grad_sq.items()}
         run = vec.run_lengths(high)
-        i = vec.first_true(run >= cfg.window)
-        # observe holds every (step, norm) pair, which only its message reads: without a
-        # finding, keep the early ones and the last, all a later observe needs besides (a
-        # million pairs cost ~100 ms; a later finding's message would count only these).
-        kept = keep if i is not None else np.append(keep[: cfg.early], keep[cfg.early:][-1:])
-        self._norms = list(zip(vec.items(col.steps, kept), vec.items(col.values, kept)))
+        carried = vec.first_true(~high)
+        run[: len(run) if carried is None else carried] += self._streak
         out = []
-        if i is not None:  # what observe yields then, with the state of that point
-            self._fired = True
-            full, self._norms = self._norms, self._norms[: i + 1]
-            self._streak = [s for s, _ in self._norms[i + 1 - cfg.window:]]
+        i = None if self._fired is not None else vec.first_true(run >= cfg.window)
+        if i is not None:  # fires here: the evidence as of this norm
+            self._fired = self._start(col, keep, i, int(run[i]))
+            # The reference named: the parameter norm, else the early level, else the fallback.
+            self._reference = (("parameter norm", weights) if scaled[i] and weights > 0 else
+                               ("early median", early) if grown[i] else ("unscaled", math.nan))
+            self._count(col, keep[: i + 1], norms[: i + 1])
             out.append(self._finding())
-            self._norms = full
-        # the streak observe holds at the end: the last run's first ``window`` steps
-        start = len(norms) - int(run[-1])
-        self._streak = vec.items(col.steps, keep[start: start + cfg.window])
+            self._count(col, keep[i + 1:], norms[i + 1:])
+        else:
+            self._count(col, keep, norms)
+        self._streak_start = self._start(col, keep, len(run) - 1, int(run[-1]))
+        self._streak = int(run[-1])
         return out
 
+    def _start(self, col: Series, keep: np.ndarray, i: int, length: int) -> int:
+        """The step where the streak of ``length`` ending at norm ``i`` began."""
+        from traindoc.detectors import _vector as vec
+
+        return vec.item(col.steps, keep[i - length + 1]) if length and length <= i + 1 else self._streak_start
+
+    def _count(self, col: Series, keep: np.ndarray, norms: np.ndarray) -> None:
+        """The running statistics of the norms, for the evidence."""
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        if not len(norms):
+            return
+        if self._n == 0:
+            self._first = vec.item(col.values, keep[0])
+        self._n += len(norms)
+        self._last = vec.item(col.values, keep[-1])
+        seen = norms[~np.isnan(norms)]
+        if len(seen):
+            self._top = max(self._top, float(seen.max()))
+        self._sample.extend(norms)
+
     def finish(self) -> Iterator[Finding]:
-        if self._fired:
+        if self._fired is not None:  # the same finding, with the whole run's numbers
             yield self._finding()
 
     def _finding(self) -> Finding:
-        # All non-finite (a norm of inf at every step) is still a finding: show those values.
-        vals = finite([v for _, v in self._norms]) or [v for _, v in self._norms]
         cfg = self.config
+        kind, value = self._reference
+        above = {
+            "parameter norm": f"{fmt(cfg.params)}x the parameter norm ({fmt(value)})",
+            "early median": f"{fmt(cfg.relative)}x the median of the first {cfg.early} norms ({fmt(value)})",
+            "unscaled": (f"{fmt(cfg.unscaled)} (this source measures no parameter norm to compare "
+                         "with; a normalized model's gradient norm is about 1)"),
+        }[kind]
+        mid = median(self._sample.values)
         top = sorted(self._share, key=lambda k: -self._share[k])[:5]
         dominant = ", ".join(f"{k} ({self._share[k]:.0%})" for k in top)
-        first = self._streak[0] if self._streak else self._norms[0][0]
         return finding(
-            self.id, step=first,
+            self.id, step=self._fired,
             message=(
-                f"gradient norm {fmt(vals[0])} at the first step, median {fmt(median(vals))}, max "
-                f"{fmt(max(vals))}, last {fmt(vals[-1])} over {len(vals)} measured steps; above "
-                f"{fmt(cfg.absolute)} (or {fmt(cfg.relative)}x the early median "
-                f"{fmt(median(vals[: cfg.early]))}) for {cfg.window}+ consecutive measurements"
+                f"gradient norm {fmt(self._first)} at the first step, median {fmt(mid)}, max "
+                f"{fmt(self._top)}, last {fmt(self._last)} over {self._n} measured steps; above "
+                f"{above} for {cfg.window}+ consecutive measurements from step {self._fired}"
                 + (f". Most of the norm is in {dominant}." if top else ".")
             ),
             cause=(
@@ -142,9 +201,11 @@ class ExplodingGradients:
                 "normalize or reweight that term, scale inputs and targets to unit range, lower the "
                 "LR. Clipping hides the size but the direction stays dominated by that term."
             ),
-            evidence={"first": vals[0], "median": median(vals), "max": max(vals), "last": vals[-1],
-                      "measured_steps": len(vals), "threshold_absolute": cfg.absolute,
-                      "threshold_relative": cfg.relative,
+            evidence={"first": self._first, "median": mid, "max": self._top, "last": self._last,
+                      "measured_steps": self._n, "reference": kind, "reference_value": value,
+                      "threshold": {"parameter norm": cfg.params, "early median": cfg.relative,
+                                    "unscaled": cfg.unscaled}[kind],
                       "dominant": {k: self._share[k] for k in top}},
             where=top,
         )
+

@@ -60,16 +60,6 @@ class FrozenParamUpdated:
                 f"first at step {step} ({first_name}: relative change {fmt(upd)}): {names([n for n, _ in items])}."
                 + hyper
             ),
-            cause=(
-                "They were frozen after the optimizer was built, but stay in it with a gradient "
-                "tensor (zero_grad(set_to_none=False) leaves zeros), so momentum and weight decay "
-                "keep updating them."
-            ),
-            fix=(
-                "Freeze before building the optimizer and pass only trainable parameters "
-                "(`[p for p in model.parameters() if p.requires_grad]`); or set `p.grad = None` for "
-                "frozen parameters and use zero_grad(set_to_none=True)."
-            ),
             evidence={"parameters": [n for n, _ in items][:50], "first_step": step,
                       "relative_change": upd},
             where=[n for n, _ in items][:10],

@@ -12,6 +12,8 @@ from traindoc.detectors._maths import Ema, robust_z
 from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding
 
+SHOWN = 20  # spikes kept for the evidence (the rest are counted)
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -25,6 +27,10 @@ class LossSpike:
     0.04 near convergence is not a spike). And it must be a spike: within ``recover`` steps the
     loss comes back under the bar. A loss that stays up is a new regime (divergence, a new
     task head) and is left to the detectors of those.
+
+    Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
+    columns the engine delivers; the same findings however a column is cut. ``observe`` judges
+    one point, for the rollback guard, which must see every spike as it resolves.
     """
 
     id: ClassVar[str] = "loss-spike"
@@ -58,28 +64,36 @@ class LossSpike:
         self._recent: deque[float] = deque(maxlen=self.config.window)
         self._first: float | None = None
         self._seen = 0
-        self._spikes: list[tuple[int, float, float]] = []
+        self._spikes: list[tuple[int, float, float]] = []  # the first SHOWN spikes ...
+        self._count = 0  # ... of this many
         self._pending: tuple[int, float, float] | None = None  # a jump awaiting recovery
 
-    def observe(self, event: Event) -> Iterator[Finding]:
+    def observe(self, event: Event) -> list[Finding]:
+        """A single point: the judgement itself (the rollback guard feeds its own instance
+        point by point; the engine sends columns)."""
         assert isinstance(event, Scalar)
-        x = event.value
+        return self._point(event.step, event.value)
+
+    def _point(self, step: int, x: float) -> list[Finding]:
+        """The judgement of one point, in order."""
         if not math.isfinite(x):
             self._pending = None
-            return  # nonfinite and divergence own that
+            return []  # nonfinite and divergence own that
         if self._first is None:
             self._first = abs(x)
-        cfg = self.config
+        cfg, out = self.config, []
         if self._pending is not None:
-            step, peak, avg = self._pending
+            at, peak, avg = self._pending
             if x < cfg.factor * avg:  # back under the bar: it was a spike
                 self._pending = None
-                self._spikes.append((step, peak, avg))
-                yield self._finding()
-            elif event.step - step > cfg.recover:  # stayed up: a new regime, not a spike
+                self._count += 1
+                if len(self._spikes) < SHOWN:
+                    self._spikes.append((at, peak, avg))
+                out.append(self._finding())
+            elif step - at > cfg.recover:  # stayed up: a new regime, not a spike
                 self._pending = None
             else:
-                return  # the jump's aftermath does not enter the average either
+                return []  # the jump's aftermath does not enter the average either
         avg = self._ema.value
         if self._seen >= cfg.warmup and avg > 0 and self._pending is None:
             if (
@@ -87,49 +101,46 @@ class LossSpike:
                 and robust_z(x, list(self._recent)) >= cfg.z
                 and x - avg >= cfg.min_rise * self._first
             ):
-                self._pending = (event.step, x, avg)
-                return  # a jump does not enter the average it is judged against
+                self._pending = (step, x, avg)
+                return out  # a jump does not enter the average it is judged against
         self._seen += 1
         self._ema.update(x)
         self._recent.append(x)
+        return out
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """The loss column at once. The judgement is sequential (a jump is kept out of the
-        average until it resolves), so: a vectorized screen finds the first point where a jump
-        is possible at all (loss / moving average >= ``factor`` and the rise >= ``min_rise``,
-        with a margin for the vectorized EMA's rounding); up to it nothing can fire and the
-        state just advances; from it, ``observe`` judges point by point, from the exact state,
-        until any jump resolved; then the screen goes on. A healthy run is one screen."""
-        from traindoc.detectors import _vector as vec
+        """The next points of the loss, judged by ``_point`` where a jump is possible at all.
+        The judgement is sequential (a jump is kept out of the average until it resolves), so a
+        vectorized screen finds the first point where a jump could be taken (loss / moving
+        average >= ``factor`` and the rise >= ``min_rise``, with a margin for the vectorized
+        EMA's rounding); up to it nothing can fire and the state advances exactly; from it,
+        ``_point`` judges until the jump resolved; then the screen goes on. A healthy run is one
+        screen."""
+        import numpy as np
 
-        return vec.judge(self, columns, {"loss"}, self._observe_columns)
-
-    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
         from traindoc.detectors import _vector as vec
 
         col = columns.get("loss")
         if col is None:
             return []
-        x = vec.floats(col.values)
+        with np.errstate(all="ignore"):  # values near the float limit overflow to inf, as in Python
+            return self._judge(col, vec.floats(col.values))
+
+    def _judge(self, col: Series, x: np.ndarray) -> list[Finding]:
+        from traindoc.detectors import _vector as vec
+
         out: list[Finding] = []
         pos, span = 0, len(x)  # first screen: the whole column
         while pos < len(x):
-            stop = min(len(x), pos + span)
-            hit, state = self._screen(x, pos, stop)
-            if hit is None:
-                # Nothing can fire before ``stop``. At the end the vectorized EMA state is kept
-                # (within ~1e-10 relative of the sequential one, read only by a later observe);
-                # before another screen the exact one is needed.
-                self._advance(col, x, pos, stop, None if stop < len(x) else state)
-                pos, span = stop, 2 * span
-                continue
-            self._advance(col, x, pos, hit, None)
-            end = min(len(x), hit + 256)  # a stretch, so that dense candidates cost no screens
-            out += vec.observe_points(self, "loss", col.steps, col.values, hit, end)
-            while self._pending is not None and end < len(x):
-                out += vec.observe_points(self, "loss", col.steps, col.values, end, end + 1)
-                end += 1
-            pos, span = end, 4096
+            if self._pending is None:
+                stop = min(len(x), pos + span)
+                hit = self._screen(x, pos, stop)
+                self._advance(col, x, pos, stop if hit is None else hit)
+                pos, span = (stop, 2 * span) if hit is None else (hit, 4096)
+                if hit is None:
+                    continue
+            out += self._point(vec.item(col.steps, pos), vec.item(col.values, pos))
+            pos += 1
         return out
 
     def _screen(self, x: np.ndarray, start: int,
@@ -144,16 +155,15 @@ class LossSpike:
         avg0, weight0, alpha = state["avg"], state["weight"], self._ema.alpha
         pos = start + np.flatnonzero(np.isfinite(x[start:stop]))
         if not len(pos):
-            return None, (avg0, weight0)
+            return None
         f = x[pos]
         avg, weight = vec.ema(f, alpha, avg0, weight0)
         # The EMA of |x|: what the rounding of vec.ema is relative to.
         signed = avg0 < 0 or f.min() < 0
         abs_avg = vec.ema(np.abs(f), alpha, abs(avg0), weight0)[0] if signed else avg
         skip = max(0, cfg.warmup - self._seen)  # the points judged: those after the warmup
-        end_state = (float(avg[-1]), float(weight[-1]))
         if not (np.isfinite(avg).all() and np.isfinite(abs_avg).all()):  # values near 1e308
-            return (int(pos[skip]) if skip < len(f) else None), end_state  # observe judges
+            return int(pos[skip]) if skip < len(f) else None  # _point judges
         # Each point is judged against the average before its own update (weight 0: none).
         w_before = np.concatenate(([weight0], weight[:-1]))[skip:]
         value = np.concatenate(([avg0], avg[:-1]))[skip:] / w_before
@@ -167,13 +177,11 @@ class LossSpike:
         possible = ((f > 0) & (lo + 2e-6 * scale > 0)  # avg > 0, and x - avg >= rise:
                     & (f - lo >= rise - 1e-6 * scale - 1e-9 * (np.abs(f) + abs(rise))))
         i = vec.first_true(possible)
-        return (None if i is None else int(pos[skip + at[i]])), end_state
+        return None if i is None else int(pos[skip + at[i]])
 
-    def _advance(self, col: Series, x: np.ndarray, start: int, stop: int,
-                 state: tuple[float, float] | None) -> None:
+    def _advance(self, col: Series, x: np.ndarray, start: int, stop: int) -> None:
         """The state after points ``start:stop``, where no jump can be taken: every finite
-        point enters the average. ``state``: the EMA state there, or None to compute it
-        exactly (the sequential loop of ``Ema.update``, without the rest of ``observe``)."""
+        point enters the average (``Ema.update``'s arithmetic, operation for operation)."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec
@@ -185,18 +193,16 @@ class LossSpike:
             self._first = abs(vec.item(col.values, pos[0]))
         self._seen += len(pos)
         self._recent.extend(vec.items(col.values, pos[-self.config.window:]))
-        if state is None:  # Ema.update's arithmetic, operation for operation
-            a, c = self._ema.alpha, 1 - self._ema.alpha
-            now = self._ema.state_dict()
-            avg, weight = now["avg"], now["weight"]
-            for ax in (a * x[pos]).tolist():  # numpy's products round as Python's
-                avg = c * avg + ax
-            for _ in range(len(pos)):  # the weight soon stops changing
-                weight, before = c * weight + a, weight
-                if weight == before:
-                    break
-            state = (avg, weight)
-        self._ema.load_state_dict({"avg": state[0], "weight": state[1]})
+        a, c = self._ema.alpha, 1 - self._ema.alpha
+        now = self._ema.state_dict()
+        avg, weight = now["avg"], now["weight"]
+        for ax in (a * x[pos]).tolist():  # numpy's products round as Python's
+            avg = c * avg + ax
+        for _ in range(len(pos)):  # the weight soon stops changing
+            weight, before = c * weight + a, weight
+            if weight == before:
+                break
+        self._ema.load_state_dict({"avg": avg, "weight": weight})
 
     def finish(self) -> Iterator[Finding]:
         return iter(())
@@ -204,7 +210,7 @@ class LossSpike:
     def _finding(self) -> Finding:
         step, x, avg = self._spikes[0]
         cfg = self.config
-        more = f" ({len(self._spikes)} spikes in all)" if len(self._spikes) > 1 else ""
+        more = f" ({self._count} spikes in all)" if self._count > 1 else ""
         return finding(
             self.id,
             step=step,
@@ -212,17 +218,8 @@ class LossSpike:
                 f"loss {fmt(x)} at step {step} is {fmt(x / avg)}x its {cfg.window}-step moving "
                 f"average ({fmt(avg)}; threshold {fmt(cfg.factor)}x){more}."
             ),
-            cause=(
-                "A batch with outliers or corrupt labels, an LR too high for this point of the "
-                "schedule (often right after warmup), or a numerically unstable op."
-            ),
-            fix=(
-                "Look at the batch of that step; lower the peak LR or lengthen warmup; clip "
-                "gradients. `traindoc run --guard` can roll back to the last good state and "
-                "halve the LR automatically."
-            ),
             evidence={
                 "loss": x, "moving_average": avg, "ratio": x / avg, "threshold": cfg.factor,
-                "spikes": len(self._spikes), "spike_steps": [s for s, _, _ in self._spikes[:20]],
+                "spikes": self._count, "spike_steps": [s for s, _, _ in self._spikes],
             },
         )

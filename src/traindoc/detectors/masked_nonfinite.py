@@ -66,11 +66,6 @@ class MaskedNonfinite:
                 f"the value handed to backward() was finite ({fmt(value)}); seen on "
                 f"{len(self._masked)} sampled step(s) {[s for s, _, _ in self._masked[:10]]}."
             ),
-            cause=(
-                "A guard replaces the non-finite loss (`if torch.isnan(loss): loss = ...`, "
-                "`torch.nan_to_num`, a try/except around the loss), so the failure is hidden and "
-                "those steps give no useful gradient."
-            ),
             fix=(
                 "Remove the guard and let the NaN surface, then fix its source"
                 + (f" (the forward pass first produces NaN in `{module}`)" if module else "")

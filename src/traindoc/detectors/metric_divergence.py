@@ -114,11 +114,6 @@ class MetricDivergence:
             self.id, step=first,
             message="; ".join(parts) + f" (threshold {fmt(self.config.factor)}x the best and "
                                        f"{fmt(self.config.above_initial)}x the initial level).",
-            cause=(
-                "A loss term weighted far above the others trades this metric away (seed 000: "
-                "lambda_delta = 100 made the MAE explode), an LR too high after warmup or a restart, "
-                "or a curriculum step the model cannot handle."
-            ),
             fix=(
                 f"Rebalance the loss terms so each contributes comparably; lower the LR or lengthen "
                 f"warmup; keep the checkpoint with the best {names(shown, 2)} and stop on it; check "

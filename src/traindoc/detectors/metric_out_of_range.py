@@ -97,16 +97,6 @@ class MetricOutOfRange:
             self.id, step=items[0][1].first[0],
             message="; ".join(parts) + ": the metric is computed wrongly, so it cannot show what it was "
                                        "logged to show.",
-            cause=(
-                "The expert-load metric is computed on the wrong quantity (router logits or signed "
-                "weights instead of per-expert token shares) or with a wrong formula, or the router's "
-                "gate weights are not a distribution (no softmax): the MoE router itself may be broken."
-            ),
-            fix=(
-                "Recompute the metric by hand on one batch: share = counts / counts.sum() over the "
-                "tokens routed to each expert; its Gini must be in [0, 1) and its entropy in "
-                "[0, ln E]. Check that the gate probabilities are non-negative and sum to 1."
-            ),
             evidence={"signals": [n for n, _ in items],
                       "first": {n: o.first[1] for n, o in items},
                       "first_step": {n: float(o.first[0]) for n, o in items},

@@ -162,12 +162,6 @@ class NanHiddenByLogging:
                 f"{self._hidden} logged step(s) ({shown}){zero}: the logger replaced the NaN/Inf loss "
                 f"(threshold: {self.config.consecutive} logged steps in a row, or a loss of exactly 0)."
             ),
-            cause=(
-                "The training loss became NaN/Inf and the logging hides it: Hugging Face Trainer's "
-                "logging_nan_inf_filter=True (the default) logs the running mean in its place, and "
-                "0.0 once the parameters are NaN. The optimizer steps on non-finite gradients from "
-                "here on, so the model and every later checkpoint are broken."
-            ),
             fix=(
                 "Set TrainingArguments(logging_nan_inf_filter=False) to see the real loss; find the "
                 "first bad step (torch.autograd.set_detect_anomaly(True), or traindoc run --record); "

@@ -87,11 +87,6 @@ class NoGradient:
                 f"exactly 0) on any of {self._counted} sampled steps: {names(bad)}; "
                 f"{share:.1%} of the optimizer's parameter elements."
             ),
-            cause=(
-                "Their output does not reach the loss: a `.detach()`, `.item()` or `.data` in the "
-                "forward pass, a branch or head that is computed but not used in the loss, or a "
-                "module that is never called."
-            ),
             fix=(
                 f"Trace how {bad[0]} reaches the loss; remove the detach or add the branch's term to "
                 "the loss. If they are meant to be frozen, set requires_grad_(False) and leave them "

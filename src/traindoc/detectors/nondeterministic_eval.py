@@ -66,18 +66,6 @@ class NondeterministicEval:
                 f"{fmt(e.rerun_abs)} ({fmt(e.rerun)} of the output's largest magnitude; tolerance "
                 f"{fmt(self.config.tolerance)}) at the evaluation after step {e.step}{where}.{first}"
             ),
-            cause=(
-                "A random op in the forward pass does not follow model.eval(): functional dropout "
-                "without the mode (`F.dropout(x, p)` defaults to training=True), a dropout rate "
-                "passed to an attention kernel (`scaled_dot_product_attention(..., dropout_p=p)`), "
-                "noise or random masking not gated by `self.training`, or sampling instead of the mean."
-            ),
-            fix=(
-                "Pass the mode explicitly: `F.dropout(x, p=self.p, training=self.training)`, "
-                "`dropout_p=self.p if self.training else 0.0`; gate random ops with "
-                "`if self.training:`; prefer nn.Dropout modules, which follow model.eval(). Check "
-                "with `model.eval(); torch.equal(model(x), model(x))`."
-            ),
             evidence={"model": e.model, "relative_difference": e.rerun, "absolute_difference": e.rerun_abs,
                       "tolerance": self.config.tolerance, "first_differing_module": e.first_diff,
                       "evaluations_checked": self._checked},

@@ -168,12 +168,6 @@ class Nonfinite:
                 "too high, fp16 overflow, or bad input data."
                 + (f" The forward pass first produced NaN in `{module}`." if module else "")
             ),
-            fix=(
-                "Find the op: rerun the failing step with torch.autograd.set_detect_anomaly(True); "
-                "guard the domain (clamp_min before log/sqrt, add eps to denominators); check the "
-                "batch for NaN; lower the LR or clip gradients. Do not mask the NaN: a replaced loss "
-                "trains on nothing."
-            ),
             evidence={"signals": list(self._what), "module": module or "", "loss": self._loss,
                       "nonfinite_grads": self._grads[:20], "nonfinite_params": self._params[:20]},
             where=where,

@@ -61,17 +61,6 @@ class OptimizerParamMismatch:
                 f"held by no optimizer ({names(stray)}; {sum(self._stray.values())} elements)"
                 + (";" + held if held else "") + "."
             ),
-            cause=(
-                "The optimizer was built from another set of tensors than the model that trains: "
-                "the model was re-created, deep-copied, wrapped or reloaded after "
-                "`optimizer = Optim(model.parameters())`, so step() updates tensors the model no "
-                "longer uses."
-            ),
-            fix=(
-                "Build the optimizer after the final model exists (after re-creating, loading, "
-                "copying or wrapping it), or rebuild it then; check that "
-                "`{id(p) for g in opt.param_groups for p in g['params']}` matches the model's parameters."
-            ),
             evidence={"parameters": stray[:50], "count": len(stray), "elements": sum(self._stray.values())},
             where=stray[:10],
         )

@@ -75,17 +75,6 @@ class SaturatedOutputs:
                 f"{fmt(median(spreads))} (std over inputs; threshold {fmt(self.config.spread)}) on "
                 f"{len(sat)} of {self._seen} sampled steps; its values sit in [{fmt(lo)}, {fmt(hi)}]."
             ),
-            cause=(
-                "A scale factor, init or normalization damps the signal before the output "
-                "nonlinearity (e.g. logits multiplied by d_model**-0.5 before a sigmoid sit near 0 "
-                "and every probability near 0.5), so the output carries almost no information "
-                "about the input and its gradient is tiny."
-            ),
-            fix=(
-                "Find the factor that shrinks the pre-activation (print its std per layer) and "
-                "remove it or make it learnable (e.g. scale 1.0 instead of d_model**-0.5); check "
-                "the output layer's init and any normalization right before the output."
-            ),
             evidence={"module": first.module, "median_spread": median(spreads), "low": lo, "high": hi,
                       "saturated_steps": len(sat), "sampled_steps": self._seen},
             where=[first.module],

@@ -84,64 +84,53 @@ class SchedulerBeforeOptimizer:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._steps: list[int] = []
-        self._lrs: list[float] = []
+        self._lrs: list[float] = []  # the warmup so far (at most max_points)
+        self._first_step = 0
+        self._last_step = 0
+        self._interval = 0  # steps between logged LRs (0: fewer than two yet)
         self._done = False
         self._live_fired = False
 
     def observe(self, event: Event) -> Iterable[Finding]:
         if isinstance(event, SchedulerStep):
             return self._order(event)
-        if self._done:
-            return ()
-        assert isinstance(event, Scalar)
-        x = event.value
-        if self._lrs and (not x > self._lrs[-1] or len(self._lrs) >= self.config.max_points):
-            self._done = True  # the warmup ended (or is not one)
-            return self._judge()
-        gap = event.step - self._steps[-1] if self._steps else 1
-        if not math.isfinite(x) or gap <= 0 or (len(self._steps) > 1 and gap != self._interval()):
-            self._done = True  # the LR must be logged at a constant interval of schedule steps
-            return self._judge()
-        self._steps.append(event.step)
-        self._lrs.append(x)
-        return ()
+        assert isinstance(event, Scalar)  # a single point, as a column of one
+        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
 
     def observe_series(self, columns: dict[str, Series]) -> Iterable[Finding]:
-        """The lr column at once: its warmup is the longest prefix that ``observe`` keeps
-        (finite, strictly rising, at a constant step interval, at most ``max_points``); judged
-        where it ends, as ``observe`` does, or at ``finish`` when it lasts to the end."""
-        from traindoc.detectors import _vector as vec
-
-        return vec.judge(self, columns, {"lr"}, self._observe_columns)
-
-    def _observe_columns(self, columns: dict[str, Series]) -> Iterable[Finding]:
-        import numpy as np
-
+        """The next points of the lr column, point by point while the warmup lasts: only a
+        column's head is read (a million-row log's warmup ends within its first rows)."""
         from traindoc.detectors import _vector as vec
 
         col = columns.get("lr")
-        if col is None or not len(col):
+        if col is None:
             return ()
-        # Only the prefix matters: look at a growing head of the column.
-        size, n, most = 64, len(col), max(1, self.config.max_points)  # the first point is kept
-        while True:
-            head = min(n, size, most + 1)
-            x = np.asarray(col.values[:head], dtype=np.float64)
-            gap = np.diff(np.asarray(col.steps[:head], dtype=np.int64))
-            kept = np.isfinite(x)
-            kept[1:] &= (x[1:] > x[:-1]) & (gap > 0) & (gap == (gap[0] if len(gap) else 1))
-            kept[most:] = False
-            end = vec.first_true(~kept)
-            if end is not None or head == n:
-                break
-            size *= 4
-        end = head if end is None else end
-        self._steps, self._lrs = vec.items(col.steps, slice(end)), vec.items(col.values, slice(end))
-        if end == n:
-            return ()  # the warmup lasts to the end: finish judges it
-        self._done = True
-        return self._judge()
+        start, size = 0, 64
+        while not self._done and start < len(col):
+            part = slice(start, start + size)
+            for step, x in zip(vec.items(col.steps, part), vec.items(col.values, part)):
+                found = self._point(step, x)
+                if self._done:
+                    return found
+            start, size = start + size, 4 * size
+        return ()
+
+    def _point(self, step: int, x: float) -> Iterable[Finding]:
+        """One LR of the warmup: kept while finite, strictly rising, at a constant step
+        interval and at most ``max_points``; the first one that is not ends it and it is judged."""
+        lrs, gap = self._lrs, step - self._last_step
+        if not math.isfinite(x) or lrs and (
+                not x > lrs[-1] or len(lrs) >= self.config.max_points or gap <= 0
+                or len(lrs) > 1 and gap != self._interval):
+            self._done = True  # the warmup ended (or is not one)
+            return self._judge()
+        if not lrs:
+            self._first_step = step
+        elif len(lrs) == 1:
+            self._interval = gap
+        self._last_step = step
+        lrs.append(x)
+        return ()
 
     def finish(self) -> Iterable[Finding]:
         if self._done:
@@ -149,13 +138,10 @@ class SchedulerBeforeOptimizer:
         self._done = True
         return self._judge()
 
-    def _interval(self) -> int:
-        return self._steps[1] - self._steps[0] if len(self._steps) > 1 else 1
-
     def _judge(self) -> Iterable[Finding]:
         cfg = self.config
         lrs = self._lrs
-        if len(lrs) < 4 or self._steps[0] != 0 or not lrs[0] > 0:
+        if len(lrs) < 4 or self._first_step != 0 or not lrs[0] > 0:
             return ()
         fit = cosine_offset(lrs)
         if fit is None:
@@ -174,26 +160,15 @@ class SchedulerBeforeOptimizer:
         steps_to_peak = math.pi / w  # lr(t) = A - B cos(w t) peaks at t = pi / w
         div_text = f"; max_lr/start = {fmt(max_lr / start)}" + (
             " (OneCycleLR's default div_factor=25)" if abs(max_lr / start - 25) <= 0.5 else "")
-        unit = self._interval()
+        unit = self._interval
         return finding(
-            self.id, step=self._steps[0],
+            self.id, step=self._first_step,
             message=(
-                f"the first logged LR is {fmt(self._lrs[0])} at step {self._steps[0]}, "
+                f"the first logged LR is {fmt(self._lrs[0])} at step {self._first_step}, "
                 f"{fmt(ratio)}x the {fmt(start)} its warmup curve starts from: the LR is a cosine "
                 f"warmup (max_lr about {fmt(max_lr)} after {fmt(steps_to_peak * unit)} steps{div_text}) "
                 f"whose logged values are the schedule's {n} step{'s' if n > 1 else ''} later "
                 f"(fitted offset {s:.2f}, residual under {fmt(self.config.tolerance)} of the peak)."
-            ),
-            cause=(
-                "scheduler.step() ran before the first optimizer.step() (a loop in the pre-1.1 "
-                "order, or a 'pre-step' after building the scheduler), so the schedule's first "
-                "value is skipped and every later value comes one step early. With a per-epoch "
-                "OneCycleLR the start is about twice the intended LR."
-            ),
-            fix=(
-                "Call optimizer.step() before scheduler.step() and remove any pre-step; step "
-                "OneCycleLR per batch with total_steps=epochs * len(loader). Check that "
-                "scheduler.get_last_lr() before the first step equals max_lr / div_factor."
             ),
             evidence={"first_lr": self._lrs[0], "intended_first_lr": start, "ratio": ratio,
                       "offset_steps": s, "max_lr": max_lr, "warmup_points": len(self._lrs)},

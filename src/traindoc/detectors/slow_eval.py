@@ -78,11 +78,6 @@ class SlowEval:
                 f"evaluation every {fmt(interval)} steps, against {fmt(per_step * 1e3)} ms per "
                 f"training step{run}."
             ),
-            cause=(
-                "The evaluation interval is short for the cost of one evaluation (an interval chosen "
-                "for a debug run), or each evaluation runs on the whole validation set, with a small "
-                "batch size, or recomputes something that does not change (a frozen teacher)."
-            ),
             fix=(
                 f"Evaluate less often: about every {suggested} steps keeps evaluation near 10% of "
                 "the run. Evaluate a fixed subset during training (e.g. 50 batches) and the full "

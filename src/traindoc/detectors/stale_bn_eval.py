@@ -83,8 +83,10 @@ class StaleBnEval:
             ),
             cause=(
                 "An EMA copy that averages only parameters (`for e, p in zip(ema.parameters(), "
-                "model.parameters())`) or AveragedModel(use_buffers=False) without update_bn: "
-                "its BatchNorm buffers keep the values of the copy made at step 0."
+                "model.parameters())`): its BatchNorm buffers keep the values of the copy made at "
+                "step 0. (torch.optim.swa_utils.AveragedModel copies the model's buffers at every "
+                "update_parameters() since torch 2.0; before 2.0 it left them as copied at "
+                "construction.)"
                 if role == "ema" else
                 "The BatchNorm layers never ran in train mode: the model stayed in eval mode "
                 "while training (model.eval() not undone, or BN layers frozen with .eval()), or "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
@@ -15,7 +16,11 @@ class StalledLoss:
     """The best smoothed loss (rolling median of ``smooth``) is less than ``improvement`` below
     the initial smoothed loss. Judged at the end of runs of at least ``min_steps`` steps, never
     during the run: a long warmup (thousands of steps at a tiny LR in LLM training) looks
-    stalled until it ends, and a finding cannot be taken back."""
+    stalled until it ends, and a finding cannot be taken back.
+
+    Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
+    columns the engine delivers; the same findings however a column is cut.
+    """
 
     id: ClassVar[str] = "stalled-loss"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
@@ -40,37 +45,21 @@ class StalledLoss:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._values: list[float] = []
+        self._tail: deque[float] = deque(maxlen=self.config.smooth)  # the last finite values
         self._first_step: int | None = None
         self._last_step = 0
-        self._initial: float | None = None
-        self._best: float | None = None
+        self._initial: float | None = None  # the first smoothed loss
+        self._best: float | None = None  # the lowest smoothed loss
 
-    def observe(self, event: Event) -> None:
+    def observe(self, event: Event) -> list[Finding]:
+        """A single point, as a column of one (the engine sends columns)."""
         assert isinstance(event, Scalar)
-        if event.value != event.value or abs(event.value) == float("inf"):
-            return
-        if self._first_step is None:
-            self._first_step = event.step
-        self._last_step = event.step
-        self._values.append(event.value)
-        n = self.config.smooth
-        if len(self._values) >= n:
-            smooth = median(self._values[-n:])
-            if self._initial is None:
-                self._initial = smooth
-            self._best = smooth if self._best is None else min(self._best, smooth)
-        if len(self._values) > 4 * n:  # keep memory bounded: only the tail is needed
-            del self._values[: -2 * n]
+        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """The loss column at once: the rolling medians of its finite values give the initial
-        and the best level; the state is the one ``observe`` leaves, for ``finish``."""
-        from traindoc.detectors import _vector as vec
-
-        return vec.judge(self, columns, {"loss"}, self._observe_columns)
-
-    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
+        """The next points of the loss: the medians of the windows ending at its finite points
+        (``_tail`` carries the window over to the next call) move the initial and the best
+        level; nothing is judged before ``finish``."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec
@@ -81,18 +70,19 @@ class StalledLoss:
         pos = np.flatnonzero(np.isfinite(vec.floats(col.values)))
         if not len(pos):
             return []
-        f = vec.floats(col.values)[pos]
-        n = self.config.smooth
-        self._first_step = vec.item(col.steps, pos[0])
-        if len(f) >= n:
-            med = vec.RollingMedian(f, n)  # window k ends at the finite point k + n - 1
-            self._initial = float(med.at([0])[0])
-            self._best = med.extreme(lowest=True)[0]
+        if self._first_step is None:
+            self._first_step = vec.item(col.steps, pos[0])
         self._last_step = vec.item(col.steps, pos[-1])
-        # observe keeps 2n to 4n of the last values: the same ones
-        m = len(f)
-        keep = m if m <= 4 * n else 2 * n + (m - 4 * n - 1) % (2 * n + 1)
-        self._values = vec.items(col.values, pos[m - keep:])
+        n = self.config.smooth
+        head = list(self._tail)[max(0, len(self._tail) - n + 1):]  # the last n - 1 values
+        med = vec.RollingMedian(np.concatenate((np.array(head, dtype=float), vec.floats(col.values)[pos])), n)
+        self._tail.extend(vec.items(col.values, pos[-n:]))
+        if len(med):
+            with np.errstate(all="ignore"):  # an even window's median overflows near 1.8e308, as in Python
+                if self._initial is None:
+                    self._initial = float(med.at([0])[0])
+                best = med.extreme(lowest=True)[0]
+            self._best = best if self._best is None else min(self._best, best)
         return []
 
     def finish(self) -> Iterator[Finding]:
@@ -104,7 +94,7 @@ class StalledLoss:
         """Flat, not rising: a loss that climbs far above where it started is divergence."""
         if self._initial is None or self._best is None:
             return False
-        last = median(self._values[-self.config.smooth:])
+        last = median(list(self._tail))
         flat = last <= self._initial + 0.5 * abs(self._initial)
         return flat and self._initial - self._best < self.config.improvement * abs(self._initial)
 
@@ -118,16 +108,6 @@ class StalledLoss:
                 f"over {steps} steps the loss improved by {gain:.2%} (from {fmt(self._initial)} to a "
                 f"best of {fmt(self._best)}, {self.config.smooth}-step medians; threshold "
                 f"{self.config.improvement:.0%})."
-            ),
-            cause=(
-                "The parameters are not moving usefully: an LR far too low (or 0), updates that "
-                "round away in bf16/fp16 parameters, gradients that do not reach the parameters, or "
-                "a loss that does not depend on them. The other findings of this run name which."
-            ),
-            fix=(
-                "Check that the parameters change (traindoc's update findings), that the LR "
-                "schedule's values are what you expect, and that the model can overfit one small "
-                "batch in ~100 steps."
             ),
             evidence={"initial": self._initial, "best": self._best, "improvement": gain,
                       "steps": steps, "threshold": self.config.improvement},

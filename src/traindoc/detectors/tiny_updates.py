@@ -115,11 +115,6 @@ class TinyUpdates:
                 "; ".join(parts) + " over the second half of the run (healthy band about 1e-4 to "
                 "1e-2)" + (f"; the loss improved by only {progress:.1%}" if progress is not None else "") + "."
             ),
-            cause=(
-                "The learning rate is far too low for this optimizer: often an LR tuned for another "
-                "optimizer (an AdamW-scale LR given to Muon or SGD), an LR scaled down twice, or a "
-                "schedule stuck near its minimum."
-            ),
             fix="Raise the LR into the usual range and check the schedule's values: " + "; ".join(fixes) + ".",
             evidence={"groups": [f"optimizer {o} group {g}" for (o, g), _, _ in low],
                       "median_update_ratio": [r for _, r, _ in low], "floor": cfg.floor, "far": cfg.far,

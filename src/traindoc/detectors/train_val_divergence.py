@@ -155,11 +155,6 @@ class TrainValDivergence:
                 f"while the training loss fell by {fmt(st['train_drop'])} over the same window; "
                 f"latest gap val - train = {fmt(gap)}."
             ),
-            cause=(
-                "Overfitting (little data for the model, many epochs, weak regularization), or a "
-                "train/validation pipeline mismatch (normalization, resolution, tokenization), or "
-                "validation drawn from a different distribution."
-            ),
             fix=(
                 f"Keep the checkpoint with the lowest val_loss (step {int(st['best_step'])}) and stop "
                 "early with a patience of a few evaluations; add weight decay, dropout or "

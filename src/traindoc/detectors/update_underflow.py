@@ -110,18 +110,6 @@ class UpdateUnderflow:
                 "parameter that never changed although its optimizer step is below half the spacing)."
                 + (f" Never changed: {names(stuck, 4)}." if stuck else "") + size
             ),
-            cause=(
-                "The parameters are stored in low precision, so an update smaller than half the "
-                "spacing between representable values rounds back to the old value. bf16 has 8 "
-                "significant bits: at |w| = 1.0 (norm weights) the spacing is 0.0078, far above a "
-                "typical lr-sized step."
-            ),
-            fix=(
-                "Keep fp32 parameters and run the forward in low precision: remove "
-                "`model.to(torch.bfloat16)` / `.half()` and wrap the forward in "
-                "`torch.autocast(device_type, dtype=torch.bfloat16)`; or use an optimizer that keeps "
-                "fp32 master weights (or stochastic rounding)."
-            ),
             evidence={"dtype": self._dtype, "median_unchanged_share": median(shares),
                       "steps": len(self._bad_steps), "spacing": sp if self._spacing else None,
                       "intended_update": want if self._intended else None, "never_changed": stuck[:20]},

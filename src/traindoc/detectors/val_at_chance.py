@@ -165,17 +165,6 @@ class ValAtChance:
                 f"({', '.join(shown)}; chance 1/{self._classes} = {chance_shown}, band "
                 f"+-{fmt(self._band(self._chance) * scale)}{unit}){inferred}, {evidence_learning}."
             ),
-            cause=(
-                "The evaluation is broken, not the model: the evaluated model is not the trained "
-                "one (an EMA copy with stale BatchNorm statistics, a checkpoint that loaded no "
-                "keys), validation labels are mapped or ordered differently, or validation "
-                "preprocessing differs."
-            ),
-            fix=(
-                "Run a few training batches through the validation code path: if accuracy drops to "
-                "chance, the eval path is wrong. Compare train and val class_to_idx; load checkpoints "
-                "with strict=True; if an EMA model is evaluated, copy its buffers too."
-            ),
             evidence={"classes": self._classes, "chance": self._chance * scale,
                       "evaluations_at_chance": n, "first_step": first,
                       "val_acc": [v for _, v in at[:n]][:20],

@@ -231,11 +231,13 @@ class Cast:
 class RunEnd:
     """Last event: how many steps ran and how the run ended. ``trained`` is False when a live
     run never trained (no backward, no optimizer step: an import error, a crash before the
-    first step); ``exit_code`` is the script's own."""
+    first step); ``exit_code`` is the script's own; ``optimizer_steps`` counts the optimizer
+    steps that took effect, all optimizers together (None when the source cannot tell)."""
 
     steps: int
     duration_s: float = 0.0
     status: str = "ok"  # "ok", "exception", "exit", "interrupted"
     trained: bool = True
     exit_code: int = 0
+    optimizer_steps: int | None = None
     signal: ClassVar[str] = "end"

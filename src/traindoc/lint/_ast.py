@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import operator
 from dataclasses import dataclass, field
-from typing import Iterator, Union
+from typing import Any, Callable, Iterator, Union
 
 from traindoc.lint._nodes import (  # noqa: F401  (re-exported for the rules)
     EVAL_WORDS,
@@ -51,6 +51,8 @@ from traindoc.lint._values import (  # noqa: F401  (re-exported for the rules)
 )
 
 ScopeNode = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
+# What a name is assigned: the expression; for ``x += ...`` the statement itself.
+AssignValue = Union[ast.expr, ast.AugAssign]
 
 
 @dataclass
@@ -79,7 +81,7 @@ class Scope:
     name: str
     cls: str | None = None
     calls: list[ast.Call] = field(default_factory=list)
-    assigns: list[tuple[str, ast.stmt, ast.expr]] = field(default_factory=list)
+    assigns: list[tuple[str, ast.stmt, AssignValue]] = field(default_factory=list)
     withs: list[ast.With | ast.AsyncWith] = field(default_factory=list)
     loops: list[ast.stmt] = field(default_factory=list)
     returns: list[ast.Return] = field(default_factory=list)
@@ -88,7 +90,7 @@ class Scope:
     backwards: list[Backward] = field(default_factory=list)
     trained: set[str] = field(default_factory=set)  # names whose value is handed to backward
 
-    def values_of(self, name: str, before: int | None = None) -> list[tuple[ast.stmt, ast.expr]]:
+    def values_of(self, name: str, before: int | None = None) -> list[tuple[ast.stmt, AssignValue]]:
         """Assignments ``name = value`` in this scope (in source order), optionally before a line.
 
         An augmented assignment ``name /= n`` is given as the statement itself.
@@ -102,7 +104,8 @@ class Scope:
     def reaching(self, name: str, line: int, mod: Module | None = None) -> ast.expr | None:
         """The value of the last plain assignment to ``name`` before ``line``; with ``mod``,
         the last one not hidden in a branch (``if``/``try``) that ``line`` is outside of."""
-        found = [(s, v) for s, v in self.values_of(name, line) if not isinstance(s, ast.AugAssign)]
+        # Plain assignments: the value of an augmented one is its statement (s is v).
+        found = [(s, v) for s, v in self.values_of(name, line) if not isinstance(v, ast.AugAssign)]
         if mod is not None:
             for stmt, value in reversed(found):
                 if not any(
@@ -115,6 +118,12 @@ class Scope:
     @property
     def is_eval(self) -> bool:
         return contains_word(self.name, ("eval", "valid", "test", "metric", "predict", "infer"))
+
+
+# A handler of Module._index: (module, parent, child, scope) -> whether the child opens a scope
+# (scope_of[child] is then set). ``child`` is Any: it is of the node type the handler is filed
+# under in Module._handlers, which a dict from types to handlers cannot express.
+_Handler = Callable[["Module", ast.AST, Any, Scope], bool]
 
 
 class Module:
@@ -137,7 +146,11 @@ class Module:
         self._kinds: dict[int, str | None] = {}
         # calls by the last part of what they call: by_name["step"] holds every `x.step(...)`
         self.by_name: dict[str, list[ast.Call]] = {}
-        self._memo: dict[object, object] = {}
+        # Answers computed once (by constructors, trained_models, loss_names, _values.torch_saves).
+        self._constructors: list[ast.Call] | None = None
+        self._trained: set[str] | None = None
+        self._loss_names_of: dict[int, set[str]] = {}
+        self._torch_saves: list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]] | None = None
         self._index()
         self._find_backwards()
         self._find_trained()
@@ -209,52 +222,54 @@ class Module:
     def constructors(self) -> list[ast.Call]:
         """Calls that may build an optimizer, scheduler, scaler or accelerator: a capitalized
         name (``AdamW(...)``) or a ``get_*schedule*`` factory."""
-        if "constructors" not in self._memo:
-            self._memo["constructors"] = [
+        if self._constructors is None:
+            self._constructors = [
                 c for name, calls in self.by_name.items()
                 if name[:1].isupper() or (name.startswith("get_") and "schedule" in name)
                 for c in calls
             ]
-        return self._memo["constructors"]  # type: ignore[return-value]
+        return self._constructors
 
-    def _on_function(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
+    # The handlers of _index: ``child`` is of the node type each is filed under in _handlers.
+
+    def _on_function(self, node: ast.AST, child: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda,
+                     scope: Scope) -> bool:
         cls = node.name if isinstance(node, ast.ClassDef) else None
         name = getattr(child, "name", "<lambda>")
-        inner = Scope(child, name, cls)  # type: ignore[arg-type]
+        inner = Scope(child, name, cls)
         self.scopes.append(inner)
         self.functions.setdefault(name, []).append(inner)
         self.scope_of[child] = inner
         return True  # decorators and defaults land in the function's scope: close enough
 
-    def _on_call(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
-        scope.calls.append(child)  # type: ignore[arg-type]
-        self.calls.append(child)  # type: ignore[arg-type]
-        func = child.func  # type: ignore[attr-defined]
-        kind = type(func)
-        if kind is ast.Attribute:
+    def _on_call(self, node: ast.AST, child: ast.Call, scope: Scope) -> bool:
+        scope.calls.append(child)
+        self.calls.append(child)
+        func = child.func
+        if type(func) is ast.Attribute:
             key = func.attr
-        elif kind is ast.Name:
+        elif type(func) is ast.Name:
             key = func.id  # re-filed under its imported name after the pass (see _index)
         else:
             return False
-        self.by_name.setdefault(key, []).append(child)  # type: ignore[arg-type]
+        self.by_name.setdefault(key, []).append(child)
         return False
 
-    def _on_assign(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
-        for target in child.targets:  # type: ignore[attr-defined]
-            self._assign(scope, target, child, child.value)  # type: ignore[attr-defined,arg-type]
+    def _on_assign(self, node: ast.AST, child: ast.Assign, scope: Scope) -> bool:
+        for target in child.targets:
+            self._assign(scope, target, child, child.value)
         return False
 
-    def _on_augassign(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
-        if child.value is not None:  # type: ignore[attr-defined]
-            value = child if type(child) is ast.AugAssign else child.value  # type: ignore[attr-defined]
-            text = dotted(child.target)  # type: ignore[attr-defined]
+    def _on_augassign(self, node: ast.AST, child: ast.AnnAssign | ast.AugAssign, scope: Scope) -> bool:
+        if child.value is not None:
+            value = child if type(child) is ast.AugAssign else child.value
+            text = dotted(child.target)
             if text:
-                scope.assigns.append((text, child, value))  # type: ignore[arg-type]
+                scope.assigns.append((text, child, value))
         return False
 
-    def _on_import(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
-        for alias in child.names:  # type: ignore[attr-defined]
+    def _on_import(self, node: ast.AST, child: ast.Import, scope: Scope) -> bool:
+        for alias in child.names:
             if alias.asname:
                 self.aliases[alias.asname] = alias.name
             else:
@@ -262,9 +277,9 @@ class Module:
                 self.aliases[root] = root
         return False
 
-    def _on_import_from(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
-        base = "." * child.level + (child.module or "")  # type: ignore[attr-defined]
-        for alias in child.names:  # type: ignore[attr-defined]
+    def _on_import_from(self, node: ast.AST, child: ast.ImportFrom, scope: Scope) -> bool:
+        base = "." * child.level + (child.module or "")
+        for alias in child.names:
             self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
         return False
 
@@ -272,14 +287,14 @@ class Module:
         return False
 
     @staticmethod
-    def _collect(group: str):  # type: ignore[no-untyped-def]
+    def _collect(group: str) -> _Handler:
         def on(self: Module, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
             getattr(scope, group).append(child)
             return False
 
         return on
 
-    _handlers: dict[type, object] = {}
+    _handlers: dict[type[ast.AST], _Handler] = {}
 
     def _assign(self, scope: Scope, target: ast.expr, stmt: ast.stmt, value: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -395,13 +410,13 @@ class Module:
 
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         """Enclosing nodes, innermost first, up to (not including) the enclosing function."""
-        node = self.parent.get(node)  # type: ignore[assignment]
-        while node is not None and not isinstance(node, _SCOPE_TYPES):
-            yield node
-            node = self.parent.get(node)  # type: ignore[assignment]
+        up = self.parent.get(node)
+        while up is not None and not isinstance(up, _SCOPE_TYPES):
+            yield up
+            up = self.parent.get(up)
 
     def loops_around(self, node: ast.AST) -> list[ast.stmt]:
-        return [a for a in self.ancestors(node) if isinstance(a, LOOP_TYPES)]  # type: ignore[misc]
+        return [a for a in self.ancestors(node) if isinstance(a, LOOP_TYPES)]
 
     def inside(self, node: ast.AST, outer: ast.AST) -> bool:
         return any(a is outer for a in self.ancestors(node))
@@ -511,10 +526,10 @@ class Module:
 
     def loss_names(self, scope: Scope) -> set[str]:
         """The trained names and, through arithmetic, the loss terms they are summed from."""
-        key = ("loss_names", id(scope))
-        if key not in self._memo:
-            self._memo[key] = self._loss_names(scope)
-        return self._memo[key]  # type: ignore[return-value]
+        key = id(scope)
+        if key not in self._loss_names_of:
+            self._loss_names_of[key] = self._loss_names(scope)
+        return self._loss_names_of[key]
 
     def _loss_names(self, scope: Scope) -> set[str]:
         out = set(scope.trained)
@@ -559,9 +574,9 @@ class Module:
     def trained_models(self) -> set[str]:
         """Names of modules being trained: their ``.parameters()`` go to an optimizer, or they
         are put in train mode with ``.train()``."""
-        if "trained_models" not in self._memo:
-            self._memo["trained_models"] = self._trained_models()
-        return self._memo["trained_models"]  # type: ignore[return-value]
+        if self._trained is None:
+            self._trained = self._trained_models()
+        return self._trained
 
     def _trained_models(self) -> set[str]:
         out: set[str] = set()
@@ -569,12 +584,13 @@ class Module:
             if self.kind_of_call(call) == "optimizer":
                 for n in ast.walk(call):
                     receiver = method(n, "parameters", "named_parameters")
-                    if receiver is not None and dotted(receiver):
-                        out.add(dotted(receiver))  # type: ignore[arg-type]
+                    name = dotted(receiver)
+                    if name:
+                        out.add(name)
         for call in self.named("train"):
-            receiver = method(call, "train")
-            if receiver is not None and dotted(receiver) and not call.args:
-                out.add(dotted(receiver))  # type: ignore[arg-type]
+            name = dotted(method(call, "train"))
+            if name and not call.args:
+                out.add(name)
         return out
 
     def text(self, node: ast.AST | None, limit: int = 80) -> str:
@@ -585,8 +601,11 @@ class Module:
         if self._lines is None:
             self._lines = self.source.splitlines(keepends=True)
         try:
-            start, end = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined,operator]
-            first, last = node.col_offset, node.end_col_offset  # type: ignore[attr-defined]
+            # Any node with positions (expr, stmt, keyword, arg ...); one without fails here
+            # (AttributeError, TypeError) and is unparsed below.
+            located: Any = node
+            start, end = located.lineno - 1, located.end_lineno - 1
+            first, last = located.col_offset, located.end_col_offset
             if start == end:
                 raw = self._lines[start].encode()[first:last].decode()
             else:
@@ -608,7 +627,7 @@ _SCALAR_FIELDS = frozenset(
 )
 
 
-class _ChildFields(dict):  # type: ignore[type-arg]
+class _ChildFields(dict[type, tuple[str, ...]]):
     """node type -> the names of its fields that can hold child nodes (computed on demand)."""
 
     def __missing__(self, kind: type) -> tuple[str, ...]:
@@ -652,6 +671,6 @@ for _kind in _STATEMENTS:
 _POSITION = operator.attrgetter("lineno", "col_offset")  # statements and expressions have both
 
 
-def _ASSIGN_POSITION(item: tuple[str, ast.stmt, ast.expr]) -> tuple[int, int]:
+def _ASSIGN_POSITION(item: tuple[str, ast.stmt, AssignValue]) -> tuple[int, int]:
     stmt = item[1]
     return (stmt.lineno, stmt.col_offset)

@@ -67,8 +67,10 @@ def arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
 
 def number(node: ast.AST | None) -> float | None:
     """The value of a numeric literal (``1e6``, ``-1``, ``float('inf')``), else None."""
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
+    if isinstance(node, ast.Constant):
+        value = node.value
+        if type(value) is int or type(value) is float:  # not bool
+            return float(value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         inner = number(node.operand)
         if inner is not None:

@@ -115,9 +115,9 @@ def _item_names(node: ast.AST) -> set[str]:
 
 def torch_saves(mod: Module) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
     """(site, object, path, torch.save call) for each checkpoint save in the file."""
-    if "torch_saves" not in mod._memo:
-        mod._memo["torch_saves"] = list(_torch_saves(mod))
-    return mod._memo["torch_saves"]  # type: ignore[return-value]
+    if mod._torch_saves is None:  # computed once per file
+        mod._torch_saves = list(_torch_saves(mod))
+    return mod._torch_saves
 
 
 def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
@@ -194,6 +194,6 @@ def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | Non
             return fixed_filename(mod, node.right, at)
         right = node.right
         if isinstance(node.op, ast.Add) and isinstance(right, ast.Constant) and isinstance(right.value, str):
-            text = node.right.value
+            text = right.value
             return text.rsplit("/", 1)[-1] if "/" in text and not text.endswith("/") else None
     return None

@@ -15,16 +15,22 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:  # Python 3.11+
+# A flag rather than ``tomllib = None``: the name stays a module to the type checker.
+if sys.version_info >= (3, 11):
     import tomllib
-except ImportError:  # pragma: no cover - Python 3.10 without tomli reads no config
+
+    _HAVE_TOML = True
+else:  # pragma: no cover - Python 3.10 without tomli reads no config
     try:
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib
+
+        _HAVE_TOML = True
     except ImportError:
-        tomllib = None  # type: ignore[assignment]
+        _HAVE_TOML = False
 
 
 class ConfigError(ValueError):
@@ -76,7 +82,7 @@ def for_path(path: Path) -> Config:
 
 
 def _read(path: Path) -> Config | None:
-    if tomllib is None:
+    if not _HAVE_TOML:
         return None
     try:
         with open(path, "rb") as f:

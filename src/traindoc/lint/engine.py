@@ -92,7 +92,7 @@ def lint_source(
     found: dict[tuple[str, int, int], LintFinding] = {}
     errors: list[LintError] = []
     for cls in RULES:
-        id_ = cls.id  # type: ignore[attr-defined]
+        id_ = cls.id
         if id_ in muted or (chosen is not None and id_ not in chosen):
             continue
         try:
@@ -226,7 +226,7 @@ def summary(result: LintResult) -> str:
 
 
 def lint_ids() -> list[str]:
-    return [cls.id for cls in RULES]  # type: ignore[attr-defined]
+    return [cls.id for cls in RULES]
 
 
 def titles() -> dict[str, str]:

@@ -213,7 +213,8 @@ class Session:
             self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
         self._flush()
         self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
-                         trained=self._trained, exit_code=exit_code))
+                         trained=self._trained, exit_code=exit_code,
+                         optimizer_steps=sum(self._taken.values())))
         report = self.engine.finish()
         for probe, error in sorted(self.failed.items()):
             chosen = report.ran + [id_ for id_, _ in report.not_applicable]
@@ -610,7 +611,11 @@ class Session:
         """The round's loss and gradient norm, then how each optimizer's step ended."""
         step = end.step
         loss = self._loss_sum.pop(step, None)
-        if loss is not None:
+        # A round the script dropped on purpose (backward, then zero_grad and no step, while
+        # it steps its optimizer elsewhere) trained on nothing: its loss is not the training
+        # loss. Its Backward events still carry the values.
+        dropped = self._taken and all(o == SKIPPED_BY_SCRIPT for _, o, _ in end.outcomes)
+        if loss is not None and not dropped:
             self.emit(Scalar(step=step, name="loss", value=loss))
         grad_sq = self._grad_sq.pop(step, None)
         if step in self._clipped:

@@ -28,7 +28,7 @@ def _clean(value: Any) -> Any:
 
 
 def to_dict(report: Report) -> dict[str, Any]:
-    run = {"script": "", "argv": [], "python": "", "torch": "", "started": None,
+    run: dict[str, object] = {"script": "", "argv": [], "python": "", "torch": "", "started": None,
            "duration_s": None, "steps": 0, "ranks": 1}
     run.update(report.run)
     return _clean({

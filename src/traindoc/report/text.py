@@ -24,10 +24,13 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
     console = Console(file=file or sys.stderr, width=width, highlight=False, soft_wrap=False)
     run = report.run
     head = f"traindoc report: {run.get('script') or run.get('source', '')}"
-    unit = "epochs" if run.get("x") == "epoch" else "optimizer steps"
+    unit = "epochs" if run.get("x") == "epoch" else "steps"
     bits = [f"{run.get('steps', 0)} {unit}"]
-    if run.get("duration_s") is not None:
-        bits.append(f"{float(run['duration_s']):.1f} s")  # type: ignore[arg-type]
+    if run.get("optimizer_steps") is not None:
+        bits[0] += f" ({run['optimizer_steps']} optimizer steps took effect)"
+    duration = run.get("duration_s")
+    if isinstance(duration, (int, float)):
+        bits.append(f"{duration:.1f} s")
     if run.get("status") not in (None, "ok"):
         bits.append(f"status {run['status']}")
     console.rule("[bold]traindoc report[/]")

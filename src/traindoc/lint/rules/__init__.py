@@ -7,7 +7,7 @@ that the modules on disk and this tuple agree, and one parametrized test runs ev
 
 from __future__ import annotations
 
-from traindoc.lint.rules._common import snippet
+from traindoc.lint.rules._common import Rule, snippet
 from traindoc.lint.rules.autograd_collective import AutogradCollective
 from traindoc.lint.rules.bf16_master_weights import Bf16MasterWeights
 from traindoc.lint.rules.checkpoint_incomplete import CheckpointIncomplete
@@ -25,7 +25,8 @@ from traindoc.lint.rules.muon_adamw_scale_lr import MuonAdamwScaleLr
 from traindoc.lint.rules.scheduler_before_optimizer import SchedulerBeforeOptimizer
 from traindoc.lint.rules.unscaled_grad_accumulation import UnscaledGradAccumulation
 
-RULES: tuple[type, ...] = (
+# mypy checks each class against the Rule protocol here.
+RULES: tuple[type[Rule], ...] = (
     MaskedNonfinite,
     ConstantLoss,
     DetachedPrediction,
@@ -45,27 +46,27 @@ RULES: tuple[type, ...] = (
 )
 
 
-def by_id() -> dict[str, type]:
-    return {cls.id: cls for cls in RULES}  # type: ignore[attr-defined]
+def by_id() -> dict[str, type[Rule]]:
+    return {cls.id: cls for cls in RULES}
 
 
 def ids() -> list[str]:
-    return [cls.id for cls in RULES]  # type: ignore[attr-defined]
+    return [cls.id for cls in RULES]
 
 
 def rule_docs(id_: str) -> str | None:
-    """Markdown for ``traindoc explain ID``: what the lint rule looks for, with its examples.
-    None when no lint rule reports ``id_``."""
+    """Markdown for ``traindoc explain ID``: the lint rule's examples, which are also its tests.
+    What the rule looks for is on the catalog page, the one place a failure is described; the
+    class docstring is for whoever changes the rule. None when no lint rule reports ``id_``."""
     cls = by_id().get(id_)
     if cls is None:
         return None
-    doc = " ".join((cls.__doc__ or "").split())
-    out = [f"## Lint rule `{id_}`", "", doc, "", "### Fires on", ""]
-    for example in cls.invalid:  # type: ignore[attr-defined]
+    out = [f"## Lint rule `{id_}`", "", "Its examples, which are also its tests.", "", "### Fires on", ""]
+    for example in cls.invalid:
         lines = ", ".join(str(n) for n in example.lines)
         out += [f"Fires at line {lines}:", "", "```python", snippet(example.code).rstrip(), "```", ""]
     out += ["### Stays quiet on", ""]
-    for code in cls.valid:  # type: ignore[attr-defined]
+    for code in cls.valid:
         out += ["```python", snippet(code).rstrip(), "```", ""]
     out.append(f"Silence one line with `# traindoc: ignore[{id_}]`.")
     return "\n".join(out)

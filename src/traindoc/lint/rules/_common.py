@@ -1,10 +1,14 @@
-"""What every lint rule shares: the result it yields and the examples it carries."""
+"""What every lint rule shares: its shape, the result it yields and the examples it carries."""
 
 from __future__ import annotations
 
 import ast
 import textwrap
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Iterable, Protocol
+
+if TYPE_CHECKING:
+    from traindoc.lint._ast import Module
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,21 @@ class Invalid:
     def __init__(self, code: str, *lines: int) -> None:
         object.__setattr__(self, "code", code)
         object.__setattr__(self, "lines", tuple(lines))
+
+
+class Rule(Protocol):
+    """The shape of every class in ``RULES``, which mypy checks there. Rules are plain classes
+    and inherit from nothing; each is built with no arguments for each file it checks.
+
+    ``id`` is the catalog id; ``invalid`` snippets must fire at their lines and ``valid`` ones
+    stay quiet (the tests and the docs); ``check`` yields a ``Hit`` per place it fires.
+    """
+
+    id: ClassVar[str]
+    invalid: ClassVar[tuple[Invalid, ...]]
+    valid: ClassVar[tuple[str, ...]]
+
+    def check(self, mod: Module) -> Iterable[Hit]: ...
 
 
 def snippet(code: str) -> str:

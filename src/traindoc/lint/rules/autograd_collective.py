@@ -103,9 +103,10 @@ class AutogradCollective:
                 if head != "torch.distributed" or name not in COLLECTIVES:
                     continue
                 index = COLLECTIVES[name]
-                if len(call.args) <= index or not isinstance(call.args[index], ast.Name):
+                given = call.args[index] if len(call.args) > index else None
+                if not isinstance(given, ast.Name):
                     continue
-                tensor = call.args[index].id  # type: ignore[attr-defined]
+                tensor = given.id
                 if mod.grad_mode(call):
                     continue
                 why = self._requires_grad(mod, scope, tensor, call.lineno)

@@ -144,7 +144,7 @@ class Bf16MasterWeights:
                     )
                     break
 
-    def _casts(self, mod: Module, scope: Scope) -> Iterator[tuple[ast.AST, str, str]]:
+    def _casts(self, mod: Module, scope: Scope) -> Iterator[tuple[ast.stmt, str, str]]:
         """(node, model name, dtype) for each cast of a module-like name in ``scope``."""
         for stmt in _statements(mod, scope):
             if isinstance(stmt, ast.Expr):
@@ -179,7 +179,9 @@ def _statements(mod: Module, scope: Scope) -> Iterator[ast.stmt]:
 
 
 def _cast_dtype(mod: Module, scope: Scope, call: ast.Call) -> str | None:
-    attr = call.func.attr  # type: ignore[attr-defined]
+    if not isinstance(call.func, ast.Attribute):  # not a method call: no cast
+        return None
+    attr = call.func.attr
     if attr == "bfloat16" and not call.args:
         return "torch.bfloat16"
     if attr == "half" and not call.args:

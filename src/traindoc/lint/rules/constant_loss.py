@@ -225,7 +225,7 @@ class ConstantLoss:
                 )
 
 
-def _upper_bound(mod: Module, call: ast.Call, at: ast.AST) -> str | None:
+def _upper_bound(mod: Module, call: ast.Call, at: ast.stmt | ast.expr) -> str | None:
     """The upper bound of a clamp-like call as text (``1e6``, or ``LOSS_CAP (1e6)`` for a name
     assigned a literal), or None when it has none."""
     text = _bound(mod, call)
@@ -236,7 +236,7 @@ def _upper_bound(mod: Module, call: ast.Call, at: ast.AST) -> str | None:
     if names:
         value = resolve(mod, names[0], at)
         if value is None or isinstance(value, ast.Name):
-            value = mod.scopes[0].reaching(names[0].id, at.lineno)  # type: ignore[attr-defined]
+            value = mod.scopes[0].reaching(names[0].id, at.lineno)
         if number(value) is not None:
             return f"{mod.text(value)} (`{text}`)"
     return text

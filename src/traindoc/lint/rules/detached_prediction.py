@@ -18,6 +18,8 @@ FUNCTIONAL_LOSSES = frozenset(
 
 # losses whose two arguments play the same role: a detached first argument may be the target
 SYMMETRIC = frozenset({"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"})
+# Methods that change only a tensor's shape or dtype: a detached value stays detached through them.
+_SHAPE_ONLY = ("squeeze", "unsqueeze", "float", "view", "reshape", "flatten")
 
 
 class DetachedPrediction:
@@ -121,12 +123,12 @@ class DetachedPrediction:
                 )
 
 
-def _builds_loss(mod: Module, call: ast.AST) -> bool:
+def _builds_loss(mod: Module, call: ast.AST | None) -> bool:
     """``nn.CrossEntropyLoss()``, also ``MyLoss().to(device)``."""
     while isinstance(call, ast.Call):
         if mod.callee(call).split(".")[-1].endswith("Loss"):
             return True
-        call = call.func.value if isinstance(call.func, ast.Attribute) else None  # type: ignore[assignment]
+        call = call.func.value if isinstance(call.func, ast.Attribute) else None
     return False
 
 
@@ -153,19 +155,21 @@ def _loss_call(value: ast.AST) -> ast.Call | None:
     return None
 
 
-def _detached_prediction(mod: Module, scope: Scope, node: ast.expr, line: int):
+def _detached_prediction(
+    mod: Module, scope: Scope, node: ast.expr, line: int
+) -> tuple[str, str, int] | None:
     """(name, how, line) when ``node`` is, or names, a detached value."""
     # look through shape-only methods: aux.squeeze(-1), aux.float()
-    while method(node, "squeeze", "unsqueeze", "float", "view", "reshape", "flatten") is not None:
-        node = node.func.value  # type: ignore[attr-defined]
+    while (receiver := method(node, *_SHAPE_ONLY)) is not None:
+        node = receiver
     how = is_detached_value(mod, node)
     if how and not isinstance(node, ast.Name):
         return mod.text(node), how, node.lineno
     if isinstance(node, ast.Name):
         for stmt, value in reversed(scope.values_of(node.id, line)):
-            inner = value
-            while method(inner, "squeeze", "unsqueeze", "float", "view", "reshape", "flatten") is not None:
-                inner = inner.func.value  # type: ignore[attr-defined]
+            inner: ast.AST = value
+            while (receiver := method(inner, *_SHAPE_ONLY)) is not None:
+                inner = receiver
             how = is_detached_value(mod, inner)
             if how and method(inner, "detach") is not None:
                 return node.id, mod.text(value), stmt.lineno

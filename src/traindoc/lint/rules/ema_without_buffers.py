@@ -19,9 +19,11 @@ class EmaWithoutBuffers:
     (seed 004: "EMA model had broken batch normalization statistics"). Two forms: an EMA made
     with ``copy.deepcopy(model)`` and updated over ``zip(ema.parameters(), model.parameters())``
     with no buffer copy anywhere in the file; and ``AveragedModel(model)`` without
-    ``use_buffers=True`` and without ``update_bn(...)``. The file must show BatchNorm
-    (``nn.BatchNorm2d``, ``SyncBatchNorm``, a torchvision/timm CNN); a model without running
-    statistics has nothing to go stale.
+    ``use_buffers=True`` and without ``update_bn(...)`` (since torch 2.0 its buffers follow the
+    live model at each ``update_parameters()`` instead of staying as constructed: statistics of
+    the live weights, not of the average; the catalog page says which version does what). The
+    file must show BatchNorm (``nn.BatchNorm2d``, ``SyncBatchNorm``, a torchvision/timm CNN); a
+    model without running statistics has nothing to go stale.
     """
 
     id: ClassVar[str] = "stale-bn-eval"
@@ -112,8 +114,9 @@ class EmaWithoutBuffers:
         synced = _buffers_synced(mod)
         for call in mod.named("AveragedModel"):
             parent = mod.parent.get(call)
-            single = isinstance(parent, ast.Assign) and len(parent.targets) == 1
-            target = dotted(parent.targets[0]) if single else None  # type: ignore[union-attr]
+            target = None  # `target = AveragedModel(...)`: the name it is assigned to
+            if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+                target = dotted(parent.targets[0])
             use_buffers = kwarg(call, "use_buffers")
             if target is None or (isinstance(use_buffers, ast.Constant) and use_buffers.value):
                 continue
@@ -126,9 +129,12 @@ class EmaWithoutBuffers:
                 call,
                 f"`{target} = {mod.text(call)}` averages `{source}`'s parameters only and "
                 f"`update_bn` is never called: `{target}` is evaluated with BatchNorm running "
-                "statistics copied once at construction, which do not match the averaged weights",
-                cause="AveragedModel averages parameters; buffers are left as copied unless "
-                "`use_buffers=True` or `update_bn(loader, model)` recomputes them.",
+                "statistics that were not computed for the averaged weights",
+                cause="With `use_buffers=False` (the default) AveragedModel averages parameters "
+                "only. Its buffers are copied from the source model at every `update_parameters()` "
+                "since torch 2.0 (the live weights' statistics, not the average's), and stay as "
+                "copied at construction before 2.0; only `use_buffers=True` or `update_bn(loader, "
+                "model)` gives statistics of the averaged weights.",
                 fix=f"Call `torch.optim.swa_utils.update_bn(train_loader, {target})` before "
                 f"evaluating it, or build it with `AveragedModel({source}, use_buffers=True)`.",
             )
@@ -175,19 +181,19 @@ def _buffers_synced(mod: Module) -> set[str]:
     return out
 
 
-def _ema_loops(mod: Module) -> Iterator[tuple[ast.AST, str, str]]:
+def _ema_loops(mod: Module) -> Iterator[tuple[ast.For, str, str]]:
     """(loop, ema, source) for ``for a, b in zip(ema.parameters(), source.parameters()):`` loops
     whose body updates the first in place."""
     for call in mod.named("zip"):
         loop = mod.parent.get(call)
         if not (isinstance(loop, ast.For) and loop.iter is call and len(call.args) == 2):
             continue
-        owners = [dotted(method(a, "parameters")) for a in call.args]
-        if None in owners or owners[0] == owners[1]:
+        ema, source = (dotted(method(a, "parameters")) for a in call.args)
+        if ema is None or source is None or ema == source:
             continue
         if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in IN_PLACE
                for stmt in loop.body for n in ast.walk(stmt)):
-            yield loop, owners[0], owners[1]  # type: ignore[misc]
+            yield loop, ema, source
 
 
 def _deep_copied(mod: Module, name: str) -> bool:

@@ -118,7 +118,7 @@ class EvalInTrainMode:
         for scope in mod.scopes:
             if scope.name in FRAMEWORK_HOOKS:
                 continue  # Lightning / Trainer put the model in eval mode around these
-            blocks: list[tuple[ast.AST, list[ast.stmt], str]] = []
+            blocks: list[tuple[ast.stmt, list[ast.stmt], str]] = []
             fn = scope.node
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for deco in fn.decorator_list:

@@ -85,7 +85,7 @@ class GradClearedBeforeStep:
 
     def _check_block(self, mod: Module, block: list[ast.stmt]) -> Iterator[Hit]:
         seen_backward = None
-        cleared: tuple[ast.Call, str] | None = None
+        cleared: tuple[ast.Call, str, ast.Call] | None = None  # zero_grad, its optimizer, the backward
         for stmt in block:
             backward = _backward_in(mod, stmt)
             if backward is not None:
@@ -93,16 +93,16 @@ class GradClearedBeforeStep:
                 continue
             zero = _zero_grad(stmt)
             if zero is not None and seen_backward is not None:
-                cleared = zero
+                cleared = (*zero, seen_backward)
                 continue
             if cleared is not None:
                 step = _step_on(mod, stmt, cleared[1])
                 if step is not None:
-                    call, opt = cleared
+                    call, opt, filled = cleared
                     yield Hit(
                         call,
                         f"`{opt}.zero_grad()` (line {call.lineno}) runs between "
-                        f"`{mod.text(seen_backward)}` (line {seen_backward.lineno}) and "
+                        f"`{mod.text(filled)}` (line {filled.lineno}) and "
                         f"`{mod.text(step)}` (line {step.lineno}): the step finds the "
                         "gradients already cleared and updates nothing",
                         cause="Gradients are cleared after backward filled them and before the "
@@ -133,20 +133,22 @@ def _backward_in(mod: Module, stmt: ast.stmt) -> ast.Call | None:
 
 
 def _zero_grad(stmt: ast.stmt) -> tuple[ast.Call, str] | None:
-    if isinstance(stmt, ast.Expr):
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         receiver = dotted(method(stmt.value, "zero_grad"))
         if receiver:
-            return stmt.value, receiver  # type: ignore[return-value]
+            return stmt.value, receiver
     return None
 
 
 def _step_on(mod: Module, stmt: ast.stmt, opt: str) -> ast.Call | None:
     for n in ast.walk(stmt):
+        if not isinstance(n, ast.Call):  # what method() would find no receiver in
+            continue
         receiver = dotted(method(n, "step"))
         if receiver is None:
             continue
         if receiver == opt and mod.role(opt) == "optimizer":
-            return n  # type: ignore[return-value]
-        if mod.role(receiver) == "scaler" and n.args and dotted(n.args[0]) == opt:  # type: ignore[attr-defined]
-            return n  # type: ignore[return-value]
+            return n
+        if mod.role(receiver) == "scaler" and n.args and dotted(n.args[0]) == opt:
+            return n
     return None

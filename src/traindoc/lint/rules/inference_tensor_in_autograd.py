@@ -127,8 +127,8 @@ class InferenceTensorInAutograd:
                     )
                     break
 
-    def _produced(self, scope: Scope, block: ast.AST, end: int) -> list[str]:
-        start = block.lineno  # type: ignore[attr-defined]
+    def _produced(self, scope: Scope, block: ast.With | ast.AsyncWith, end: int) -> list[str]:
+        start = block.lineno
         out = []
         for target, stmt, _ in scope.assigns:
             if start < stmt.lineno <= end and "." not in target and target not in out:

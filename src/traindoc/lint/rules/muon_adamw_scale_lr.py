@@ -81,16 +81,18 @@ class MuonAdamwScaleLr:
                             if isinstance(key, ast.Constant) and key.value == "lr":
                                 candidates.append(value)
             for node in candidates:
-                value = number(resolve(mod, node, call) if node is not None else None)
-                if value is None and isinstance(node, ast.Name):
-                    value = number(mod.scopes[0].reaching(node.id, call.lineno))
-                if value is None or not 0 < value <= LIMIT:
+                if node is None:
+                    continue
+                lr = number(resolve(mod, node, call))
+                if lr is None and isinstance(node, ast.Name):
+                    lr = number(mod.scopes[0].reaching(node.id, call.lineno))
+                if lr is None or not 0 < lr <= LIMIT:
                     continue
                 owner = self._owner(mod, call)
-                shown = f"{value:g}"
-                via = f" (`{node.id}`)" if isinstance(node, ast.Name) else ""  # type: ignore[union-attr]
+                shown = f"{lr:g}"
+                via = f" (`{node.id}`)" if isinstance(node, ast.Name) else ""
                 yield Hit(
-                    node,  # type: ignore[arg-type]
+                    node,
                     f"`{owner or q}` is built with lr={shown}{via}, an AdamW-scale learning rate: "
                     "Muon's orthogonalized updates are meant for lr ~1e-3 to 2e-2 (default "
                     f"1e-3), so at {shown} the weights barely move",

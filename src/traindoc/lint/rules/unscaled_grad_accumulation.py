@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Backward, Module, Scope, arith_names, dotted, kwarg, method, number
+from traindoc.lint._ast import AssignValue, Backward, Module, Scope, arith_names, dotted, kwarg, method, number
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -224,7 +224,7 @@ def _scales_grads(guard: ast.If) -> bool:
 def _is_scaled(mod: Module, scope: Scope, b: Backward, every: str) -> bool:
     """The loss (or something it is built from, through simple assignments) is divided or
     scaled, or its computation mentions the accumulation count."""
-    todo = [b.loss]
+    todo: list[AssignValue] = [b.loss]
     names: set[str] = set()
     while todo:
         expr = todo.pop()
@@ -243,7 +243,7 @@ def _is_scaled(mod: Module, scope: Scope, b: Backward, every: str) -> bool:
     return False
 
 
-def _divisions(scope: Scope, b: Backward) -> Iterator[tuple[ast.AST, ast.expr]]:
+def _divisions(scope: Scope, b: Backward) -> Iterator[tuple[ast.stmt | ast.expr, ast.expr]]:
     """(where, divisor) for each division of the loss handed to ``b``."""
     if isinstance(b.loss, ast.BinOp) and isinstance(b.loss.op, ast.Div):
         yield b.call, b.loss.right

@@ -15,6 +15,7 @@ import pickletools
 import warnings
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 from traindoc.errors import UsageError
 
@@ -63,16 +64,19 @@ def _torch_load(path: Path, *, trust: bool) -> object:
     import torch
 
     is_zip = zipfile.is_zipfile(path)  # torch.save's format since 1.6; only it can be mmap'd
-    kwargs: dict[str, object] = {"map_location": "cpu", "mmap": is_zip}
+
+    def load(weights_only: bool) -> object:
+        return torch.load(path, map_location="cpu", mmap=is_zip, weights_only=weights_only)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's protocol / FutureWarnings are not the user's business
         if trust:
             try:
-                return torch.load(path, weights_only=False, **kwargs)  # type: ignore[arg-type]
+                return load(weights_only=False)
             except Exception as exc:  # noqa: BLE001 - any failure of a corrupt file is one line
                 raise _corrupt(path, exc) from None
         try:
-            return torch.load(path, weights_only=True, **kwargs)  # type: ignore[arg-type]
+            return load(weights_only=True)
         except pickle.UnpicklingError as exc:
             unsafe = _unsafe_globals(path, is_zip)
             if not unsafe:
@@ -80,7 +84,7 @@ def _torch_load(path: Path, *, trust: bool) -> object:
             if set(unsafe) <= _NUMPY_SAFE:
                 try:
                     with torch.serialization.safe_globals(_resolve(unsafe)):
-                        return torch.load(path, weights_only=True, **kwargs)  # type: ignore[arg-type]
+                        return load(weights_only=True)
                 except Exception as exc2:  # noqa: BLE001
                     raise _corrupt(path, exc2) from None
             raise _refused(path, unsafe) from None
@@ -128,12 +132,12 @@ def _scan_pickles(data: bytes) -> set[str]:
     return found
 
 
-def _resolve(names: list[str]) -> list[object]:
+def _resolve(names: list[str]) -> list[Callable[..., object] | tuple[Callable[..., object], str]]:
     """The numpy objects behind ``names``, plus numpy's dtype classes (``UInt32DType`` ...),
     which torch's scan does not list but unpickling a dtype builds."""
     import importlib
 
-    out = []
+    out: list[Callable[..., object] | tuple[Callable[..., object], str]] = []  # safe_globals' type
     for name in names:
         module, _, attr = name.rpartition(".")
         out.append(getattr(importlib.import_module(module), attr))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, SupportsFloat, cast
 
 from traindoc.sources.ckpt._tensors import Store, _dontneed, _dontneed_range
 
@@ -62,7 +62,8 @@ def parse(sd: Mapping[str, object], index: int) -> Opt:
     state = sd.get("state") or {}
     state = state if isinstance(state, Mapping) else {}
     groups: list[Group] = []
-    for gi, g in enumerate(sd.get("param_groups") or []):  # type: ignore[union-attr]
+    raw_groups = sd.get("param_groups") or []
+    for gi, g in enumerate(raw_groups if isinstance(raw_groups, Iterable) else []):
         if not isinstance(g, Mapping):
             continue
         betas = g.get("betas")
@@ -99,7 +100,7 @@ def parse(sd: Mapping[str, object], index: int) -> Opt:
 def _num(value: object) -> float:
     """A float from a number or a one-element tensor (an LR may be a tensor); NaN otherwise."""
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(cast(SupportsFloat, value))  # anything else raises, as the except expects
     except (TypeError, ValueError, RuntimeError):
         return math.nan
 
@@ -173,14 +174,15 @@ def intended_update(opt: Opt, slot: Slot, *, mapped: bool) -> float | None:
             return None
         t = max(_num(st.get("step", 1)), 1.0)
         betas = g.get("betas", (0.9, 0.999))
-        b1, b2 = _num(betas[0]), _num(betas[1])  # type: ignore[index]
+        if not isinstance(betas, (list, tuple)) or len(betas) < 2:
+            return None  # no (beta1, beta2) to debias the moments with
+        b1, b2 = _num(betas[0]), _num(betas[1])
         eps = _num(g.get("eps", 1e-8))
         mc = _sample(m, mapped).double() / (1 - b1 ** t)
         vc = _sample(v, mapped).double() / (1 - b2 ** t)
         u = mc / (vc.clamp_min(0).sqrt() + eps)
         rms = float(u.pow(2).mean().sqrt())
-    elif opt.cls == "SGD-family" and isinstance(st.get("momentum_buffer"), torch.Tensor):
-        buf = st["momentum_buffer"]
+    elif opt.cls == "SGD-family" and isinstance(buf := st.get("momentum_buffer"), torch.Tensor):
         if buf.numel() == 0:
             return None
         rms = float(_sample(buf, mapped).double().pow(2).mean().sqrt())

@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterator, Literal, Mapping
 
 if TYPE_CHECKING:
     import torch
@@ -157,7 +157,8 @@ class SafetensorsStore(Store):
         return self._f.get_tensor(name)
 
     def close(self) -> None:
-        self._f = None  # type: ignore[assignment]  # safe_open unmaps when collected
+        # Drop the handle: safe_open unmaps the file when it is collected.
+        self._f = None  # type: ignore[assignment]  # typed non-optional: nothing reads after close
 
 
 class MultiStore(Store):
@@ -237,7 +238,7 @@ def _dontneed_range(start: int, nbytes: int, advice: int = 4) -> None:
             a = (a + page - 1) // page * page  # whole pages inside the range only
             b = b // page * page
             if b > a:
-                _MADVISE(a, b - a, advice)  # type: ignore[operator]
+                _MADVISE(a, b - a, advice)
     except Exception:  # noqa: BLE001 - an optimization only
         _MADVISE = False
 
@@ -262,7 +263,8 @@ def _file_ranges() -> list[tuple[int, int]]:
 
 _FILES: set[tuple[tuple[int, int, int], str]] = set()
 _RANGES: list[tuple[int, int]] = []
-_MADVISE: object = None
+# libc's madvise(addr, length, advice); None: not looked up yet; False: not available.
+_MADVISE: Callable[[int, int, int], int] | Literal[False] | None = None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from typing import Callable, TypeVar
 
 from traindoc.errors import UsageError
 from traindoc.report import output
@@ -85,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     return output.emit(report, args, settings)
 
 
-def _guard(work, what: str):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+def _guard(work: Callable[[], T], what: str) -> T:
     """Run a reader; any failure on untrusted input is one Error line, never a traceback."""
     try:
         return work()

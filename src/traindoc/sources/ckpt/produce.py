@@ -164,7 +164,8 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
             optimizer=slot.optimizer if slot else 0, group=slot.group if slot else 0,
         )
         if held and result.steps != 0:
-            event = _replace(event, update=update, unchanged=ds.unchanged, moved=ds.moved, steps=n_steps)
+            event = dataclasses.replace(event, update=update, unchanged=ds.unchanged, moved=ds.moved,
+                                        steps=n_steps)
         events.append(event)
         result.old.tensors.append(TensorRow(name=name, dtype=old.model.info(name).dtype, shape=info.shape,
                                             numel=info.numel, nbytes=old.model.info(name).nbytes,
@@ -219,11 +220,8 @@ def _steps_between(old: Ckpt, new: Ckpt, old_opts: Sequence[Opt], opts: Sequence
 
 def _norm_only(e: ParamStats) -> ParamStats:
     """A tensor that cannot be compared: keep its norm (for nonfinite), claim nothing else."""
-    return _replace(e, requires_grad=False, update=None, unchanged=None, moved=None, has_grad=None)
-
-
-def _replace(e: ParamStats, **kw: object) -> ParamStats:
-    return dataclasses.replace(e, **kw)  # type: ignore[arg-type]
+    return dataclasses.replace(e, requires_grad=False, update=None, unchanged=None, moved=None,
+                               has_grad=None)
 
 
 # --- shared pieces --------------------------------------------------------------------------
@@ -233,7 +231,7 @@ def _run_start(script: str) -> RunStart:
     try:
         import torch
 
-        tv = torch.__version__
+        tv = str(torch.__version__)  # a TorchVersion, a str subclass
     except ImportError:  # pragma: no cover
         tv = ""
     return RunStart(source="ckpt", script=script, python=platform.python_version(), torch=tv,

@@ -16,11 +16,16 @@ import math
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping, TypeGuard, TypeVar
 
 from traindoc.errors import UsageError
 from traindoc.sources.ckpt._load import check_file, torch_load
 from traindoc.sources.ckpt._tensors import MultiStore, SafetensorsStore, Store, TorchStore
+
+if TYPE_CHECKING:
+    import torch
+
+K = TypeVar("K")  # a mapping's keys: a state_dict's are str, an arbitrary torch.load dict's anything
 
 PARTS = ("model", "optimizer", "scheduler", "scaler", "step", "rng", "ema")
 TRAINING_PARTS = ("optimizer", "scheduler", "scaler", "step", "rng")
@@ -138,7 +143,7 @@ def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
     if opt is not None:
         obj, ck.mapped = torch_load(opt, trust=trust)
         if _is_optimizer(obj):
-            ck.optimizers.append(obj)  # type: ignore[arg-type]
+            ck.optimizers.append(obj)
         else:
             ck.notes.append(f"{opt.name} does not hold an optimizer state_dict")
     if sched is not None:
@@ -274,9 +279,9 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
     for key, value in obj.items():
         k = str(key)
         if _is_optimizer(value):
-            ck.optimizers.append(value)  # type: ignore[arg-type]
+            ck.optimizers.append(value)
         elif isinstance(value, (list, tuple)) and value and all(_is_optimizer(v) for v in value):
-            ck.optimizers.extend(value)  # type: ignore[arg-type]
+            ck.optimizers.extend(value)
         elif _is_scaler(value) or (k in _SCALER_KEYS and value is not None):
             ck.has.add("scaler")
         elif _is_scheduler(value) or (k in _SCHEDULER_KEYS and value is not None):
@@ -295,7 +300,7 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
             else:
                 ck.notes.append(f"the EMA under {k!r} is not a state_dict; its buffers were not checked")
         elif isinstance(value, Mapping) and _is_state_dict(value):
-            candidates[k] = value  # type: ignore[assignment]
+            candidates[k] = value
         elif isinstance(value, Mapping) and k in _META_KEYS:
             for mk, mv in value.items():
                 if str(mk) in _STEP_KEYS and ck.step is None:
@@ -342,7 +347,7 @@ def _finish(ck: Ckpt) -> None:
 # --- recognizers ----------------------------------------------------------------------------
 
 
-def _is_state_dict(obj: Mapping[object, object], *, loose: bool = False) -> bool:
+def _is_state_dict(obj: Mapping[K, object], *, loose: bool = False) -> bool:
     """All values are tensors (``_extra_state`` aside); ``loose`` also allows a few scalars."""
     import torch
 
@@ -356,13 +361,13 @@ def _is_state_dict(obj: Mapping[object, object], *, loose: bool = False) -> bool
     return tensors > 0 and not others and all(isinstance(k, str) for k in obj)
 
 
-def _tensors_of(obj: Mapping[object, object]) -> dict[str, object]:
+def _tensors_of(obj: Mapping[K, object]) -> dict[str, torch.Tensor]:
     import torch
 
     return {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
 
 
-def _is_optimizer(obj: object) -> bool:
+def _is_optimizer(obj: object) -> TypeGuard[Mapping[str, object]]:
     return isinstance(obj, Mapping) and "state" in obj and isinstance(obj.get("param_groups"), list)
 
 
@@ -397,8 +402,8 @@ def _int_like(value: object) -> int | None:
         return int(value)
     if hasattr(value, "numel") and hasattr(value, "item"):
         try:
-            if value.numel() == 1:  # type: ignore[union-attr]
-                return _int_like(value.item())  # type: ignore[union-attr]
+            if value.numel() == 1:
+                return _int_like(value.item())
         except Exception:  # noqa: BLE001
             return None
     return None

@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Sequence, TextIO
+from typing import TYPE_CHECKING, Sequence, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass
@@ -160,7 +163,7 @@ def _num(x: float | None) -> str:
     return f"{x:.2e}" if abs(x) < 1e-2 or abs(x) >= 1e4 else f"{x:.3g}"
 
 
-def _console(file: TextIO | None, width: int | None):  # type: ignore[no-untyped-def]
+def _console(file: TextIO | None, width: int | None) -> Console:
     from rich.console import Console
 
     # soft_wrap: long lines (paths, name lists) are left to the terminal, not cut or folded

@@ -156,8 +156,8 @@ def numbers(grid: Grid, j: int, want_ints: bool = False) -> Numbers | None:
             else:
                 values[at[fast]] = vals[fast]
                 slow.append(at[~fast])
-            if want_ints and spec.is_int:
-                ints[at] = vals  # type: ignore[index]  # exact: at most 15 digits
+            if ints is not None and spec.is_int:  # ints: when want_ints
+                ints[at] = vals  # exact: at most 15 digits
             all_ints = all_ints and spec.is_int
     rest = np.concatenate(slow)
     if len(rest):
@@ -167,7 +167,7 @@ def numbers(grid: Grid, j: int, want_ints: bool = False) -> Numbers | None:
             values[rest] = list(map(float, cells))
         except ValueError:
             return None  # a text cell
-        if all_ints:
+        if all_ints and ints is not None:  # all_ints implies want_ints, hence ints
             try:
                 whole = list(map(int, cells))
             except ValueError:
@@ -175,7 +175,7 @@ def numbers(grid: Grid, j: int, want_ints: bool = False) -> Numbers | None:
             else:
                 if not all(-2**63 <= w < 2**63 for w in whole):
                     return None
-                ints[rest] = whole  # type: ignore[index]
+                ints[rest] = whole
     return Numbers(values, None if not len(empty) else _mask(n, empty),
                    ints if all_ints else None)
 
@@ -231,8 +231,8 @@ def _templates(words: list[np.ndarray], length: int) -> list[tuple[np.ndarray, _
     left: np.ndarray | None = None  # cells not grouped yet; None: all (no gathers the first round)
     while left is None or len(left):
         first = 0 if left is None else int(left[0])
-        if len(out) == _MAX_TEMPLATES:
-            out.append((left, None))  # type: ignore[arg-type]  # not None after the first round
+        if len(out) == _MAX_TEMPLATES and left is not None:  # left is None in the first round only
+            out.append((left, None))
             break
         same = (keys[0] if left is None else keys[0][left]) == keys[0][first]
         for key in keys[1:]:
@@ -271,17 +271,18 @@ def _convert(words: list[np.ndarray], group: np.ndarray | None, spec: _Spec
     rest go through float())."""
     n = len(words[0]) if group is None else len(group)
     length = len(spec.weights)
-    chunks = []
+    chunks: list[np.ndarray] = []
     for i in range(0, n, _ROWS):  # a slice at a time: the float32 copies stay small
-        sums = None
+        acc: np.ndarray | None = None  # the slice's sums over the words so far
         for w, word in enumerate(words):
             part = word[i:i + _ROWS] if group is None else word[group[i:i + _ROWS]]
             width = min(8, length - 8 * w)
             # Digit values (other bytes wrap around; their weights are 0), as float32.
             digits = part.view(np.uint8).reshape(-1, 8)[:, :width] - np.uint8(0x30)
             product = digits.astype(np.float32) @ spec.weights[8 * w:8 * w + width]
-            sums = product if sums is None else sums + product  # still below 2**24: exact
-        chunks.append(sums)
+            acc = product if acc is None else acc + product  # still below 2**24: exact
+        assert acc is not None  # words is never empty: a cell has at least one
+        chunks.append(acc)
     sums = np.concatenate(chunks)
     mantissa = sums[:, 0].astype(np.float64)
     for k in range(1, spec.parts):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -76,11 +76,11 @@ def read(path: Path) -> Table:
                 _read_file(f, f.read_bytes(), tags[folder], table)
                 table.files.append(str(f))
         runs, children = [], []
-        for folder, series in tags.items():
-            if not series:
+        for folder, found in tags.items():
+            if not found:
                 continue
             # add_scalars("Loss", {"train": ...}) writes tag "Loss" into folder "Loss_train".
-            if folder != path and all(folder.name.startswith(t.replace("/", "_") + "_") for t in series):
+            if folder != path and all(folder.name.startswith(t.replace("/", "_") + "_") for t in found):
                 children.append(folder)
             else:
                 runs.append(folder)
@@ -218,9 +218,10 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise Corrupt("varint too long")
 
 
-def _fields(buf: bytes, pos: int, end: int):  # type: ignore[no-untyped-def]
+def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value): an int for varints, (start, end) for bytes fields,
-    the raw position for fixed32/fixed64."""
+    the raw position for fixed32/fixed64. The value is typed Any: its type follows the wire
+    type, which the callers test and mypy cannot follow."""
     while pos < end:
         key, pos = _varint(buf, pos)
         num, wire = key >> 3, key & 7
@@ -324,9 +325,9 @@ def _tensor_scalar(buf: bytes, start: int, end: int) -> float | None:
         elif num == 4 and wire == 2:
             content = buf[val[0]:val[1]]
         elif num == 5:  # float_val
-            vals.extend(_repeated(buf, wire, val, _F32.unpack_from, 4))
+            vals.extend(_repeated(buf, val, _F32.unpack_from, 4))
         elif num == 6:  # double_val
-            vals.extend(_repeated(buf, wire, val, _F64.unpack_from, 8))
+            vals.extend(_repeated(buf, val, _F64.unpack_from, 8))
         elif num in (7, 10) and wire == 0:  # int_val, int64_val (unpacked)
             vals.append(float(val if val < 1 << 63 else val - (1 << 64)))
         elif num in (7, 10, 13) and wire == 2:  # packed ints (13: half_val as bits)
@@ -344,8 +345,9 @@ def _tensor_scalar(buf: bytes, start: int, end: int) -> float | None:
     return vals[0] if len(vals) == 1 else None
 
 
-def _repeated(buf: bytes, wire: int, val, unpack: Callable, size: int) -> list[float]:  # type: ignore[no-untyped-def, type-arg]
-    if wire == 2:
+def _repeated(buf: bytes, val: int | tuple[int, int],
+              unpack: Callable[[bytes, int], tuple[float, ...]], size: int) -> list[float]:
+    if isinstance(val, tuple):  # wire type 2 (packed): the (start, end) of the values
         s, e = val
         return [unpack(buf, p)[0] for p in range(s, e - size + 1, size)]
     return [unpack(buf, val)[0]]

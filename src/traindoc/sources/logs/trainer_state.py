@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TypeGuard
 
 from traindoc.errors import UsageError
 from traindoc.sources.logs._table import Series, Table
@@ -24,7 +25,7 @@ from traindoc.sources.logs._table import Series, Table
 _SUMMARY_KEYS = {"train_runtime", "total_flos"}
 
 
-def looks_like(data: object) -> bool:
+def looks_like(data: object) -> TypeGuard[dict[str, object]]:
     return isinstance(data, dict) and "log_history" in data
 
 
@@ -32,7 +33,7 @@ def read(path: Path, data: object) -> Table:
     if not looks_like(data):
         raise UsageError(f"{path}: a JSON file without log_history, so not a trainer_state.json; "
                          "pass the trainer_state.json of a checkpoint folder, or a .jsonl log")
-    history = data["log_history"]  # type: ignore[index]
+    history = data["log_history"]
     if not isinstance(history, list):
         raise UsageError(f"{path}: log_history is not a list; the file is corrupt")
     table = Table(format="trainer_state", files=[str(path)], x="step", x_column="step")
