@@ -17,8 +17,8 @@ from traindoc.events import SIGNALS, Event, RunEnd, RunStart, Scalar, Series
 from traindoc.findings import Finding, severity_rank
 
 # Scalars buffered for the column detectors before a delivery without waiting for a flush point:
-# bounds the buffer (a stream of Scalars alone, e.g. a recorded run) at ~100 KB, and a delivery
-# costs a column detector ~20-100 us of numpy set-up, a few ns per point at this size.
+# bounds the buffer (a stream of Scalars alone, e.g. a recorded run) at ~100 KB. A delivery costs
+# a column detector 20-100 us of numpy set-up, and a few ns per point at this size.
 CHUNK = 4096
 
 if TYPE_CHECKING:  # importing the detectors package would import every detector
@@ -53,10 +53,11 @@ class Engine:
     - A *column detector* (one with ``observe_series``) judges columns: it gets
       ``{signal: Series}`` for its signals and never a ``Scalar``. A log's columns (``Series``
       events) are gathered until the next other event and delivered whole; ``Scalar`` events
-      (live, a recorded stream) are kept in small columns and delivered at the next flush point:
-      ``flush()``, any event other than a ``Scalar``, ``finish()``, or ``CHUNK`` points. Its
-      findings can come later than the point that made them (live: at the next sampled step's
-      events), with the same step numbers.
+      (live, a recorded stream) are kept in small columns and delivered at a flush point: the
+      source's ``flush()`` (live: once per sampled step), ``CHUNK`` points, ``finish()``, and,
+      for one detector, the next other event it observes. Its findings can come later than the
+      point that made them, with the same step numbers. (Delivering at every event would cost
+      each column detector its numpy set-up on every step of a live run.)
     - Every other detector gets ``Scalar`` events as they come, and a log's columns replayed as
       ``Scalar`` events in step order, exactly what a per-point source would have sent.
 
@@ -97,9 +98,11 @@ class Engine:
         self._steps = 0
         self._finished: Report | None = None
         self._columns: list[Series] = []  # Series events awaiting delivery
-        # Scalars awaiting delivery to column detectors: signal -> (steps, values), _buffered in all.
+        # Scalars awaiting delivery to column detectors: signal -> (steps, values), _buffered in
+        # all; _sent[id(detector)][signal]: how many of them a detector already got.
         self._buffer: dict[str, tuple[list[int], list[float]]] = {}
         self._buffered = 0
+        self._sent: dict[int, dict[str, int]] = {}
         self._reroute()
 
     @property
@@ -117,7 +120,7 @@ class Engine:
             self._columns.append(event)
             return
         if self._columns:
-            self._deliver(self._columns, replay=True)
+            self._deliver(self._columns)
             self._columns = []
         signal = event.signal
         if isinstance(event, Scalar):
@@ -134,8 +137,6 @@ class Engine:
                 if self._buffered >= CHUNK:
                     self._flush_buffer()
             return
-        if self._buffered:
-            self._flush_buffer()
         if isinstance(event, RunStart):
             self._run.update(
                 source=event.source, script=event.script, argv=list(event.argv),
@@ -156,13 +157,15 @@ class Engine:
         if isinstance(event, RunStart) and event.signals:
             self._declared(set(event.signals))
         for det in self._routes.get(signal, ()):
+            if self._buffered and id(det) in self._column_ids:
+                self._catch_up(det)  # its Scalars before this event
             self._call(det, det.observe, event)
 
     def flush(self) -> None:
         """Deliver what waits for the column detectors now (a source calls this where a delay
         would matter, e.g. at the end of a sampled step)."""
         if self._columns:
-            self._deliver(self._columns, replay=True)
+            self._deliver(self._columns)
             self._columns = []
         if self._buffered:
             self._flush_buffer()
@@ -172,6 +175,7 @@ class Engine:
         into the buffer when a column detector wants its signal."""
         self._scalar_routes = {s: [d for d in dets if not _columnar(d)] for s, dets in self._routes.items()}
         self._columnar = {s for s, dets in self._routes.items() if any(map(_columnar, dets))}
+        self._column_ids = {id(d) for d in self._detectors if _columnar(d)}
 
     def _declared(self, signals: set[str]) -> None:
         """The source said up front which signals it carries: stop routing events to detectors
@@ -184,19 +188,34 @@ class Engine:
         self._reroute()
 
     def _flush_buffer(self) -> None:
-        """The buffered Scalars as columns, in the order their signals first came (the buffer
-        keeps its keys): a column does not say in which order two signals of one step came, and
-        a detector reading several replays them column by column within a step (live sends the
-        loss, then the gradient norm, every step)."""
-        columns = [Series(name, steps, values) for name, (steps, values) in self._buffer.items() if steps]
-        self._buffer = {name: ([], []) for name in self._buffer}
+        routed = {id(d) for name in self._buffer for d in self._routes.get(name, ())}
+        for det in self._detectors:
+            if id(det) in routed and id(det) in self._column_ids:
+                self._catch_up(det)
+        self._buffer = {name: ([], []) for name in self._buffer}  # the keys keep their order
         self._buffered = 0
-        self._deliver(columns, replay=False)
+        self._sent = {}
 
-    def _deliver(self, columns: list[Series], replay: bool) -> None:
-        """``columns`` to the column detectors that want them, in calls that hold at most one
-        column per signal (a signal twice in a row: two calls, in order); and, with ``replay``
-        (a log's columns), as Scalar events to the per-point detectors."""
+    def _catch_up(self, det: Detector) -> None:
+        """The buffered Scalars ``det`` has not had yet, as columns in the order their signals
+        first came: a column does not say in which order two signals of one step came, and a
+        detector reading several replays them column by column within a step (live sends the
+        loss, then the gradient norm, every step)."""
+        sent = self._sent.setdefault(id(det), {})
+        wanted = _wanted(det)
+        columns = []
+        for name, (steps, values) in self._buffer.items():
+            start = sent.get(name, 0)
+            if name in wanted and len(steps) > start:
+                columns.append(Series(name, steps[start:], values[start:]))
+                sent[name] = len(steps)
+        series = _optional(det, "observe_series")
+        if columns and series is not None:
+            self._series_to(det, series, columns)
+
+    def _deliver(self, columns: list[Series]) -> None:
+        """A log's columns: to the column detectors that want them, and as Scalar events to the
+        per-point detectors."""
         for c in columns:
             if len(c):
                 self._seen.add(c.name)
@@ -209,18 +228,9 @@ class Engine:
             series = _optional(det, "observe_series")
             if series is None:
                 points.append(det)
-                continue
-            wanted = _wanted(det)
-            call: dict[str, Series] = {}
-            for c in columns:
-                if c.name not in wanted:
-                    continue
-                if c.name in call:
-                    self._call(det, series, call)
-                    call = {}
-                call[c.name] = c
-            self._call(det, series, call)
-        if not replay or not points:
+            else:
+                self._series_to(det, series, columns)
+        if not points:
             return
         wanted_any = set[str]().union(*(_wanted(d) for d in points))
         targets = {id(d) for d in points}
@@ -228,6 +238,21 @@ class Engine:
             for det in self._routes.get(ev.name, ()):
                 if id(det) in targets:
                     self._call(det, det.observe, ev)
+
+    def _series_to(self, det: Detector, series: Hook, columns: list[Series]) -> None:
+        """``columns`` to ``det.observe_series`` (``series``), those of its signals, in calls
+        that hold at most one column per signal (a signal twice: two calls, in order)."""
+        wanted = _wanted(det)
+        call: dict[str, Series] = {}
+        for c in columns:
+            if c.name not in wanted:
+                continue
+            if c.name in call:
+                self._call(det, series, call)
+                call = {}
+            call[c.name] = c
+        if call:
+            self._call(det, series, call)
 
     def finish(self) -> Report:
         if self._finished is not None:

@@ -41,7 +41,7 @@ class Net(nn.Module):
         return self.out(x)
 
 
-def make_data(n: int, in_dim: int, n_classes: int):
+def make_data(n: int, in_dim: int, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Labels from a random linear teacher on the inputs, with a little logit noise."""
     w = torch.randn(in_dim, n_classes) / math.sqrt(in_dim)
     x = torch.randn(n, in_dim)

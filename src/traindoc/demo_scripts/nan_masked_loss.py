@@ -50,7 +50,9 @@ class SensorRegressor(nn.Module):
         return self.net(x).squeeze(-1)
 
 
-def load_sensor_log(n_rows: int, cycle: int, gen: torch.Generator):
+def load_sensor_log(
+    n_rows: int, cycle: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic sensor log. The bad channel reports NaN once per polling cycle of `cycle` rows."""
     x = torch.randn(n_rows, N_CHANNELS, generator=gen)
     w = torch.randn(N_CHANNELS, generator=gen) / N_CHANNELS**0.5

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 
 def finite(xs: Sequence[float]) -> list[float]:
@@ -41,6 +41,14 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
 
 
+class Column(Protocol):
+    """What ``Thinned`` reads: a list of floats or a numpy array of them."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: slice, /) -> Any: ...  # a list, or an array with .tolist()
+
+
 class Thinned:
     """Every ``stride``-th value of a sequence (by position), the stride doubling whenever more
     than ``cap`` would be kept: at most ``cap`` values however long the run, spread evenly over
@@ -51,7 +59,7 @@ class Thinned:
         self.cap, self.stride, self.count = cap, 1, 0
         self.values: list[float] = []
 
-    def extend(self, xs: Sequence[float]) -> None:
+    def extend(self, xs: Column) -> None:
         part = xs[(-self.count) % self.stride::self.stride]  # positions that are multiples of stride
         tolist = getattr(part, "tolist", None)  # a numpy array: Python floats
         self.values.extend(tolist() if tolist is not None else part)

@@ -8,13 +8,15 @@ the plain-Python maths (``_maths``) computes, bit for bit unless its docstring s
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from traindoc.events import Series
 from traindoc.findings import Finding
+
+T = TypeVar("T")
 
 # ---- columns as arrays ---------------------------------------------------------------------------
 # The engine hands the same column objects to every vectorized detector of a delivery, and
@@ -32,7 +34,7 @@ def _array(seq: Sequence[float], dtype: type, kind: str) -> np.ndarray:
     hit = _CACHE.get(key)
     if hit is not None and hit[0] is seq and len(hit[1]) == len(seq):
         return hit[1]
-    arr = np.asarray(seq, dtype=dtype)
+    arr: np.ndarray = np.asarray(seq, dtype=dtype)
     arr.flags.writeable = False  # shared between detectors
     _CACHE[key] = (seq, arr)
     while len(_CACHE) > _CACHE_SIZE:  # the oldest goes
@@ -50,17 +52,17 @@ def ints(seq: Sequence[int]) -> np.ndarray:
     return _array(seq, np.int64, "i")
 
 
-def item(seq: Sequence[float], i: int | np.integer) -> float:
-    """``seq[i]`` as a plain Python number: a column may be a numpy array, and what the
-    detectors keep ends up in findings (JSON)."""
+def item(seq: Sequence[T], i: int | np.integer) -> T:
+    """``seq[i]`` as a plain Python number (a value or a step): a column may be a numpy array,
+    and what the detectors keep ends up in findings (JSON)."""
     v = seq[int(i)]
-    return v.item() if isinstance(v, np.generic) else v  # type: ignore[return-value]
+    return v.item() if isinstance(v, np.generic) else v
 
 
-def items(seq: Sequence[float], idx: np.ndarray | slice) -> list[float]:
+def items(seq: Sequence[T], idx: np.ndarray | slice) -> list[T]:
     """``seq[idx]`` (indices or a slice) as a list of plain Python numbers."""
     if isinstance(seq, np.ndarray):
-        return seq[idx].tolist()  # type: ignore[no-any-return]
+        return seq[idx].tolist()
     if isinstance(idx, slice):
         return list(seq[idx])
     return [seq[i] for i in idx.tolist()]
@@ -114,7 +116,7 @@ class RollingMedian:
     def __len__(self) -> int:
         return len(self.windows)
 
-    def at(self, ks: np.ndarray | slice) -> np.ndarray:
+    def at(self, ks: np.ndarray | slice | list[int]) -> np.ndarray:
         """The medians of the windows ``ks`` (indices or a slice)."""
         windows = self.windows[ks]
         n, out = self.n, np.empty(len(windows))
@@ -223,7 +225,7 @@ def judge(det: object, columns: Mapping[str, Series], signals: Iterable[str] | N
 
 
 def _fresh(det: object) -> bool:
-    new = vars(type(det)(det.config))  # type: ignore[attr-defined]
+    new = vars(type(det)(det.config))  # type: ignore[attr-defined,call-arg]
     return all(_same(v, new[k]) for k, v in vars(det).items())
 
 

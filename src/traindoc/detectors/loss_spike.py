@@ -143,10 +143,9 @@ class LossSpike:
             pos += 1
         return out
 
-    def _screen(self, x: np.ndarray, start: int,
-                stop: int) -> tuple[int | None, tuple[float, float]]:
-        """The first index in ``start:stop`` where ``observe`` could take a jump, from the
-        state at ``start`` (no jump pending); and the vectorized EMA state at ``stop``."""
+    def _screen(self, x: np.ndarray, start: int, stop: int) -> int | None:
+        """The first index in ``start:stop`` where ``_point`` could take a jump, from the state
+        at ``start`` (no jump pending): None when it can take none."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec

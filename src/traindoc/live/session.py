@@ -34,13 +34,12 @@ import torch
 from traindoc import config, detectors
 from traindoc.engine import Engine, Report
 from traindoc.events import (
-    NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward, Batch, Cast,
-    Classification, Clip, Event, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
-    Scalar, StepBegin, StepEnd,
+    NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Backward, Batch, Cast,
+    Classification, Clip, Event, Phase, RunEnd, RunStart, Scalar, StepBegin, StepEnd,
 )
 from traindoc.findings import Finding
-from traindoc.live import measure
-from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
+from traindoc.live.model import ModelWatch
+from traindoc.live.objects import ObjectMap, user_site
 
 Decoder = Callable[[list[float]], Iterable[Event]]
 
@@ -64,7 +63,6 @@ LEVELS: dict[str, Level] = {
     "thorough": Level(dense=64, every=1, activations=True),
 }
 
-RELU_WINDOW = 8  # sampled batches per dead-ReLU window
 
 # What each probe measures: when one is disabled, the detectors reading these signals are blind.
 PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
@@ -124,6 +122,7 @@ class Session:
         self._stepped: set[int] = set()
         self._micro = 0
         self._outcomes: list[tuple[int, str, int]] = []  # (optimizer, outcome, taken) this round
+        self._ended = 0  # outcomes of this round already ended in the stream (guard flushes)
         self._taken: dict[int, int] = {}  # optimizer index -> steps that took effect
         self._cleared = False  # gradients cleared since this round's last backward
         self._trained = False  # a backward or an optimizer step was seen
@@ -134,18 +133,10 @@ class Session:
         self._pending: list[tuple[torch.Tensor, Decoder] | _RoundEnd | Event] = []
         self._started = time.time()
         self._t0 = time.perf_counter()
-        # Optimizers and parameters (weak: traindoc must not keep the user's objects alive).
-        self._optimizers = ObjectMap()  # optimizer -> index
-        self._announced = ObjectMap()
-        self._pnames = ObjectMap()  # parameter -> name
-        self._init = ObjectMap()  # parameter -> its sampled elements when first seen
-        self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
-        self._roots = ObjectMap()  # model -> True
-        self._mnames = ObjectMap()  # module -> name
-        self._relu = ObjectMap()  # ReLU module -> (name, type, ever-active units, batches)
-        self._nan_flags: list[tuple[str, str, torch.Tensor]] = []
+        self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
+        self.model = ModelWatch(self)  # names and sampled measurements of the model
         self._clipped: set[int] = set()
-        self._grad_sq: dict[int, float] = {}
+        self.grad_sq: dict[int, float] = {}  # step -> sum of squared gradient norms measured
         self.failed: dict[str, str] = {}
         self._failed_at: dict[str, int] = {}
         self.on_sampling_change: Callable[[bool], None] | None = None
@@ -191,13 +182,47 @@ class Session:
             listener(event)
 
     def flush(self) -> None:
-        """Read the pending device values now and emit their events (one sync per device).
-        Only the opt-in guard calls this between sampled steps."""
+        """Read the pending device values now and emit their events (one sync per device),
+        ending the round here if an optimizer already stepped in it (a later optimizer of the
+        same round ends it again, for itself). Only the opt-in guard calls this, right after a
+        step, to act on that step's findings."""
+        if self.round_done and self._ended < len(self._outcomes):
+            self._pending.append(_RoundEnd(self.step, self._outcomes[self._ended:]))
+            self._ended = len(self._outcomes)
         self._flush()
 
     def models(self) -> list[Any]:
         """The models seen training so far (roots of forward passes), still alive."""
-        return [m for m, _ in self._roots.items()]
+        return self.model.models()
+
+    def elapsed(self, at: float | None = None) -> float:
+        """Seconds from the session's start to ``at`` (a ``time.perf_counter()``; now)."""
+        return (time.perf_counter() if at is None else at) - self._t0
+
+    # The model's names and sampled measurements (live/model.py), for the probes.
+    def adopt_model(self, module: Any) -> None:
+        self.model.adopt_model(module)
+
+    def on_root_forward(self, module: Any, output: Any) -> None:
+        self.model.on_root_forward(module, output)
+
+    def on_module_output(self, module: Any, output: Any) -> None:
+        self.model.on_module_output(module, output)
+
+    def param_name(self, p: Any) -> str:
+        return self.model.param_name(p)
+
+    def module_name(self, module: Any) -> str:
+        return self.model.module_name(module)
+
+    def optimizers(self) -> list[Any]:
+        """The optimizers seen so far, still alive, in the order they were first seen."""
+        return [opt for opt, _ in sorted(self._optimizers.items(), key=lambda kv: kv[1])]
+
+    def optimizer_index(self, opt: Any) -> int:
+        """``opt``'s index in the stream's events (-1 for one never seen)."""
+        index: int = self._optimizers.get(opt, -1)
+        return index
 
     def start(self, script: str, argv: list[str]) -> None:
         self.emit(RunStart(
@@ -209,8 +234,8 @@ class Session:
         self.emit(StepBegin(step=0))
 
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
-        if self._micro or self._outcomes:  # the last round's own events, then its end
-            self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
+        if (self._micro or self._outcomes) and (not self._ended or self._ended < len(self._outcomes)):
+            self._pending.append(_RoundEnd(self.step, self._round_outcomes()[self._ended:]))
         self._flush()
         self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
                          trained=self._trained, exit_code=exit_code,
@@ -243,7 +268,8 @@ class Session:
         return [(-1, SKIPPED_BY_SCRIPT, 0)]  # backward ran, no optimizer stepped
 
     def _close_round(self) -> None:
-        self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
+        if not self._ended or self._ended < len(self._outcomes):
+            self._pending.append(_RoundEnd(self.step, self._round_outcomes()[self._ended:]))
         if self.sampled or len(self._pending) > 512:
             self._flush()
         for listener in self.round_listeners:
@@ -252,6 +278,7 @@ class Session:
         self.round_done = False
         self._stepped.clear()
         self._outcomes = []
+        self._ended = 0
         self._micro = 0
         self._cleared = False
         self.sampled = self.next_sampled
@@ -280,28 +307,16 @@ class Session:
         self.on_optimizer_created(opt)
         if self.sampled and "params" not in self.failed:
             try:
-                self._snapshot(opt)
+                self.model.snapshot(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
 
-    def _snapshot(self, opt: Any) -> None:
-        index = self._optimizers.get(opt)
-        if opt not in self._announced:
-            self._announced[opt] = True
-            self._name_params(opt)
-            self.emit(self._optimizer_event(opt, index))
-        with torch.no_grad():
-            params = [p for g in opt.param_groups for p in g["params"]]
-            for p in params:
-                if p not in self._init:
-                    self._init[p] = measure.strided(p).clone()
-                self._snap[p] = measure.StepSnapshot(p)
 
     def on_step_post(self, opt: Any) -> None:
         self._end_step(opt, _has_grads(opt))
         if self.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
-                self._measure_step(opt)
+                self.model.measure_step(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
 
@@ -335,109 +350,10 @@ class Session:
         self.on_optimizer_created(opt)
         self._end_step(opt, None)
 
-    def _measure_step(self, opt: Any) -> None:
-        index = self._optimizers.get(opt)
-        step = self.step
-        rows: list[tuple[str, str, int, bool, bool, int, float, bool]] = []
-        tracked: list[torch.Tensor] = []
-        grads: list[torch.Tensor] = []
-        stats: list[torch.Tensor] = []
-        with torch.no_grad():
-            for gi, group in enumerate(opt.param_groups):
-                lr = float(group.get("lr", 0.0))
-                for p in group["params"]:
-                    snap = self._snap.pop(p, None)
-                    if snap is None:
-                        continue
-                    has_grad = p.grad is not None
-                    if has_grad:
-                        grads.append(p.grad)
-                    stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
-                    tracked.append(p.detach())
-                    adam = measure.is_adam_family(opt, p)
-                    rows.append((self._pname(p), str(p.dtype), p.numel(), p.requires_grad,
-                                 has_grad, gi, lr, adam))
-            if not rows:
-                return
-            norms = measure.grad_norms(tracked)
-            gnorms = measure.grad_norms(grads)
-            dev = norms.device
-            packed = torch.cat([norms.to(dev), gnorms.to(dev), torch.stack(stats).reshape(-1).to(dev)])
-        dtypes = [p.dtype for p in tracked]
 
-        def decode(vals: list[float]) -> Iterable[Event]:
-            n = len(rows)
-            pn, gn, st = vals[:n], vals[n:n + len(grads)], vals[n + len(grads):]
-            gi_ = 0
-            for i, (name, dtype, numel, req, has_grad, group, lr, adam) in enumerate(rows):
-                rel, unchanged, moved, typical, push = st[5 * i:5 * i + 5]
-                g = gn[gi_] if has_grad else None
-                gi_ += has_grad
-                if g is not None:
-                    self._grad_sq[step] = self._grad_sq.get(step, 0.0) + g * g
-                low = dtypes[i] in measure.LOW_PRECISION
-                intended = lr if adam else (lr * push if math.isfinite(push) else None)
-                yield ParamStats(
-                    step=step, name=name, dtype=dtype, numel=numel, requires_grad=req,
-                    norm=pn[i], grad=g, has_grad=has_grad, update=rel,
-                    unchanged=None if math.isnan(unchanged) else unchanged, moved=moved,
-                    spacing=measure.spacing(dtypes[i], typical) if low else None,
-                    intended=intended, optimizer=index, group=group,
-                )
 
-        self.defer(packed, decode)
-        for root in [m for m, _ in self._roots.items()][:1]:
-            self._stray_grads(root, step)
 
-    def _stray_grads(self, root: Any, step: int) -> None:
-        """Parameters of the trained model that get gradients no optimizer holds."""
-        if root is None:
-            return
-        held = {id(p) for opt, _ in self._optimizers.items() for g in opt.param_groups for p in g["params"]}
-        stray = [(n, p) for n, p in root.named_parameters()
-                 if p.requires_grad and p.grad is not None and id(p) not in held]
-        if not stray:
-            return
-        with torch.no_grad():
-            gn = measure.grad_norms([p.grad for _, p in stray])
 
-        def decode(vals: list[float]) -> Iterable[Event]:
-            for (n, p), g in zip(stray, vals):
-                yield ParamStats(step=step, name=n, dtype=str(p.dtype), numel=p.numel(),
-                                 requires_grad=p.requires_grad, norm=math.nan, grad=g,
-                                 has_grad=True, optimizer=-1)
-
-        self.defer(gn, decode)
-
-    def _optimizer_event(self, opt: Any, index: int) -> Optimizer:
-        groups = []
-        for gi, g in enumerate(opt.param_groups):
-            ps = g["params"]
-            beta = g.get("betas", (g.get("momentum", 0.0),))[0]
-            groups.append(ParamGroup(
-                index=gi, lr=float(g.get("lr", 0.0)), names=tuple(self._pname(p) for p in ps),
-                dtypes=tuple(str(p.dtype) for p in ps), numel=sum(p.numel() for p in ps),
-                weight_decay=float(g.get("weight_decay", 0.0)), momentum=float(beta or 0.0),
-            ))
-        return Optimizer(step=self.step, index=index, cls=type(opt).__name__, groups=tuple(groups))
-
-    def _pname(self, p: Any) -> str:
-        return self._pnames.get(p) or f"param{tuple(p.shape)}"
-
-    def _name_params(self, opt: Any) -> None:
-        """Name the optimizer's parameters after the module (forward roots seen so far, or an
-        nn.Module in the user's frames) that holds the most of them."""
-        ids = {id(p) for g in opt.param_groups for p in g["params"]}
-        candidates = [m for m, _ in self._roots.items()] + frame_modules(sys._getframe(1))
-        best = max((m for m in candidates if m is not None),
-                   key=lambda m: (sum(id(p) in ids for p in m.parameters()), sum(1 for _ in m.parameters())),
-                   default=None)
-        if best is not None:
-            self._name_from(getattr(best, "_orig_mod", best), override=True)
-        for gi, g in enumerate(opt.param_groups):
-            for pi, p in enumerate(g["params"]):
-                if p not in self._pnames:
-                    self._pnames[p] = f"group{gi}.param{pi}{list(p.shape)}"
 
     # ---- backward and loss ------------------------------------------------------------------
     def on_backward(self, loss: torch.Tensor) -> None:
@@ -450,8 +366,8 @@ class Session:
             return
         constant = loss.grad_fn is None
         where = user_site(3) if self.sampled else ""
-        if self.sampled or self._nan_flags:  # forward flags are only taken on sampled steps
-            self._pack_activations()
+        if self.sampled or self.model.has_flags():  # forward flags are only taken on sampled steps
+            self.model.pack_activations()
 
         sums = self._loss_sum
 
@@ -494,89 +410,10 @@ class Session:
         self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3)))
 
     # ---- forward (sampled steps only) --------------------------------------------------------
-    def adopt_model(self, module: Any) -> None:
-        """A model being trained: name its modules and parameters after the largest model in
-        the user's frames that contains it (so ``model.backbone(x)`` called directly still
-        gives ``backbone.0.weight``, not ``0.weight``)."""
-        if module in self._roots or len(self._roots) >= 8:
-            return
-        self._roots[module] = True
-        owner = largest_container(module, frame_modules(sys._getframe(1)))
-        self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
 
-    def _name_from(self, model: Any, override: bool = False) -> None:
-        for name, m in model.named_modules():
-            if override or m not in self._mnames:
-                self._mnames[m] = name or type(model).__name__
-        for name, p in model.named_parameters(remove_duplicate=False):
-            if override or p not in self._pnames:
-                self._pnames[p] = name
 
-    def on_root_forward(self, module: Any, output: Any) -> None:
-        self.adopt_model(module)
-        outs = measure.first_float_tensors(output, limit=1)
-        if not outs:
-            return
-        spread = measure.output_spread(outs[0])
-        step, name = self.current_step, self._mnames.get(module, type(module).__name__)
 
-        def decode(vals: list[float]) -> Iterable[Event]:
-            nan, sp, scale, lo, hi = vals
-            if math.isnan(sp):
-                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan), is_output=True)
-            else:
-                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan),
-                                 spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
 
-        self.defer(spread, decode)
-
-    def on_module_output(self, module: Any, output: Any) -> None:
-        outs = measure.first_float_tensors(output, limit=2)
-        if not outs:
-            return
-        name = self._mnames.get(module, type(module).__name__)
-        flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
-        self._nan_flags.append((name, type(module).__name__, flag))
-        if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
-            active = measure.unit_activity(outs[0])
-            if active is None:
-                return
-            prev = self._relu.get(module)
-            if prev is not None and prev[2].shape == active.shape:
-                active = active | prev[2]
-                batches = prev[3] + 1
-            else:
-                batches = 1
-            self._relu[module] = (name, type(module).__name__, active, min(batches, RELU_WINDOW))
-
-    def _pack_activations(self) -> None:
-        """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
-        flags, self._nan_flags = self._nan_flags, []
-        # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
-        # the start" would count units that died later as alive.
-        relus = [r for r in self._relu.values() if r[3] >= RELU_WINDOW]
-        for module in [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW]:
-            self._relu.pop(module)
-        if not flags and not relus:
-            return
-        step = self.step
-        with torch.no_grad():
-            parts = [torch.stack([f for _, _, f in flags]).float()] if flags else []
-            parts += [1.0 - a.float().mean().reshape(1) for _, _, a, _ in relus]
-            dev = parts[0].device
-            packed = torch.cat([t.to(dev).reshape(-1) for t in parts])
-
-        def decode(vals: list[float]) -> Iterable[Event]:
-            nflags = len(flags)
-            for (name, type_, _), v in zip(flags, vals[:nflags]):
-                if v:
-                    yield Activation(step=step, module=name, type=type_, nan=True)
-                    break
-            for (name, type_, active, batches), dead in zip(relus, vals[nflags:]):
-                yield Activation(step=step, module=name, type=type_, dead=dead,
-                                 units=active.numel(), batches=batches)
-
-        self.defer(packed, decode)
 
     # ---- the one batched transfer ------------------------------------------------------------
     def _flush(self) -> None:
@@ -617,7 +454,7 @@ class Session:
         dropped = self._taken and all(o == SKIPPED_BY_SCRIPT for _, o, _ in end.outcomes)
         if loss is not None and not dropped:
             self.emit(Scalar(step=step, name="loss", value=loss))
-        grad_sq = self._grad_sq.pop(step, None)
+        grad_sq = self.grad_sq.pop(step, None)
         if step in self._clipped:
             self._clipped.discard(step)
         elif grad_sq is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, dotted, fixed_filename, kwarg, method, resolve, torch_saves
+from traindoc.lint._ast import (
+    Module, Scope, dotted, fixed_filename, kwarg, method, resolve, torch_saves,
+)
 from traindoc.lint.rules._common import Hit, Invalid
 
 PARTS = ("model", "optimizer", "scheduler", "scaler", "step")
@@ -140,7 +142,8 @@ class CheckpointIncomplete:
                 "them on resume (`load_state_dict`, and the step counter).",
             )
 
-    def _dict(self, mod: Module, obj: ast.expr | None, call: ast.Call):
+    def _dict(self, mod: Module, obj: ast.expr | None,
+              call: ast.Call) -> tuple[ast.Dict, list[str], list[str]] | None:
         """(node, keys, receivers of .state_dict() values) of the dict saved, or None."""
         name = obj.id if isinstance(obj, ast.Name) else None
         node = resolve(mod, obj, call, depth=1)
@@ -192,7 +195,7 @@ def _has(part: str, keys: list[str], receivers: list[str], mod: Module) -> bool:
     return False
 
 
-def _subscript_sets(mod: Module, scope, name: str, before: int) -> Iterator[tuple[str, str]]:
+def _subscript_sets(mod: Module, scope: Scope, name: str, before: int) -> Iterator[tuple[str, str]]:
     """(key, receiver) for ``name["key"] = value`` and ``name.update(key=value)`` in scope."""
     for stmt in ast.walk(scope.node):
         if isinstance(stmt, ast.Assign) and stmt.lineno < before:

@@ -7,6 +7,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import (
     Module,
+    Scope,
     arith_names,
     dotted,
     is_constant_value,
@@ -146,7 +147,7 @@ class ConstantLoss:
             yield from self._clamped(mod, scope, losses)
             yield from self._detached(mod, scope)
 
-    def _replaced(self, mod: Module, scope, losses: set[str]) -> Iterator[Hit]:
+    def _replaced(self, mod: Module, scope: Scope, losses: set[str]) -> Iterator[Hit]:
         for branch in scope.ifs:
             if nonfinite_checked(mod, branch.test) or mod.grad_mode(branch):
                 continue
@@ -174,7 +175,7 @@ class ConstantLoss:
                         "(`torch.nn.utils.clip_grad_norm_`), not the loss value.",
                     )
 
-    def _clamped(self, mod: Module, scope, losses: set[str]) -> Iterator[Hit]:
+    def _clamped(self, mod: Module, scope: Scope, losses: set[str]) -> Iterator[Hit]:
         for target, stmt, value in scope.assigns:
             if target in losses and isinstance(value, ast.Call) and not mod.grad_mode(stmt):
                 bound = _upper_bound(mod, value, at=stmt)
@@ -198,7 +199,7 @@ class ConstantLoss:
             "`F.smooth_l1_loss`) or `torch.nn.utils.clip_grad_norm_` to limit large updates.",
         )
 
-    def _detached(self, mod: Module, scope) -> Iterator[Hit]:
+    def _detached(self, mod: Module, scope: Scope) -> Iterator[Hit]:
         uses = [(b.name, b.call.lineno, b.text()) for b in scope.backwards if b.name]
         for ret in scope.returns:
             if isinstance(ret.value, ast.Name) and ret.value.id in scope.trained:

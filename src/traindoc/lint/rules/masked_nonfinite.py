@@ -7,6 +7,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import (
     Module,
+    Scope,
     dotted,
     is_constant_value,
     method,
@@ -173,7 +174,7 @@ class MaskedNonfinite:
                 yield from self._filtered(mod, scope, losses | outputs)
             yield from self._swallowed(mod, scope)
 
-    def _replaced(self, mod: Module, scope, losses: set[str]) -> Iterator[Hit]:
+    def _replaced(self, mod: Module, scope: Scope, losses: set[str]) -> Iterator[Hit]:
         for branch in scope.ifs:
             checked = nonfinite_checked(mod, branch.test) & losses
             if not checked or mod.grad_mode(branch):
@@ -196,7 +197,7 @@ class MaskedNonfinite:
                         "skips), then fix its source.",
                     )
 
-    def _filtered(self, mod: Module, scope, names: set[str]) -> Iterator[Hit]:
+    def _filtered(self, mod: Module, scope: Scope, names: set[str]) -> Iterator[Hit]:
         for target, stmt, value in scope.assigns:
             if target not in names or isinstance(stmt, ast.AugAssign) or mod.grad_mode(stmt):
                 continue
@@ -242,7 +243,7 @@ class MaskedNonfinite:
                 return "torch.where" if q == "torch.where" else "masked_fill"
         return None
 
-    def _swallowed(self, mod: Module, scope) -> Iterator[Hit]:
+    def _swallowed(self, mod: Module, scope: Scope) -> Iterator[Hit]:
         for block in scope.trys:
             if not block.body:
                 continue

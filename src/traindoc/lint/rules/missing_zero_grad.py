@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, method
+from traindoc.lint._ast import Module, Scope, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -107,7 +107,7 @@ class MissingZeroGrad:
                     break  # one finding per scope: the outer loop holds the inner one
 
 
-def _built_inside(mod: Module, scope, opt: str, loop: ast.AST) -> bool:
+def _built_inside(mod: Module, scope: Scope, opt: str, loop: ast.AST) -> bool:
     """The optimizer is built afresh inside the loop: each one steps once, nothing accumulates
     across its steps (a numerics check, not a training loop)."""
     return any(mod.inside(stmt, loop) for stmt, _ in scope.values_of(opt))

@@ -139,7 +139,8 @@ class UnscaledGradAccumulation:
                 elif divisor is not None and _is_accelerate(mod, b.owner):
                     yield from self._divided_twice(mod, scope, b, divisor)
 
-    def _unscaled(self, mod: Module, scope: Scope, b: Backward, steps) -> Iterator[Hit]:
+    def _unscaled(self, mod: Module, scope: Scope, b: Backward,
+                  steps: list[tuple[ast.Call, str]]) -> Iterator[Hit]:
         loops = mod.loops_around(b.call)
         if not loops:
             return

@@ -180,7 +180,7 @@ class AmpProbes:
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not params or len({p.grad.device for p in params}) != 1:
             return
-        names = [s._pname(p) for p in params]
+        names = [s.param_name(p) for p in params]
         with torch.no_grad():
             flags = torch.stack([torch.stack([p.grad.isnan().any(), p.grad.isinf().any()]) for p in params])
 
@@ -351,7 +351,7 @@ class AmpProbes:
             reason = "device"
         else:
             reason = "outside"
-        name = self.s._mnames.get(module, type(module).__name__)
+        name = self.s.module_name(module)
         numel = sum(p.numel() for p in module.parameters())
         self._rows.append((step, name, numel, fp32, device, reason))
 

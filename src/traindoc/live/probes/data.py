@@ -99,7 +99,7 @@ class DataProbes:
                                step_s=statistics.median(walls), device=self._device(), **self._settings))
 
     def _device(self) -> str:
-        for opt, _ in self.s._optimizers.items():
+        for opt in self.s.optimizers():
             for group in opt.param_groups:
                 for p in group["params"]:
                     return str(p.device.type)

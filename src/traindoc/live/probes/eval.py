@@ -355,7 +355,7 @@ class EvalProbes:
         end = ph.last_exit if ph.last_exit is not None else time.perf_counter()
         duration = max(0.0, end - ph.t0 - self._skipped)
         self._skipped = 0.0
-        elapsed = end - self.s._t0
+        elapsed = self.s.elapsed(end)
         passes = ph.passes
 
         def events(reruns: list[tuple[float, float, str]]) -> Iterable[Event]:
@@ -396,7 +396,7 @@ def _ours(frame: Any) -> bool:
 
 def _held_params(s: Session) -> set[int]:
     held: set[int] = set()
-    for opt, _ in s._optimizers.items():
+    for opt in s.optimizers():
         held.update(id(p) for g in opt.param_groups for p in g["params"])
     return held
 
@@ -404,7 +404,7 @@ def _held_params(s: Session) -> set[int]:
 def _find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
     """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
     and that has BatchNorm modules of the same names."""
-    candidates = [m for m, _ in s._roots.items()] + frame_modules(sys._getframe(1))
+    candidates = s.models() + frame_modules(sys._getframe(1))
     for cand in candidates:
         if cand is None:
             continue

@@ -280,7 +280,7 @@ class LoopProbes:
                 self._emit_early(sched, lr)
 
     def _emit_lr(self, opt: Any) -> None:
-        if self.s._optimizers.get(opt) != 0:
+        if self.s.optimizer_index(opt) != 0:
             return  # the LR series follows the first optimizer
         lr = _lr0(opt)
         if math.isfinite(lr):
@@ -313,7 +313,7 @@ class LoopProbes:
             self._post_backward()
 
     def _optimizers(self) -> list[Any]:
-        return [opt for opt, _ in self.s._optimizers.items()]
+        return self.s.optimizers()
 
     def _pre_backward(self, tensor: torch.Tensor) -> None:
         self._last_bwd_stamp = self._opt_steps
@@ -357,7 +357,7 @@ class LoopProbes:
         if iv.first_stamp is None:
             return
         s = self.s
-        index = s._optimizers.get(opt, -1)
+        index = s.optimizer_index(opt)
         step = s.step
         backwards = self._backwards - iv.backwards
         batches = self._batches - iv.batches

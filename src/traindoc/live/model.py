@@ -1,0 +1,248 @@
+"""The model as traindoc sees it on sampled steps: names of modules and parameters, each
+parameter's update statistics around an optimizer step, and the forward outputs (NaN flags,
+ReLU activity, the output's spread). The session owns the step bookkeeping and calls this on
+sampled steps only; everything measured stays on its device until the session's one batched
+read-back (``session.defer``)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import TYPE_CHECKING, Any, Iterable
+
+import torch
+
+from traindoc.events import Activation, Event, Optimizer, ParamGroup, ParamStats
+from traindoc.live import measure
+from traindoc.live.objects import ObjectMap, frame_modules, largest_container
+
+if TYPE_CHECKING:
+    from traindoc.live.session import Session
+
+RELU_WINDOW = 8  # sampled batches per dead-ReLU window
+
+
+class ModelWatch:
+    def __init__(self, session: "Session") -> None:
+        self.s = session
+        # Weak maps: traindoc must not keep the user's objects alive.
+        self._announced = ObjectMap()  # optimizers whose Optimizer event went out
+        self._pnames = ObjectMap()  # parameter -> name
+        self._init = ObjectMap()  # parameter -> its sampled elements when first seen
+        self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
+        self._roots = ObjectMap()  # model -> True
+        self._mnames = ObjectMap()  # module -> name
+        self._relu = ObjectMap()  # ReLU module -> (name, type, ever-active units, batches)
+        self._nan_flags: list[tuple[str, str, torch.Tensor]] = []
+
+    def models(self) -> list[Any]:
+        return [m for m, _ in self._roots.items()]
+
+    def has_flags(self) -> bool:
+        """Were forward outputs flagged since the last backward?"""
+        return bool(self._nan_flags)
+
+    def module_name(self, module: Any) -> str:
+        name: str = self._mnames.get(module, type(module).__name__)
+        return name
+
+    def snapshot(self, opt: Any) -> None:
+        index = self.s.optimizer_index(opt)
+        if opt not in self._announced:
+            self._announced[opt] = True
+            self._name_params(opt)
+            self.s.emit(self._optimizer_event(opt, index))
+        with torch.no_grad():
+            params = [p for g in opt.param_groups for p in g["params"]]
+            for p in params:
+                if p not in self._init:
+                    self._init[p] = measure.strided(p).clone()
+                self._snap[p] = measure.StepSnapshot(p)
+
+    def measure_step(self, opt: Any) -> None:
+        index = self.s.optimizer_index(opt)
+        step = self.s.step
+        rows: list[tuple[str, str, int, bool, bool, int, float, bool]] = []
+        tracked: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
+        stats: list[torch.Tensor] = []
+        with torch.no_grad():
+            for gi, group in enumerate(opt.param_groups):
+                lr = float(group.get("lr", 0.0))
+                for p in group["params"]:
+                    snap = self._snap.pop(p, None)
+                    if snap is None:
+                        continue
+                    has_grad = p.grad is not None
+                    if has_grad:
+                        grads.append(p.grad)
+                    stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
+                    tracked.append(p.detach())
+                    adam = measure.is_adam_family(opt, p)
+                    rows.append((self.param_name(p), str(p.dtype), p.numel(), p.requires_grad,
+                                 has_grad, gi, lr, adam))
+            if not rows:
+                return
+            norms = measure.grad_norms(tracked)
+            gnorms = measure.grad_norms(grads)
+            dev = norms.device
+            packed = torch.cat([norms.to(dev), gnorms.to(dev), torch.stack(stats).reshape(-1).to(dev)])
+        dtypes = [p.dtype for p in tracked]
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            n = len(rows)
+            pn, gn, st = vals[:n], vals[n:n + len(grads)], vals[n + len(grads):]
+            gi_ = 0
+            for i, (name, dtype, numel, req, has_grad, group, lr, adam) in enumerate(rows):
+                rel, unchanged, moved, typical, push = st[5 * i:5 * i + 5]
+                g = gn[gi_] if has_grad else None
+                gi_ += has_grad
+                if g is not None:
+                    self.s.grad_sq[step] = self.s.grad_sq.get(step, 0.0) + g * g
+                low = dtypes[i] in measure.LOW_PRECISION
+                intended = lr if adam else (lr * push if math.isfinite(push) else None)
+                yield ParamStats(
+                    step=step, name=name, dtype=dtype, numel=numel, requires_grad=req,
+                    norm=pn[i], grad=g, has_grad=has_grad, update=rel,
+                    unchanged=None if math.isnan(unchanged) else unchanged, moved=moved,
+                    spacing=measure.spacing(dtypes[i], typical) if low else None,
+                    intended=intended, optimizer=index, group=group,
+                )
+
+        self.s.defer(packed, decode)
+        for root in [m for m, _ in self._roots.items()][:1]:
+            self._stray_grads(root, step)
+
+    def _stray_grads(self, root: Any, step: int) -> None:
+        """Parameters of the trained model that get gradients no optimizer holds."""
+        if root is None:
+            return
+        held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
+        stray = [(n, p) for n, p in root.named_parameters()
+                 if p.requires_grad and p.grad is not None and id(p) not in held]
+        if not stray:
+            return
+        with torch.no_grad():
+            gn = measure.grad_norms([p.grad for _, p in stray])
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            for (n, p), g in zip(stray, vals):
+                yield ParamStats(step=step, name=n, dtype=str(p.dtype), numel=p.numel(),
+                                 requires_grad=p.requires_grad, norm=math.nan, grad=g,
+                                 has_grad=True, optimizer=-1)
+
+        self.s.defer(gn, decode)
+
+    def _optimizer_event(self, opt: Any, index: int) -> Optimizer:
+        groups = []
+        for gi, g in enumerate(opt.param_groups):
+            ps = g["params"]
+            beta = g.get("betas", (g.get("momentum", 0.0),))[0]
+            groups.append(ParamGroup(
+                index=gi, lr=float(g.get("lr", 0.0)), names=tuple(self.param_name(p) for p in ps),
+                dtypes=tuple(str(p.dtype) for p in ps), numel=sum(p.numel() for p in ps),
+                weight_decay=float(g.get("weight_decay", 0.0)), momentum=float(beta or 0.0),
+            ))
+        return Optimizer(step=self.s.step, index=index, cls=type(opt).__name__, groups=tuple(groups))
+
+    def param_name(self, p: Any) -> str:
+        return self._pnames.get(p) or f"param{tuple(p.shape)}"
+
+    def _name_params(self, opt: Any) -> None:
+        """Name the optimizer's parameters after the module (forward roots seen so far, or an
+        nn.Module in the user's frames) that holds the most of them."""
+        ids = {id(p) for g in opt.param_groups for p in g["params"]}
+        candidates = [m for m, _ in self._roots.items()] + frame_modules(sys._getframe(1))
+        best = max((m for m in candidates if m is not None),
+                   key=lambda m: (sum(id(p) in ids for p in m.parameters()), sum(1 for _ in m.parameters())),
+                   default=None)
+        if best is not None:
+            self._name_from(getattr(best, "_orig_mod", best), override=True)
+        for gi, g in enumerate(opt.param_groups):
+            for pi, p in enumerate(g["params"]):
+                if p not in self._pnames:
+                    self._pnames[p] = f"group{gi}.param{pi}{list(p.shape)}"
+
+    def adopt_model(self, module: Any) -> None:
+        """A model being trained: name its modules and parameters after the largest model in
+        the user's frames that contains it (so ``model.backbone(x)`` called directly still
+        gives ``backbone.0.weight``, not ``0.weight``)."""
+        if module in self._roots or len(self._roots) >= 8:
+            return
+        self._roots[module] = True
+        owner = largest_container(module, frame_modules(sys._getframe(1)))
+        self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
+
+    def _name_from(self, model: Any, override: bool = False) -> None:
+        for name, m in model.named_modules():
+            if override or m not in self._mnames:
+                self._mnames[m] = name or type(model).__name__
+        for name, p in model.named_parameters(remove_duplicate=False):
+            if override or p not in self._pnames:
+                self._pnames[p] = name
+
+    def on_root_forward(self, module: Any, output: Any) -> None:
+        self.adopt_model(module)
+        outs = measure.first_float_tensors(output, limit=1)
+        if not outs:
+            return
+        spread = measure.output_spread(outs[0])
+        step, name = self.s.current_step, self._mnames.get(module, type(module).__name__)
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            nan, sp, scale, lo, hi = vals
+            if math.isnan(sp):
+                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan), is_output=True)
+            else:
+                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan),
+                                 spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
+
+        self.s.defer(spread, decode)
+
+    def on_module_output(self, module: Any, output: Any) -> None:
+        outs = measure.first_float_tensors(output, limit=2)
+        if not outs:
+            return
+        name = self._mnames.get(module, type(module).__name__)
+        flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
+        self._nan_flags.append((name, type(module).__name__, flag))
+        if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
+            active = measure.unit_activity(outs[0])
+            if active is None:
+                return
+            prev = self._relu.get(module)
+            if prev is not None and prev[2].shape == active.shape:
+                active = active | prev[2]
+                batches = prev[3] + 1
+            else:
+                batches = 1
+            self._relu[module] = (name, type(module).__name__, active, min(batches, RELU_WINDOW))
+
+    def pack_activations(self) -> None:
+        """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
+        flags, self._nan_flags = self._nan_flags, []
+        # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
+        # the start" would count units that died later as alive.
+        relus = [r for r in self._relu.values() if r[3] >= RELU_WINDOW]
+        for module in [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW]:
+            self._relu.pop(module)
+        if not flags and not relus:
+            return
+        step = self.s.step
+        with torch.no_grad():
+            parts = [torch.stack([f for _, _, f in flags]).float()] if flags else []
+            parts += [1.0 - a.float().mean().reshape(1) for _, _, a, _ in relus]
+            dev = parts[0].device
+            packed = torch.cat([t.to(dev).reshape(-1) for t in parts])
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            nflags = len(flags)
+            for (name, type_, _), v in zip(flags, vals[:nflags]):
+                if v:
+                    yield Activation(step=step, module=name, type=type_, nan=True)
+                    break
+            for (name, type_, active, batches), dead in zip(relus, vals[nflags:]):
+                yield Activation(step=step, module=name, type=type_, dead=dead,
+                                 units=active.numel(), batches=batches)
+
+        self.s.defer(packed, decode)
