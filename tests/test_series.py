@@ -343,10 +343,10 @@ def test_exploding_gradients_references() -> None:
         assert same([dataclasses.asdict(f) for f in found], [dataclasses.asdict(f) for f in one_by_one])
         return found
 
-    (f,) = report([60.0] * 8, weights=5.0)  # 12x the weights
+    (f,) = report([600.0] * 8, weights=5.0)  # 120x the weights
     assert f.step == 0 and f.evidence["reference"] == "parameter norm" and "w (100%)" in f.message
-    assert report([60.0] * 8, weights=10.0) == []  # 6x: no
-    assert report([60.0] * 8, weights=None) == []  # below 1000 without weights to compare with
+    assert report([600.0] * 8, weights=10.0) == []  # 60x: no
+    assert report([600.0] * 8, weights=None) == []  # below 1000 without weights to compare with
     (f,) = report([2e3] * 8, weights=None)
     assert f.evidence["reference"] == "unscaled"
     assert report([2e3] * 8, weights=1e3) == []  # 2x the weights: the scale is the model's

@@ -89,25 +89,29 @@ class Divergence:
         lag = n - 1 - t  # window k ends at the finite point pos[k + lag]
         if n > 1:
             self._tail.extend(vec.items(col.values, pos[-(n - 1):]))
-        peak = med.extreme(lowest=False)[0] if len(med) else -math.inf
-        if self._fired:
-            self._peak = max(self._peak, peak)
-            return []
         # A non-finite point is judged against the last median before it: window k_bad (bad[i]
         # has bad[i] - i finite points before it); k_bad < 0: a median from an earlier call.
         bad = np.flatnonzero(~np.isfinite(x))
         k_bad = bad - np.arange(len(bad)) - 1 - lag
-        if self._may_fire(med, k_bad):
-            return self._first_fire(col, pos, bad, k_bad, med.at(slice(None)), lag, peak)
-        if len(med):  # nothing fires: only the state moves
-            if self._initial is None:
-                self._initial = float(med.at([0])[0])
-            best, k = med.extreme(lowest=True)
-            if best < self._best:
-                self._best, self._best_step = best, vec.item(col.steps, pos[k + lag])
-            self._last = float(med.at([len(med) - 1])[0])
-        self._peak = max(self._peak, peak)
-        return []
+        if len(med) > 256 and (self._fired or not self._may_fire(med, k_bad)):
+            self._bounded(col, pos, med, lag)  # a long column where nothing fires
+            return []
+        return self._judge_medians(col, pos, bad, k_bad, med.at(slice(None)), lag)
+
+    def _bounded(self, col: Series, pos: np.ndarray, med: vec.RollingMedian, lag: int) -> None:
+        """The state after a column where nothing fires, from the few medians that can be the
+        lowest or the highest (a million medians cost ~100 ms, these a few ms)."""
+        from traindoc.detectors import _vector as vec
+
+        self._peak = max(self._peak, med.extreme(lowest=False)[0])
+        if self._fired:
+            return
+        if self._initial is None:
+            self._initial = float(med.at([0])[0])
+        best, k = med.extreme(lowest=True)
+        if best < self._best:
+            self._best, self._best_step = best, vec.item(col.steps, pos[k + lag])
+        self._last = float(med.at([len(med) - 1])[0])
 
     def _may_fire(self, med: vec.RollingMedian, k_bad: np.ndarray) -> bool:
         """Whether anything can fire, from bounds: a window's max bounds its median from above,
@@ -130,15 +134,20 @@ class Divergence:
         """A non-finite loss after this smoothed loss (``last``, best ``best``) fires."""
         return last >= self.config.nan_rise * best > 0
 
-    def _first_fire(self, col: Series, pos: np.ndarray, bad: np.ndarray, k_bad: np.ndarray,
-                    smooth: np.ndarray, lag: int, peak: float) -> list[Finding]:
+    def _judge_medians(self, col: Series, pos: np.ndarray, bad: np.ndarray, k_bad: np.ndarray,
+                    smooth: np.ndarray, lag: int) -> list[Finding]:
         """The judgement with all the medians ``smooth`` of this call (``smooth[k]`` at the
         finite point ``pos[k + lag]``) and its non-finite points ``bad`` (the last median
-        before each: ``smooth[k_bad]``); the state is the one at the point that fires."""
+        before each: ``smooth[k_bad]``); the state is the one at the point that fires, or at
+        the last point."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec
 
+        peak = float(smooth.max()) if len(smooth) else -math.inf
+        if self._fired:  # after firing, only the peak goes on
+            self._peak = max(self._peak, peak)
+            return []
         cfg = self.config
         initial = self._initial if self._initial is not None else (
             float(smooth[0]) if len(smooth) else math.nan)
@@ -158,7 +167,7 @@ class Divergence:
             k = int(k_bad[j])
             self._fired = (vec.item(col.steps, bad[j]), vec.item(col.values, bad[j]),
                            "turned non-finite after rising")
-        else:  # the bounds let it through, the medians do not: as if nothing fired
+        else:  # nothing fires
             k = len(smooth) - 1
         if k >= 0:
             self._initial = initial
@@ -166,9 +175,10 @@ class Divergence:
                 self._best, self._best_step = float(best[k]), vec.item(col.steps, pos[best_at[k] + lag])
             self._last = float(smooth[k])
             self._peak = max(self._peak, float(smooth[: k + 1].max()))
-        out = [self._finding(*self._fired)] if self._fired else []
-        if self._fired:  # after firing, the peak goes on to the end
-            self._peak = max(self._peak, peak)
+        if not self._fired:
+            return []
+        out = [self._finding(*self._fired)]
+        self._peak = max(self._peak, peak)  # after firing, the peak goes on to the end
         return out
 
     def finish(self) -> Iterator[Finding]:

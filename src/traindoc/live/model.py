@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from traindoc.live.session import Session
 
 RELU_WINDOW = 8  # sampled batches per dead-ReLU window
+_UNIT_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
 class ModelWatch:
@@ -32,8 +33,12 @@ class ModelWatch:
         self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
         self._roots = ObjectMap()  # model -> True
         self._mnames = ObjectMap()  # module -> name
-        self._relu = ObjectMap()  # ReLU module -> (name, type, ever-active units, batches)
+        # ReLU module, or a layer whose input is judged -> (name, type, ever-active units,
+        # batches, ever-negative flag or None)
+        self._relu = ObjectMap()
+        self._relu_outputs: set[int] = set()  # ids of nn.ReLU outputs in this forward
         self._nan_flags: list[tuple[str, str, torch.Tensor]] = []
+        self._stray_step = -1
 
     def models(self) -> list[Any]:
         return [m for m, _ in self._roots.items()]
@@ -110,16 +115,20 @@ class ModelWatch:
                 )
 
         self.s.defer(packed, decode)
-        for root in [m for m, _ in self._roots.items()][:1]:
-            self._stray_grads(root, step)
+        if self._stray_step != step:  # once per step, whatever the number of optimizers
+            self._stray_step = step
+            self._stray_grads(step)
 
-    def _stray_grads(self, root: Any, step: int) -> None:
-        """Parameters of the trained model that get gradients no optimizer holds."""
-        if root is None:
-            return
+    def _stray_grads(self, step: int) -> None:
+        """Parameters that get gradients no optimizer holds, in every model whose forward ran
+        (a distillation wrapper's temperature, a loss module's learnable weights)."""
         held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
-        stray = [(n, p) for n, p in root.named_parameters()
-                 if p.requires_grad and p.grad is not None and id(p) not in held]
+        stray: list[tuple[str, Any]] = []
+        for root in self.models():
+            for n, p in root.named_parameters():
+                if p.requires_grad and p.grad is not None and id(p) not in held:
+                    held.add(id(p))  # shared by two roots: once
+                    stray.append((self._pnames.get(p) or n, p))
         if not stray:
             return
         with torch.no_grad():
@@ -207,20 +216,44 @@ class ModelWatch:
         flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
         self._nan_flags.append((name, type(module).__name__, flag))
         if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
-            active = measure.unit_activity(outs[0])
-            if active is None:
-                return
-            prev = self._relu.get(module)
-            if prev is not None and prev[2].shape == active.shape:
-                active = active | prev[2]
-                batches = prev[3] + 1
-            else:
-                batches = 1
-            self._relu[module] = (name, type(module).__name__, active, min(batches, RELU_WINDOW))
+            self._relu_outputs.add(id(outs[0]))
+            self._track_units(module, name, type(module).__name__, outs[0], None)
+
+    def on_module_input(self, module: Any, args: Any) -> None:
+        """The input of a Linear/Conv layer computed inside the model (it requires grad):
+        units exactly 0 on every row of every batch of a window are dead, whatever made them
+        (``F.relu``, ``torch.relu``, ``x.relu()``, ``relu_``, ``clamp(min=0)``). Only inputs
+        that are never negative count (a ReLU-family output); inputs straight from an
+        ``nn.ReLU`` module are that module's, judged once."""
+        if not isinstance(module, _UNIT_LAYERS) or not args:
+            return
+        x = args[0]
+        if (not isinstance(x, torch.Tensor) or not x.requires_grad or not x.is_floating_point()
+                or x.ndim < 2 or id(x) in self._relu_outputs):
+            return
+        units = x if isinstance(module, torch.nn.Linear) else x.movedim(1, -1)
+        name = self._mnames.get(module, type(module).__name__)
+        self._track_units(module, f"input of {name}", "relu-like", units, (x < 0).any())
+
+    def _track_units(self, key: Any, name: str, type_: str, out: torch.Tensor,
+                     negative: torch.Tensor | None) -> None:
+        active = measure.unit_activity(out) if negative is None else (out != 0).reshape(-1, out.shape[-1]).any(0)
+        if active is None:
+            return
+        prev = self._relu.get(key)
+        if prev is not None and prev[2].shape == active.shape:
+            active = active | prev[2]
+            batches = prev[3] + 1
+            if negative is not None and prev[4] is not None:
+                negative = negative | prev[4]
+        else:
+            batches = 1
+        self._relu[key] = (name, type_, active, min(batches, RELU_WINDOW), negative)
 
     def pack_activations(self) -> None:
         """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
         flags, self._nan_flags = self._nan_flags, []
+        self._relu_outputs.clear()
         # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
         # the start" would count units that died later as alive.
         relus = [r for r in self._relu.values() if r[3] >= RELU_WINDOW]
@@ -231,7 +264,9 @@ class ModelWatch:
         step = self.s.step
         with torch.no_grad():
             parts = [torch.stack([f for _, _, f in flags]).float()] if flags else []
-            parts += [1.0 - a.float().mean().reshape(1) for _, _, a, _ in relus]
+            for _, _, active, _, negative in relus:  # [dead share, ever negative]
+                neg = negative.float().reshape(1) if negative is not None else torch.zeros(1)
+                parts += [1.0 - active.float().mean().reshape(1), neg.to(active.device)]
             dev = parts[0].device
             packed = torch.cat([t.to(dev).reshape(-1) for t in parts])
 
@@ -241,8 +276,10 @@ class ModelWatch:
                 if v:
                     yield Activation(step=step, module=name, type=type_, nan=True)
                     break
-            for (name, type_, active, batches), dead in zip(relus, vals[nflags:]):
-                yield Activation(step=step, module=name, type=type_, dead=dead,
-                                 units=active.numel(), batches=batches)
+            rest = vals[nflags:]
+            for (name, type_, active, batches, _), dead, neg in zip(relus, rest[::2], rest[1::2]):
+                if not neg:  # a negative value: not a ReLU-family output, nothing to judge
+                    yield Activation(step=step, module=name, type=type_, dead=dead,
+                                     units=active.numel(), batches=batches)
 
         self.s.defer(packed, decode)

@@ -201,8 +201,11 @@ class CoreProbes:
     def _pre(self, module: Any, args: Any) -> None:
         if _is_compiling():
             return
-        if self._depth == 0 and torch.is_grad_enabled() and next(module.parameters(), None) is not None:
-            self._guard("forward", self.s.adopt_model, module)  # names before inner modules run
+        if torch.is_grad_enabled():
+            if self._depth == 0 and next(module.parameters(), None) is not None:
+                self._guard("forward", self.s.adopt_model, module)  # names before inner modules run
+            with torch.no_grad():
+                self._guard("forward", self.s.on_module_input, module, args)
         self._depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:

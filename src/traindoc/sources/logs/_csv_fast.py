@@ -252,7 +252,7 @@ def _template(word: np.ndarray) -> np.ndarray:
     byte). In place, in two buffers: fresh temporaries this size cost page faults in a new
     process."""
     x = word ^ _ZEROS
-    t = x & _LOW7
+    t: np.ndarray = x & _LOW7  # annotated: some mypy versions infer a bool array here
     t += np.uint64(0x7676767676767676)
     t |= x
     t &= _HIGH

@@ -111,7 +111,7 @@ def _low_bytes(nbytes: np.ndarray) -> np.ndarray:
 def _varint_value(word: np.ndarray) -> np.ndarray:
     """The value of the varint in the low bytes of ``word`` (later bytes zeroed): the 7-bit
     groups packed together, pairs, then quads, then the two halves."""
-    x = word & _LOW7
+    x: np.ndarray = word & _LOW7  # annotated: some mypy versions infer a bool array here
     x = (x & np.uint64(0x007F007F007F007F)) | ((x & np.uint64(0x7F007F007F007F00)) >> np.uint64(1))
     x = (x & np.uint64(0x00003FFF00003FFF)) | ((x & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2))
     return (x & np.uint64(0x000000000FFFFFFF)) | ((x & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
