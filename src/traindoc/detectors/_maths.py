@@ -60,12 +60,12 @@ class Thinned:
         self.values: list[float] = []
 
     def extend(self, xs: Column) -> None:
-        part = xs[(-self.count) % self.stride::self.stride]  # positions that are multiples of stride
+        self.count += len(xs)
+        while -(-self.count // self.stride) > self.cap:  # positions 0, stride, ... below count
+            self.values, self.stride = self.values[::2], 2 * self.stride
+        part = xs[(len(xs) - self.count) % self.stride::self.stride]  # positions: multiples of stride
         tolist = getattr(part, "tolist", None)  # a numpy array: Python floats
         self.values.extend(tolist() if tolist is not None else part)
-        self.count += len(xs)
-        while len(self.values) > self.cap:
-            self.values, self.stride = self.values[::2], 2 * self.stride
 
 
 class Ema:

@@ -119,20 +119,14 @@ class Divergence:
         import numpy as np
 
         cfg = self.config
-        if len(k_bad) and k_bad[0] < 0 and self._before_nan(self._last, self._best):
-            return True
-        if not len(med):
-            return False
+        if len(k_bad) and k_bad[0] < 0 and self._last >= cfg.nan_rise * self._best > 0:
+            return True  # a non-finite point before this column's first median, after a rise
         initial = self._initial if self._initial is not None else float(med.at([0])[0])
         low, hi = np.minimum(np.minimum.accumulate(med.lo), self._best), med.hi
         if np.any((hi > 0) & (hi >= cfg.factor * low) & (hi >= cfg.above_initial * initial)):
             return True
         k = k_bad[k_bad >= 0]
         return bool(len(k)) and (cfg.nan_rise <= 0 or bool(np.any(hi[k] >= cfg.nan_rise * low[k])))
-
-    def _before_nan(self, last: float, best: float) -> bool:
-        """A non-finite loss after this smoothed loss (``last``, best ``best``) fires."""
-        return last >= self.config.nan_rise * best > 0
 
     def _judge_medians(self, col: Series, pos: np.ndarray, bad: np.ndarray, k_bad: np.ndarray,
                     smooth: np.ndarray, lag: int) -> list[Finding]:

@@ -67,6 +67,7 @@ class LossSpike:
         self._spikes: list[tuple[int, float, float]] = []  # the first SHOWN spikes ...
         self._count = 0  # ... of this many
         self._pending: tuple[int, float, float] | None = None  # a jump awaiting recovery
+        self._unfolded: np.ndarray | None = None  # points that entered the average, not yet _ema
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point: the judgement itself (the rollback guard feeds its own instance
@@ -76,6 +77,7 @@ class LossSpike:
 
     def _point(self, step: int, x: float) -> list[Finding]:
         """The judgement of one point, in order."""
+        self._fold()
         if not math.isfinite(x):
             self._pending = None
             return []  # nonfinite and divergence own that
@@ -150,6 +152,7 @@ class LossSpike:
 
         from traindoc.detectors import _vector as vec
 
+        self._fold()
         cfg, state = self.config, self._ema.state_dict()
         avg0, weight0, alpha = state["avg"], state["weight"], self._ema.alpha
         pos = start + np.flatnonzero(np.isfinite(x[start:stop]))
@@ -180,7 +183,8 @@ class LossSpike:
 
     def _advance(self, col: Series, x: np.ndarray, start: int, stop: int) -> None:
         """The state after points ``start:stop``, where no jump can be taken: every finite
-        point enters the average (``Ema.update``'s arithmetic, operation for operation)."""
+        point enters the average. The average itself is computed when next read (``_fold``):
+        a log's column is read once, and its million points would cost ~60 ms."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec
@@ -188,16 +192,25 @@ class LossSpike:
         pos = start + np.flatnonzero(np.isfinite(x[start:stop]))
         if not len(pos):
             return
+        self._fold()
         if self._first is None:
             self._first = abs(vec.item(col.values, pos[0]))
         self._seen += len(pos)
         self._recent.extend(vec.items(col.values, pos[-self.config.window:]))
+        self._unfolded = x[pos]
+
+    def _fold(self) -> None:
+        """The average after the points of the last ``_advance``: ``Ema.update``'s arithmetic,
+        operation for operation (the same bits as point by point)."""
+        if self._unfolded is None:
+            return
+        xs, self._unfolded = self._unfolded, None
         a, c = self._ema.alpha, 1 - self._ema.alpha
         now = self._ema.state_dict()
         avg, weight = now["avg"], now["weight"]
-        for ax in (a * x[pos]).tolist():  # numpy's products round as Python's
+        for ax in (a * xs).tolist():  # numpy's products round as Python's
             avg = c * avg + ax
-        for _ in range(len(pos)):  # the weight soon stops changing
+        for _ in range(len(xs)):  # the weight soon stops changing
             weight, before = c * weight + a, weight
             if weight == before:
                 break

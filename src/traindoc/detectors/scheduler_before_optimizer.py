@@ -49,7 +49,9 @@ class SchedulerBeforeOptimizer:
     first logged LR exceeds it by ``min_ratio``, and the fit is exact to ``tolerance``: linear
     warmups and warmups from 0 (where starting one step in is often deliberate) stay quiet,
     and so does a per-batch schedule over thousands of steps (the offset is then negligible).
-    Needs the LR from the first step, at a constant step interval.
+    Needs the LR from the first step, at a constant step interval. The LR arrives in columns
+    (``observe_series``: a log's whole, live Scalars in the engine's small columns), read point
+    by point only while the warmup lasts: a million-row log costs its first rows.
 
     Live, the order is observed directly (``SchedulerStep``): a scheduler's step() before its
     optimizer's first step() fires, with the LR the first step used against the schedule's

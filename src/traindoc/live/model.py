@@ -208,6 +208,19 @@ class ModelWatch:
 
         self.s.defer(spread, decode)
 
+    def on_loss_input(self, fn: str, probs: torch.Tensor) -> None:
+        """The probabilities a BCE loss sees, judged like a model output (saturated-outputs)."""
+        spread = measure.output_spread(probs)
+        step = self.s.current_step
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            nan, sp, scale, lo, hi = vals
+            if not math.isnan(sp):
+                yield Activation(step=step, module=fn, type="loss input", nan=bool(nan),
+                                 spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
+
+        self.s.defer(spread, decode)
+
     def on_module_output(self, module: Any, output: Any) -> None:
         outs = measure.first_float_tensors(output, limit=2)
         if not outs:

@@ -209,6 +209,9 @@ class Session:
     def on_module_output(self, module: Any, output: Any) -> None:
         self.model.on_module_output(module, output)
 
+    def on_loss_input(self, fn: str, probs: Any) -> None:
+        self.model.on_loss_input(fn, probs)
+
     def on_module_input(self, module: Any, args: Any) -> None:
         self.model.on_module_input(module, args)
 

@@ -58,6 +58,8 @@ class CoreProbes:
             self._patch(owner, "clip_grad_norm_", lambda orig, w=wrapped_clip: w)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         self._patch(F, "cross_entropy", self._wrap_cross_entropy)
+        for fn in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
+            self._patch(F, fn, self._wrap_bce)
         for method in ("to", "bfloat16", "half"):
             self._patch(torch.nn.Module, method, self._wrap_cast)
         for owner in (torch.optim.Optimizer, torch.nn.Module):
@@ -158,6 +160,25 @@ class CoreProbes:
             return out
 
         return cross_entropy
+
+    def _wrap_bce(self, orig: Any) -> Any:
+        probes, name = self, orig.__name__
+        logits = name.endswith("with_logits")
+
+        @functools.wraps(orig)
+        def bce(input: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(input, *args, **kwargs)
+            if probes.s.measuring and torch.is_grad_enabled() and not _is_compiling():
+                probes._guard("cross_entropy", probes._on_bce, name, input, logits)
+            return out
+
+        return bce
+
+    def _on_bce(self, name: str, input: Any, logits: bool) -> None:
+        if isinstance(input, torch.Tensor) and input.ndim >= 1 and input.shape[0] >= 2:
+            with torch.no_grad():
+                probs = torch.sigmoid(input.detach().float()) if logits else input.detach()
+            self.s.on_loss_input(name, probs)
 
     def _on_cross_entropy(self, input: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         reduction = kwargs.get("reduction", args[4] if len(args) > 4 else "mean")
