@@ -122,12 +122,15 @@ def from_dict(data: dict[str, object]) -> Event:
         if key not in fields:
             raise ValueError(f"event {kind!r} has no field {key!r}")
         if cls is Optimizer and key == "groups":
-            value = tuple(ParamGroup(**_tupled(g)) for g in value)  # type: ignore[union-attr, arg-type]
+            if not isinstance(value, list) or not all(isinstance(g, dict) for g in value):
+                raise ValueError(f"event {kind!r}: groups must be a list of objects")
+            value = tuple(ParamGroup(**_tupled(g)) for g in value)  # type: ignore[arg-type]  # fields checked by ParamGroup itself
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[key] = value
     try:
-        return cls(**kwargs)  # type: ignore[no-any-return]
+        event: Event = cls(**kwargs)
+        return event
     except TypeError as exc:
         raise ValueError(f"bad {kind!r} event: {exc}") from None
 

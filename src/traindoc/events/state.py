@@ -41,7 +41,7 @@ class Checkpoint:
     where: str = ""  # live: file:line of the torch.save call
 
     @property
-    def signal(self) -> str:  # type: ignore[override]
+    def signal(self) -> str:
         return "train_state" if self.training else "checkpoint"
 
 @dataclass(frozen=True)

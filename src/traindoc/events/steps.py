@@ -53,7 +53,7 @@ class Scalar:
     value: float
 
     @property
-    def signal(self) -> str:  # type: ignore[override]
+    def signal(self) -> str:
         return self.name
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Series:
     values: Sequence[float]
 
     @property
-    def signal(self) -> str:  # type: ignore[override]
+    def signal(self) -> str:
         return self.name
 
     def __len__(self) -> int:

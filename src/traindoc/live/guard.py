@@ -117,10 +117,10 @@ class Guard:
             return
         try:
             for det in self._dets:
-                wanted = set(det.needs) | set(getattr(det, "uses", ()))  # type: ignore[attr-defined]
+                wanted = set(det.needs) | set(getattr(det, "uses", ()))
                 if event.signal not in wanted:
                     continue
-                for f in det.observe(event) or ():  # type: ignore[attr-defined]
+                for f in det.observe(event) or ():
                     if self._trigger is None and _acts_on(f):
                         self._trigger = f
         except Exception as exc:  # the guard must never break the run it protects
@@ -224,7 +224,7 @@ class Guard:
                                 "lr_before": [b for b, _ in changed], "lr_after": [a for _, a in changed]})
         if not stop:
             # a fresh nonfinite detector: it reports only the first non-finite step of a run
-            self._dets = [d for d in self._dets if d.id != "nonfinite"] + detectors.build(  # type: ignore[attr-defined]
+            self._dets = [d for d in self._dets if d.id != "nonfinite"] + detectors.build(
                 select=["nonfinite"], config=self._detector_config)
         self.s.engine.add(self._finding())
         if self._announce:

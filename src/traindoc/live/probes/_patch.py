@@ -28,6 +28,11 @@ class Patcher:
         self._patched.append((owner, name, orig))
         setattr(owner, name, make(orig))
 
+    def replace(self, owner: Any, name: str, new: Any) -> None:
+        """Replace ``owner.name`` by ``new`` (one wrapper shared by several owners: the same
+        function under two import paths); ``restore`` puts the original back."""
+        self.patch(owner, name, lambda _orig: new)
+
     def restore(self) -> None:
         for owner, name, orig in reversed(self._patched):
             setattr(owner, name, orig)

@@ -86,7 +86,7 @@ class AmpProbes:
         for fn in ("clip_grad_norm_", "clip_grad_value_"):
             wrapped = self._wrap_clip(getattr(clip, fn), fn)  # on top of the core probe's wrapper
             for owner in (clip, torch.nn.utils):
-                patch(owner, fn, lambda orig, w=wrapped: w)
+                self._patcher.replace(owner, fn, wrapped)
         s = self.s
         self._prev_change = s.on_sampling_change
         s.on_sampling_change = self._on_sampling_change

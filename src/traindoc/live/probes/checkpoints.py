@@ -55,8 +55,8 @@ class CheckpointProbes:
         save = self._wrap_save(torch.serialization.save)
         load = self._wrap_load(torch.serialization.load)
         for owner in (torch, torch.serialization):
-            patch(owner, "save", lambda orig, w=save: w)
-            patch(owner, "load", lambda orig, w=load: w)
+            self._patcher.replace(owner, "save", save)
+            self._patcher.replace(owner, "load", load)
         patch(os, "replace", self._wrap_move)
         patch(os, "rename", self._wrap_move)
         patch(torch.optim.Optimizer, "load_state_dict", self._wrap_optimizer_load)

@@ -55,15 +55,15 @@ class CoreProbes:
         clip = torch.nn.utils.clip_grad
         wrapped_clip = self._wrap_clip(clip.clip_grad_norm_)
         for owner in (clip, torch.nn.utils):
-            self._patch(owner, "clip_grad_norm_", lambda orig, w=wrapped_clip: w)
+            patcher.replace(owner, "clip_grad_norm_", wrapped_clip)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         self._patch(F, "cross_entropy", self._wrap_cross_entropy)
         for fn in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
             self._patch(F, fn, self._wrap_bce)
         for method in ("to", "bfloat16", "half"):
             self._patch(torch.nn.Module, method, self._wrap_cast)
-        for owner in (torch.optim.Optimizer, torch.nn.Module):
-            self._patch(owner, "zero_grad", self._wrap_zero_grad)
+        self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
+        self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
         s.on_sampling_change = self.set_forward_hooks
         # Our global forward hooks make torch warn on every call of a torch.compile'd module;
         # the warning is about us, not the user's code, so it must not reach their output.
@@ -74,8 +74,9 @@ class CoreProbes:
 
     def uninstall(self) -> None:
         self.set_forward_hooks(False)
-        if self._filter in warnings.filters:
-            warnings.filters.remove(self._filter)
+        filters: list[Any] = warnings.filters  # type: ignore[assignment]  # typeshed: Sequence; it is a list
+        if self._filter in filters:
+            filters.remove(self._filter)
             warnings._filters_mutated()  # type: ignore[attr-defined]
         for h in self._handles:
             h.remove()

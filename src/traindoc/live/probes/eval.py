@@ -305,7 +305,7 @@ class EvalProbes:
                                         if isinstance(m, nn.modules.batchnorm._BatchNorm)
                                         and m.running_mean is not None]))
         step = self.s.step
-        rows: list[tuple[str, str, int, bool]] = []
+        rows: list[tuple[str, str, int, bool, bool]] = []
         parts: list[torch.Tensor] = []
         with torch.no_grad():
             for role, mods in pairs:

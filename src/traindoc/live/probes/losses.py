@@ -198,7 +198,8 @@ def _weight(t: _Term, dev: torch.device) -> torch.Tensor:
 
 
 def _unique(names: list[str]) -> list[str]:
-    out, seen = [], {}
+    out: list[str] = []
+    seen: dict[str, int] = {}
     for n in names:
         seen[n] = seen.get(n, 0) + 1
         out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")

@@ -25,6 +25,7 @@ import functools
 import os
 import sys
 import threading
+from types import FrameType
 import weakref
 from collections import deque
 from typing import Any, Callable, Iterable, Mapping
@@ -320,7 +321,7 @@ _CSV_FILE = os.path.abspath(csv.__file__)
 
 def _called_from_script() -> bool:
     """Is the code creating this writer the user's own (not the stdlib, a library, torch)?"""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None and os.path.abspath(frame.f_code.co_filename) == _CSV_FILE:
         frame = frame.f_back  # csv.DictWriter creates its writer inside csv.py
     if frame is None:
@@ -428,7 +429,7 @@ class _ImportWatcher:
                     callback(fullname, module)
 
                 try:
-                    loader.exec_module = exec_and_patch  # type: ignore[union-attr]
+                    loader.exec_module = exec_and_patch  # type: ignore[union-attr, method-assign]  # wrap the loader of this one import
                 except (AttributeError, TypeError):
                     pass
                 return spec
