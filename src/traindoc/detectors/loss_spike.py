@@ -197,14 +197,17 @@ class LossSpike:
             self._first = abs(vec.item(col.values, pos[0]))
         self._seen += len(pos)
         self._recent.extend(vec.items(col.values, pos[-self.config.window:]))
-        self._unfolded = x[pos]
+        self._unfolded = x[start:stop]  # a view: no copy of a million-row column
 
     def _fold(self) -> None:
         """The average after the points of the last ``_advance``: ``Ema.update``'s arithmetic,
         operation for operation (the same bits as point by point)."""
         if self._unfolded is None:
             return
+        import numpy as np
+
         xs, self._unfolded = self._unfolded, None
+        xs = xs[np.isfinite(xs)]
         a, c = self._ema.alpha, 1 - self._ema.alpha
         now = self._ema.state_dict()
         avg, weight = now["avg"], now["weight"]

@@ -13,13 +13,19 @@ from traindoc.findings import Finding
 
 
 class UnscaledGradAccumulation:
-    """An optimizer steps after N >= 2 backward() calls, each on its own DataLoader batch (N
-    batches drawn between the steps), and each call got the loss as the loss function computed
-    it: the autograd graph shows no division by a constant between the two (``scale`` times N
-    is ``min_factor`` or more). The accumulated gradient is then the sum of the micro-batch
-    gradients, not their mean. Several backward() calls on one batch (a multi-term loss, a GAN's
-    real and fake terms, LBFGS closures) and steps where another optimizer stepped in between
-    are not accumulation and are not judged. Needs sampled steps (live)."""
+    """An optimizer steps after N >= 2 micro-batch backward() calls, and each call got the loss
+    as the loss function computed it: the autograd graph shows no division by a constant between
+    the two (``scale`` times N is ``min_factor`` or more). The accumulated gradient is then the
+    sum of the micro-batch gradients, not their mean.
+
+    Micro-batches are recognised by what the run shows, wherever the data comes from: N
+    DataLoader batches drawn for N backward() calls, or N backward() calls all made from one
+    line of code (a loop over ``get_batch()``, over slices of one tensor, or a helper called per
+    micro-batch) whose gradients add up (the norm after the last is ``growth`` times the
+    first's or more: N micro-batches give sqrt(N) to N times). Not accumulation, not judged: backward() calls from different lines on one
+    batch (a multi-term loss, a GAN's real and fake terms), calls that keep the graph
+    (``retain_graph=True``: terms of one loss), LBFGS closures and steps where another optimizer
+    stepped in between. Needs sampled steps (live)."""
 
     id: ClassVar[str] = "unscaled-grad-accumulation"
     needs: ClassVar[frozenset[str]] = frozenset({"accumulation"})
@@ -35,6 +41,7 @@ class UnscaledGradAccumulation:
     class Config:
         confirm: int = 2  # sampled steps showing it before firing
         min_factor: float = 2.0  # scale x micro-batches: the gradient is this many means
+        growth: float = 1.3  # accumulated/first micro-batch norm that shows gradients adding up
 
         def __post_init__(self) -> None:
             if self.confirm < 1:
@@ -51,7 +58,12 @@ class UnscaledGradAccumulation:
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, GradAccumulation)
         e = event
-        if e.interleaved or e.backwards < 2 or e.batches != e.backwards or not math.isfinite(e.scale):
+        # One line's backward() calls whose gradients add up (the norm grows from the first
+        # micro-batch's): an LBFGS closure clears them on each call and they do not.
+        grows = len(e.norms) >= 2 and e.norms[0] > 0 and e.norms[-1] >= self.config.growth * e.norms[0]
+        one_loop = e.sites == 1 and not e.retained and grows
+        if e.interleaved or e.backwards < 2 or not math.isfinite(e.scale) \
+                or not (e.batches == e.backwards or one_loop):
             return
         self._judged += 1
         if e.scale * e.backwards < self.config.min_factor:
@@ -76,11 +88,13 @@ class UnscaledGradAccumulation:
         growth = (f"; the gradient norm grew {series} over the micro-batches, {fmt(ratio)}x that of a "
                   f"single micro-batch" if math.isfinite(ratio) else "")
         where = f" at {e.backward_where}" if e.backward_where else ""
+        source = (f"{e.batches} DataLoader batches" if e.batches == n
+                  else "micro-batches from one line of code")
         return finding(
             self.id, step=e.step,
             message=(
                 f"{e.cls}.step() at step {e.step} applied {n} accumulated micro-batch gradients: "
-                f"{n} backward() calls on {e.batches} DataLoader batches, each handed the loss "
+                f"{n} backward() calls on {source}, each handed the loss "
                 f"{scaled}{where}{growth}. The step uses the sum of the {n} gradients, "
                 f"{fmt(e.scale * n)}x their mean (seen on {len(self._hits)} of {self._judged} "
                 f"sampled accumulation steps; threshold {fmt(self.config.min_factor)}x)."

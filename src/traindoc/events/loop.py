@@ -64,7 +64,10 @@ class GradAccumulation:
     calls; NaN: unknown). ``norms``: the optimizer's total gradient norm after each of those
     calls (at most 16); ``carried``: its norm just before the first of them (0.0: no
     gradients). ``cleared``: the gradients were None or all zero before at least one of them.
-    ``interleaved``: another optimizer stepped between those calls (GAN-style alternation)."""
+    ``interleaved``: another optimizer stepped between those calls (GAN-style alternation).
+    ``sites``: how many distinct lines of the user's code those backward() calls came from (1:
+    a loop over micro-batches; 0: unknown); ``retained``: one of them kept its graph
+    (``retain_graph=True``: several terms of one loss, not micro-batches)."""
 
     step: int
     optimizer: int
@@ -80,6 +83,8 @@ class GradAccumulation:
     params: int = 0
     backward_where: str = ""
     where: str = ""  # file:line of the optimizer's step() call
+    sites: int = 0
+    retained: bool = False
     signal: ClassVar[str] = "accumulation"
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import torch
 from traindoc import config, detectors
 from traindoc.engine import Engine, Report
 from traindoc.events import (
+    SIGNALS,
     NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Backward, Batch, Cast,
     Classification, Clip, Event, Phase, RunEnd, RunStart, Scalar, StepBegin, StepEnd,
 )
@@ -83,6 +84,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "data": ("data_wait",),
     "routers": ("expert_gini", "expert_entropy"),
     "loss_terms": ("loss_terms",),
+    "decode": tuple(SIGNALS),  # reading measurements back: every measured signal
 }
 
 
@@ -443,7 +445,14 @@ class Session:
         emit = self.emit
         for i, entry in enumerate(pending):
             if isinstance(entry, tuple):
-                for event in entry[1](values[i]):
+                if "decode" in self.failed:
+                    continue
+                try:  # a probe's decoder must not stop the stream (the lifecycle is in it)
+                    events = list(entry[1](values[i]))
+                except Exception as exc:  # never let traindoc break the user's training
+                    self.fail("decode", exc)
+                    continue
+                for event in events:
                     emit(event)
             elif isinstance(entry, _RoundEnd):
                 self._end_round(entry)

@@ -21,6 +21,9 @@ class Patcher:
         self._before: list[tuple[str, Callable[[Any], None]]] = []  # backward, outermost first
         self._after: list[tuple[str, Callable[[Any], None]]] = []  # backward, innermost first
         self._local = threading.local()
+        # Whether the backward now running keeps its graph (retain_graph=True): several terms
+        # of one loss backpropagated in turn, not micro-batches.
+        self.retain_graph = False
 
     def patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         """Replace ``owner.name`` by ``make(original)``; ``restore`` puts the original back."""
@@ -77,6 +80,8 @@ class Patcher:
             loss = tensors if isinstance(tensors, torch.Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
                 and isinstance(tensors[0], torch.Tensor) else None)
+            retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
+            self.retain_graph = bool(retain) if retain is not None else bool(kwargs.get("create_graph"))
             run(before, loss)
             local.busy = True
             try:

@@ -104,7 +104,7 @@ class _Interval:
     """One optimizer's gradients since its previous step (measured backward calls only)."""
 
     __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
-                 "first_none", "post", "factors", "where")
+                 "first_none", "post", "factors", "where", "sites", "retained")
 
     def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
         self.reset(backwards, batches, unmeasured)
@@ -120,6 +120,8 @@ class _Interval:
         self.post: list[torch.Tensor] = []
         self.factors: list[float] = []
         self.where = ""
+        self.sites: set[str] = set()  # call sites of the measured backward() calls
+        self.retained = False
 
 
 class LoopProbes:
@@ -320,6 +322,8 @@ class LoopProbes:
         factor = self._scaled.pop(id(tensor), None)
         if factor is None:
             factor = loss_factor(tensor)
+        call_site = user_site(2)  # a walk up the stack, on sampled steps only
+        retained = self._patcher.retain_graph
         for opt in self._optimizers():
             iv = self._intervals.get(opt)
             if iv is None:
@@ -331,6 +335,9 @@ class LoopProbes:
                 site = self._sites.get(opt)
                 iv.where = site[1] if site is not None else user_site(3)
             iv.factors.append(factor)
+            if len(iv.sites) < 8:
+                iv.sites.add(call_site)
+            iv.retained |= retained
             if iv.none_seen:
                 continue
             grads = _grads(opt)
@@ -371,6 +378,9 @@ class LoopProbes:
             self._sites[opt] = site
         cls, lr, where, bwhere = type(opt).__name__, _lr0(opt), site[0], site[1]
         npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
+        # Every backward() of the interval measured: their sites say whether it is one loop.
+        sites = len(iv.sites) if backwards == len(iv.factors) else 0
+        retained = iv.retained
 
         def event(pre: list[float], post: list[float]) -> GradAccumulation:
             carried = 0.0 if first_none or not pre else pre[0]
@@ -379,6 +389,7 @@ class LoopProbes:
                 step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
                 scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
                 interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
+                sites=sites, retained=retained,
             )
 
         parts = iv.pre + iv.post
