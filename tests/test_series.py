@@ -98,9 +98,10 @@ def _split(steps: list[int], cut: int, n_columns: int) -> int:
 
 
 def points(columns: list[Series], flush_every: int) -> list[Event | None]:
-    """As live sends them: Scalars in step order (None: ``Engine.flush()``, every
+    """As live sends them (the source is not named "live": nan-hidden-by-logging does not judge
+    live streams): Scalars in step order (None: ``Engine.flush()``, every
     ``flush_every`` points; 0: never, the engine delivers every ``CHUNK`` points and at the end)."""
-    out: list[Event | None] = [RunStart(source="live")]
+    out: list[Event | None] = [RunStart(source="points")]
     for i, event in enumerate(scalars(columns)):
         out.append(event)
         if flush_every and i % flush_every == flush_every - 1:

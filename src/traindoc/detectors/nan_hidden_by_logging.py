@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar, Series, StepBegin, StepEnd
+from traindoc.events import Event, RunStart, Scalar, Series
 from traindoc.findings import Finding
 
 
@@ -19,14 +19,14 @@ class NanHiddenByLogging:
     NaN every step loss is NaN, nothing is added, and the logged loss is 0.0. A single Inf
     norm (a GradScaler overflow in fp16) stays quiet.
 
-    A stream with the step lifecycle (live) is not judged: there the loss is the value handed
+    A live stream is not judged: there the loss is the value handed
     to backward(), not a logger's, so no logger can have hidden anything (nonfinite and
     masked-nonfinite judge that stream's NaNs on their own evidence).
     """
 
     id: ClassVar[str] = "nan-hidden-by-logging"
     needs: ClassVar[frozenset[str]] = frozenset({"loss", "grad_norm"})
-    uses: ClassVar[frozenset[str]] = frozenset({"lifecycle"})
+    uses: ClassVar[frozenset[str]] = frozenset({"run"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/nan_hidden_by_logging.jsonl", 59),
         Example("fixtures/logs/golden/fp16_overflow_once.jsonl", None),
@@ -54,8 +54,9 @@ class NanHiddenByLogging:
         self._live = False
 
     def observe(self, event: Event) -> Iterable[Finding]:
-        if isinstance(event, (StepBegin, StepEnd)):
-            self._live = True
+        if isinstance(event, RunStart):
+            self._live = event.source == "live"
+            return ()
         if self._live:
             return ()
         assert isinstance(event, Scalar)

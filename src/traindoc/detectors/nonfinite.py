@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable, Iterator
 
 from traindoc.detectors._common import Example, finding, names
-from traindoc.events import SKIPPED_BY_SCALER, Activation, Event, ParamStats, Scalar, Series, StepBegin, StepEnd
+from traindoc.events import SKIPPED_BY_SCALER, Activation, Event, ParamStats, RunStart, Scalar, Series, StepEnd
 from traindoc.findings import Finding
 
 
@@ -17,15 +17,15 @@ class Nonfinite:
     The evidence names where it appeared: the first module whose forward output held NaN on
     that step (forward), and the parameters whose gradient or value is non-finite (backward).
 
-    On a stream with the step lifecycle (live), a step's verdict waits for its ``StepEnd``: an
-    Inf/NaN gradient on a step that an AMP GradScaler skipped is the scaler doing its job (every
-    fp16 run has such steps), not a failure; a scale that keeps collapsing is
-    ``grad-scaler-collapse``'s to judge.
+    On a live stream a step's verdict waits until the stream has moved past that step: an
+    Inf/NaN gradient on a step that an AMP GradScaler skipped (a ``StepEnd`` with that outcome
+    follows the step's measurements) is the scaler doing its job (every fp16 run has such
+    steps), not a failure; a scale that keeps collapsing is ``grad-scaler-collapse``'s to judge.
     """
 
     id: ClassVar[str] = "nonfinite"
     needs: ClassVar[frozenset[str]] = frozenset()  # any one of its uses: a loss, grads, params
-    uses: ClassVar[frozenset[str]] = frozenset({"loss", "params", "activations", "grad_norm", "lifecycle"})
+    uses: ClassVar[frozenset[str]] = frozenset({"loss", "params", "activations", "grad_norm", "run", "step_skipped"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/nonfinite_grad.py", 2),
         Example("golden/nonfinite_loss.jsonl", 12),
@@ -47,16 +47,27 @@ class Nonfinite:
         self._grads: list[str] = []
         self._params: list[str] = []
         self._loss: float | None = None
-        self._lifecycle = False  # the stream says how each step ended (live)
-        self._held: Finding | None = None  # this step's verdict, until its StepEnd
+        self._lifecycle = False  # the stream says which steps were skipped (live)
+        self._held: Finding | None = None  # a step's verdict, until the stream moves past it
 
     def observe(self, event: Event) -> Iterator[Finding]:
-        if isinstance(event, (StepBegin, StepEnd)):
-            self._lifecycle = True
-            if isinstance(event, StepEnd):
-                yield from self._step_ended(event)
+        if isinstance(event, RunStart):
+            self._lifecycle = event.source == "live"
             return
+        if isinstance(event, StepEnd):
+            self._step_ended(event)
+            return
+        step = getattr(event, "step", None)
+        yield from self._release(step if isinstance(step, int) else None)
         yield from self._hold(self._observe(event))
+
+    def _release(self, step: int | None) -> list[Finding]:
+        """The stream reached ``step``: a verdict held for an earlier step stands."""
+        held = self._held
+        if held is None or step is None or held.step is None or step <= held.step:
+            return []
+        self._held = None
+        return [held]
 
     def _hold(self, found: Iterable[Finding]) -> list[Finding]:
         """Without a lifecycle, findings go out at once; with one, the last (fullest) finding
@@ -67,15 +78,11 @@ class Nonfinite:
         self._held = found[-1]
         return []
 
-    def _step_ended(self, end: StepEnd) -> Iterator[Finding]:
+    def _step_ended(self, end: StepEnd) -> None:
         held = self._held
-        if held is None or held.step != end.step:
-            return
-        self._held = None
-        if end.outcome == SKIPPED_BY_SCALER:  # the scaler skipped it: start over
+        if held is not None and held.step == end.step and end.outcome == SKIPPED_BY_SCALER:
+            self._held = None  # the scaler skipped that step: start over
             self._step, self._what, self._grads, self._params, self._loss = None, [], [], [], None
-            return
-        yield held
 
     def _observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
@@ -108,7 +115,8 @@ class Nonfinite:
         the ones that count (the engine keeps the first's step, the last's evidence)."""
         from traindoc.detectors import _vector as vec
 
-        return self._hold(vec.judge(self, columns, None, self._observe_columns))
+        last = max((int(c.steps[-1]) for c in columns.values() if len(c)), default=None)
+        return self._release(last) + self._hold(vec.judge(self, columns, None, self._observe_columns))
 
     def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
         import numpy as np

@@ -17,8 +17,9 @@ class ValAtChance:
     """``min_evals`` consecutive validation accuracies lie within ``margin`` of chance (1/C)
     while the model learns: training accuracy clearly above chance (``train_gap`` above the
     band), or, when no training accuracy is logged, a training loss ``loss_drop`` below its
-    start. C comes from ``classes`` (``--num-classes``); without it, a plateau whose median is
-    within ``infer_margin`` of 1/C for a whole number C is read as chance (0.1% for 1000
+    start. C comes from ``classes`` (``--num-classes``), else from ``val_classes`` (live: the
+    number of logits of the evaluation's loss calls); without either, a plateau whose median
+    is within ``infer_margin`` of 1/C for a whole number C is read as chance (0.1% for 1000
     classes, 50% for 2), and the message asks for C.
 
     Accuracies in percent (any value above 1) are handled.
@@ -26,11 +27,16 @@ class ValAtChance:
 
     id: ClassVar[str] = "val-at-chance"
     needs: ClassVar[frozenset[str]] = frozenset({"val_acc"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_acc", "loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"train_acc", "loss", "val_classes"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/val_at_chance.jsonl", 2),
         Example("fixtures/logs/golden/val_at_chance_percent.jsonl", 2),
+        Example("live/golden/val_at_chance_printed.jsonl", 96),
+        Example("live/golden/val_at_chance_derived.jsonl", 96),
+        Example("zoo/val_at_chance_label_order.py", 96),
         Example("fixtures/logs/golden/healthy_val_acc.jsonl", None),
+        Example("live/golden/healthy_label_order.jsonl", None),
+        Example("zoo/healthy_label_order.py", None),
     )
 
     @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class ValAtChance:
         self._fired: tuple[int, int] | None = None  # (step, first step of the streak)
         self._chance = 0.0
         self._classes = 0
+        self._measured = 0  # C from val_classes (live), 0 when not measured
+        self._source = ""  # where the C of the finding comes from
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
@@ -71,6 +79,9 @@ class ValAtChance:
         if not math.isfinite(x):
             return ()
         name = event.name
+        if name == "val_classes":
+            self._measured = int(x) if x >= 2 else 0
+            return ()
         if name == "loss":
             if len(self._loss_first) < 5:
                 self._loss_first.append(x)
@@ -102,8 +113,11 @@ class ValAtChance:
         scale = self._scale()
         v = self._vals[-1][1] / scale
         if cfg.classes is not None:
-            chance, classes = 1.0 / cfg.classes, cfg.classes
+            chance, classes, source = 1.0 / cfg.classes, cfg.classes, "config"
+        elif self._measured:
+            chance, classes, source = 1.0 / self._measured, self._measured, "measured"
         else:
+            source = "inferred"
             recent = [val / scale for _, val in self._vals[-cfg.min_evals:]]
             m = median(recent)
             if not m > 0:
@@ -121,7 +135,7 @@ class ValAtChance:
             return ()
         if self._fired is not None or self._streak < cfg.min_evals or not self._learning(chance):
             return ()
-        self._chance, self._classes = chance, classes
+        self._chance, self._classes, self._source = chance, classes, source
         first = self._vals[-self._streak][0]
         self._fired = (step, first)
         return (self._finding(),)
@@ -148,8 +162,11 @@ class ValAtChance:
                 break
             n += 1
         shown = [fmt(v) + unit for _, v in at[:n]][:8]
-        inferred = "" if cfg.classes is not None else (
-            f" (C={self._classes} inferred from the plateau; pass --num-classes C to be sure)")
+        inferred = {
+            "config": "",
+            "measured": f" (C={self._classes}: the logits of the evaluation's loss calls)",
+            "inferred": f" (C={self._classes} inferred from the plateau; pass --num-classes C to be sure)",
+        }[self._source]
         if self._train is not None:
             trains = [t for t in self._trains[len(self._vals) - len(at):][:n] if t is not None]
             evidence_learning = (f"while train_acc rose to {fmt(max(trains or [self._train]))}{unit}"
@@ -169,5 +186,6 @@ class ValAtChance:
                       "evaluations_at_chance": n, "first_step": first,
                       "val_acc": [v for _, v in at[:n]][:20],
                       "train_acc": self._train, "percent": self._percent,
-                      "classes_inferred": cfg.classes is None},
+                      "classes_inferred": self._source == "inferred",
+                      "classes_source": self._source},
         )

@@ -54,6 +54,7 @@ SIGNALS: dict[str, str] = {
     "eval": "evaluation passes: forward passes under no_grad/inference_mode after a step (live)",
     "data_wait": "time spent waiting on the DataLoader per step (live)",
     "lifecycle": "where each training step begins and how each optimizer step ended (stepped, skipped by a GradScaler, ...; live)",
+    "step_skipped": "optimizer steps that did not take effect: skipped by a GradScaler or by the script, or run with no gradients (live)",
     "phase": "training phases: a new optimizer or model after training began (live)",
 }
 

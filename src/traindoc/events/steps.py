@@ -104,7 +104,12 @@ class StepEnd:
     optimizer: int
     outcome: str
     taken: int = 0
-    signal: ClassVar[str] = "lifecycle"
+
+    @property
+    def signal(self) -> str:
+        """A step that took effect is routine ("lifecycle", every step); any other outcome is
+        "step_skipped", so a detector that only cares about skipped steps gets only those."""
+        return "lifecycle" if self.outcome == STEPPED else "step_skipped"
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class Session:
         self._stepped: set[int] = set()
         self._micro = 0
         self._outcomes: list[tuple[int, str, int]] = []  # (optimizer, outcome, taken) this round
-        self._ended = 0  # outcomes of this round already ended in the stream (guard flushes)
+        self._ended = 0  # outcomes of this round already ended in the stream
         self._taken: dict[int, int] = {}  # optimizer index -> steps that took effect
         self._cleared = False  # gradients cleared since this round's last backward
         self._trained = False  # a backward or an optimizer step was seen
@@ -174,6 +174,8 @@ class Session:
     def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) to make events. Probes use this instead of ``.item()``."""
+        if self.round_done:  # the first measurement of the next step: this one ended before it
+            self._mark_end()
         self._pending.append((tensor, decode))
 
     def emit(self, event: Event) -> None:
@@ -188,10 +190,21 @@ class Session:
         ending the round here if an optimizer already stepped in it (a later optimizer of the
         same round ends it again, for itself). Only the opt-in guard calls this, right after a
         step, to act on that step's findings."""
-        if self.round_done and self._ended < len(self._outcomes):
-            self._pending.append(_RoundEnd(self.step, self._outcomes[self._ended:]))
-            self._ended = len(self._outcomes)
+        self._mark_end()
         self._flush()
+
+    def _mark_end(self, begin_next: bool = True) -> None:
+        """End the current round in the stream for the optimizers that stepped in it so far,
+        then begin the next: the next step's measurements (its forward pass runs before the
+        backward that closes this round) must not overtake this step's end. An optimizer that
+        steps later in the same round gets an end of its own."""
+        if not self.round_done or self._ended >= len(self._outcomes):
+            return
+        first = self._ended == 0
+        self._pending.append(_RoundEnd(self.step, self._outcomes[self._ended:]))
+        self._ended = len(self._outcomes)
+        if first and begin_next:
+            self._pending.append(StepBegin(step=self.step + 1))
 
     def models(self) -> list[Any]:
         """The models seen training so far (roots of forward passes), still alive."""
@@ -242,8 +255,10 @@ class Session:
         self.emit(StepBegin(step=0))
 
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
-        if (self._micro or self._outcomes) and (not self._ended or self._ended < len(self._outcomes)):
-            self._pending.append(_RoundEnd(self.step, self._round_outcomes()[self._ended:]))
+        if self._outcomes:
+            self._mark_end(begin_next=False)
+        elif self._micro:  # backward ran, no optimizer stepped
+            self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
         self._flush()
         self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
                          trained=self._trained, exit_code=exit_code,
@@ -276,8 +291,11 @@ class Session:
         return [(-1, SKIPPED_BY_SCRIPT, 0)]  # backward ran, no optimizer stepped
 
     def _close_round(self) -> None:
-        if not self._ended or self._ended < len(self._outcomes):
-            self._pending.append(_RoundEnd(self.step, self._round_outcomes()[self._ended:]))
+        if self._outcomes:
+            self._mark_end()
+        else:  # backward ran and the gradients were dropped: no optimizer stepped
+            self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
+            self._pending.append(StepBegin(step=self.step + 1))
         if self.sampled or len(self._pending) > 512:
             self._flush()
         for listener in self.round_listeners:
@@ -290,7 +308,6 @@ class Session:
         self._micro = 0
         self._cleared = False
         self.sampled = self.next_sampled
-        self._pending.append(StepBegin(step=self.step))
 
     # ---- optimizers ---------------------------------------------------------------------------
     def on_optimizer_created(self, opt: Any) -> None:
@@ -458,6 +475,7 @@ class Session:
                 self._end_round(entry)
             else:
                 emit(entry)
+        self.engine.flush()  # column detectors judge what this read-back delivered, now
 
     def _end_round(self, end: _RoundEnd) -> None:
         """The round's loss and gradient norm, then how each optimizer's step ended."""

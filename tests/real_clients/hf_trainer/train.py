@@ -11,9 +11,10 @@ save_strategy="no"; output_dir is a temporary folder.
 
   tiny_lr           TrainingArguments(learning_rate=1e-6)
   bf16_model        `model = model.to(torch.bfloat16)` before the Trainer is built (no bf16=True)
-  resize_after_opt  an AdamW built by hand and given as Trainer(optimizers=(optimizer, None)),
-                    then `model.resize_token_embeddings(72)` to add special tokens: the resized
-                    (tied) embedding is a new Parameter the optimizer does not hold
+  unfreeze_late     the token embedding (tied to the LM head) is frozen "for the first 10 steps"
+                    and a TrainerCallback sets requires_grad=True again at step 10; but Trainer
+                    built its optimizer at the start from the parameters that required grad, so
+                    the embedding and head get gradients from step 10 on and never move
   nan_labels        a run of 8 stream examples whose labels are all -100 (prompts whose answer was
                     cut off by the max length) lands in one batch at step 20: its loss is 0/0 =
                     NaN, which Trainer's default logging_nan_inf_filter=True keeps out of the logs
@@ -27,14 +28,14 @@ import os
 import tempfile
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 VOCAB, SEQ = 64, 32
 
 
 def get_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bug", default="", choices=["", "tiny_lr", "bf16_model", "resize_after_opt", "nan_labels"])
+    p.add_argument("--bug", default="", choices=["", "tiny_lr", "bf16_model", "unfreeze_late", "nan_labels"])
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--max-steps", type=int, default=60)
     p.add_argument("--batch-size", type=int, default=8)
@@ -69,6 +70,16 @@ class TokenStream(torch.utils.data.IterableDataset):
             i += 1
 
 
+class UnfreezeEmbeddings(TrainerCallback):
+    def __init__(self, at_step):
+        self.at_step = at_step
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == self.at_step:
+            model.get_input_embeddings().weight.requires_grad_(True)
+            print(f"step {state.global_step}: embeddings unfrozen")
+
+
 def main():
     args = get_args()
     torch.manual_seed(0)
@@ -77,11 +88,10 @@ def main():
     if args.bug == "bf16_model":
         model = model.to(torch.bfloat16)  # "half the memory, and my GPU does bf16"
 
-    optimizers = (None, None)
-    if args.bug == "resize_after_opt":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-        model.resize_token_embeddings(VOCAB + 8)  # room for <pad>, <bos>, ... added later
-        optimizers = (optimizer, None)
+    callbacks = []
+    if args.bug == "unfreeze_late":
+        model.get_input_embeddings().weight.requires_grad_(False)  # let the blocks settle first
+        callbacks.append(UnfreezeEmbeddings(at_step=10))
 
     # the batch the Trainer draws at step 20 (no shuffling of a stream, one process)
     first = 20 * args.batch_size * args.grad_accum
@@ -97,7 +107,7 @@ def main():
             warmup_steps=6, weight_decay=0.01, seed=0, dataloader_num_workers=0, disable_tqdm=True,
             logging_nan_inf_filter=True,  # the default, written out
         )
-        trainer = Trainer(model=model, args=targs, train_dataset=train, optimizers=optimizers)
+        trainer = Trainer(model=model, args=targs, train_dataset=train, callbacks=callbacks)
         result = trainer.train()
         print(f"train_loss {result.training_loss:.4f}")
         for entry in trainer.state.log_history[-4:]:

@@ -10,6 +10,7 @@ from traindoc.live.probes.checkpoints import CheckpointProbes
 from traindoc.live.probes.core import CoreProbes
 from traindoc.live.probes.data import DataProbes
 from traindoc.live.probes.eval import EvalProbes
+from traindoc.live.probes.eval_metrics import EvalMetricsProbe
 from traindoc.live.probes.loop import LoopProbes
 from traindoc.live.probes.losses import LossTermsProbe
 from traindoc.live.probes.metrics import MetricsProbe
@@ -25,6 +26,7 @@ PROBES: tuple[type, ...] = (
     DataProbes,
     MetricsProbe,
     RouterProbe,  # after metrics: shares its Publisher
+    EvalMetricsProbe,  # after core: drops a loss that fed a backward before the round closes
     LossTermsProbe,  # after core: its backward wrapper runs first, before the user's backward
 )
 

@@ -40,6 +40,9 @@ from traindoc.live.session import Session
 
 # Signals the live face measures itself: logged copies are kept as metrics.
 LIVE_SIGNALS = frozenset({"loss", "grad_norm", "lr"})
+# Channels whose names may be anything (a CSV's columns, printed text): names the heuristics do
+# not recognize are left out there instead of becoming ``metric.<name>``.
+_LOOSE = ("csv:", "stdout")
 
 _publishers: "weakref.WeakKeyDictionary[Session, Publisher]" = weakref.WeakKeyDictionary()
 
@@ -71,7 +74,8 @@ class Publisher:
     def signals(self, channel: str, names: tuple[str, ...]) -> dict[str, str]:
         """name -> signal, as ``traindoc logs`` maps a log's columns. Names the heuristics do not
         recognize become ``metric.<name>`` (they were logged as metrics), except in a CSV file,
-        whose columns may be anything (ids, predictions): there they are left out."""
+        whose columns may be anything (ids, predictions), and in printed text: there they are
+        left out."""
         key = (channel, names)
         found = self._maps.get(key)
         if found is None:
@@ -82,19 +86,20 @@ class Publisher:
             for name in names:
                 if name in resolved:
                     found[name] = resolved[name]
-                elif (not channel.startswith("csv:") and name not in mapping.resolve([name]).ignored
+                elif (not channel.startswith(_LOOSE) and name not in mapping.resolve([name]).ignored
                       and mapping.words(name)):
                     found[name] = "metric." + "_".join(mapping.words(name))
             if len(self._maps) < 4096:
                 self._maps[key] = found
         return found
 
-    def publish(self, channel: str, values: Mapping[str, Any]) -> None:
+    def publish(self, channel: str, values: Mapping[str, Any], step: int | None = None) -> None:
+        """``values`` logged on ``channel`` at ``step`` (default: the current step)."""
         names = tuple(k for k in values if isinstance(k, str))
         if not names:
             return
         mapped = self.signals(channel, names)
-        step = self.s.current_step
+        step = self.s.current_step if step is None else step
         for name in names:
             signal = mapped.get(name)
             if signal is not None:
@@ -140,6 +145,13 @@ class Publisher:
             step, signal, value = self._queue.popleft()
             out.append(Scalar(step=step, name=signal, value=value))
         return out
+
+    def derived(self, step: int, signal: str, value: float) -> None:
+        """A value traindoc derived itself (an evaluation's accuracy from the loss's inputs):
+        emitted as ``signal`` unless the script logs that signal itself, whose values then
+        stand alone. It never takes ownership: a log that names the signal later wins."""
+        if signal not in self._owner:
+            self._put(step, signal, value)
 
     def measured(self, step: int, signal: str, value: float) -> None:
         """A value a probe measured itself (router load): emitted as is."""

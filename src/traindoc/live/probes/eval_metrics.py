@@ -1,0 +1,482 @@
+"""Evaluation metrics of a script that only prints: derived from the loss calls of its
+evaluation, and read from the lines it prints.
+
+**From the loss.** ``F.cross_entropy``, ``F.nll_loss``, ``F.binary_cross_entropy_with_logits``
+and ``F.binary_cross_entropy`` are wrapped (``nn.CrossEntropyLoss``, ``nn.NLLLoss``,
+``nn.BCEWithLogitsLoss`` and ``nn.BCELoss`` call them). A call belongs to an evaluation when it
+comes after the round's optimizer step and runs under ``no_grad``/``inference_mode``, or with
+gradients on while the trained model is in eval mode (its last mode switch was ``eval()``). A
+training step pays one ``torch.is_grad_enabled()`` test per loss call, nothing else. Of an
+evaluation call the probe keeps, on the device: for a class loss (logits ``[N, C, ...]``) the
+argmax predictions equal to the targets and the targets counted (``ignore_index`` left out;
+probability targets by their argmax), and C; for a binary loss the scores above 0.5 (logit > 0
+for the ``with_logits`` form), the targets >= 0.5, the count and the highest score. The sums of
+one evaluation phase (until the next training backward) are read in the session's batched
+transfer and published at the step the evaluation ran: ``val_classes`` and ``val_acc`` (unless
+the script logs a ``val_acc`` itself, which then stands alone), ``val_pos_rate``,
+``val_base_rate`` and ``val_max_score``. With gradients on, a call followed by a backward
+before any other evaluation call or ``model.train()`` was training (a model trained in eval
+mode): it is dropped and the gradient-on path waits for the next ``model.eval()``.
+
+**From stdout.** While the run is watched ``sys.stdout`` is a stand-in that hands every write to
+the real stream first, unchanged, then reads complete lines (``\\n`` or ``\\r``) that hold a
+digit for ``name value`` pairs (``val_acc 0.1``, ``val_acc: 0.1``, ``val_acc=0.1``, ``'val_acc':
+0.1``, ``Val Acc: 10.0%``, ``acc tensor(0.1000)``, ``Accuracy: 98/100``): percentages and
+ratios become fractions. Names are read as log columns (``sources/logs/mapping.py``); a name
+without a split (``acc``, ``f1``, ``loss``) takes the split named before it on the same line
+(``Val loss 0.3, acc 0.5``; ``val_loss=0.3 f1=0.0``), and an unsplit accuracy or F1 printed right
+after an evaluation (its loss calls, or the trained model in eval mode) is a validation one.
+Names the heuristics do not know are left out. The last value of each name in a step is
+published (a progress bar's refreshes count once) when the step ends, through the same
+Publisher as TensorBoard or wandb: a signal logged there first keeps its owner. Only the thread
+and process that started the watch are read; a line is parsed with one regular expression,
+compiled once.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import threading
+import weakref
+from typing import Any, Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from traindoc.events import Event
+from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.metrics import Publisher, publisher
+from traindoc.live.session import Session
+from traindoc.sources.logs import mapping
+
+_CLASS_FNS = ("cross_entropy", "nll_loss")
+_BINARY_FNS = ("binary_cross_entropy_with_logits", "binary_cross_entropy")
+_FOLD = 64  # per-call vectors kept before they are summed (on the device)
+
+
+class _Phase:
+    """One evaluation: the sums of its class and binary loss calls, still on the device."""
+
+    __slots__ = ("step", "classes", "cls", "bin")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.classes = 0
+        self.cls: list[torch.Tensor] = []  # [correct, counted] per call (or folded)
+        self.bin: list[torch.Tensor] = []  # [above 0.5, positive targets, count, top score]
+
+
+class EvalMetricsProbe:
+    name = "eval_metrics"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self.pub = publisher(session)
+        self._patcher = patcher
+        self._guard = patcher.guard
+        self._phase: _Phase | None = None
+        # A gradient-on call in eval mode waits here until the next one (or model.train())
+        # says it was evaluation, or a backward says it was training.
+        self._pending: tuple[str, torch.Tensor, int, int] | None = None
+        self._eval_model: weakref.ref[Any] | None = None  # the trained model, put in eval mode
+        self._mode_depth = 0
+        self.evaluated = False  # an evaluation loss call since the last training backward
+        self.printed = _Printed(self)
+
+    # ---- install / uninstall -----------------------------------------------------------------
+    def install(self) -> None:
+        for fn in _CLASS_FNS:
+            self._patcher.patch(F, fn, functools.partial(self._wrap, "cls"))
+        for fn in _BINARY_FNS:
+            self._patcher.patch(F, fn, functools.partial(self._wrap, "bin"))
+        self._patcher.patch(nn.Module, "train", self._wrap_train)
+        self._patcher.on_backward(self.name, before=self._on_backward)
+        self.s.round_listeners.append(self._on_round)
+        self._guard("stdout", self.printed.install)
+
+    def uninstall(self) -> None:
+        if self._on_round in self.s.round_listeners:
+            self.s.round_listeners.remove(self._on_round)
+        try:  # always put the real stdout back, even when reading it was disabled
+            self.printed.uninstall()
+        except Exception as exc:  # never let traindoc break the user's run
+            self.s.fail("stdout", exc)
+        self._guard(self.name, self._end_phase)
+
+    # ---- wrappers ------------------------------------------------------------------------------
+    def _wrap(self, kind: str, orig: Any) -> Any:
+        probe, s = self, self.s
+        binary_logits = orig.__name__.endswith("with_logits")
+
+        @functools.wraps(orig)
+        def loss_fn(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(input, target, *args, **kwargs)
+            # Training: gradients on and no model put in eval mode; one test, nothing else.
+            if (not torch.is_grad_enabled() or probe._eval_model is not None) and s.round_done:
+                probe._guard(probe.name, probe._on_loss, kind, binary_logits, input, target, args, kwargs)
+            return out
+
+        return loss_fn
+
+    def _wrap_train(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def train(module: Any, mode: bool = True) -> Any:
+            if probe._mode_depth:  # the children of the module switched by the user
+                return orig(module, mode)
+            probe._mode_depth += 1
+            try:
+                out = orig(module, mode)
+            finally:
+                probe._mode_depth -= 1
+            probe._guard(probe.name, probe._on_mode, module, mode)
+            return out
+
+        return train
+
+    def _on_mode(self, module: Any, mode: bool) -> None:
+        if mode:
+            if self._pending is not None:  # back to training: the waiting call was evaluation
+                self._confirm()
+            return
+        params = [id(p) for p in module.parameters()]
+        if not params:
+            return
+        held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
+        if any(p in held for p in params):
+            self._eval_model = weakref.ref(module)
+
+    def _in_eval_mode(self) -> bool:
+        """Is the trained model in eval mode now (its last switch was ``eval()``)?"""
+        ref = self._eval_model
+        model = ref() if ref is not None else None
+        if model is None or model.training:
+            self._eval_model = None
+            return False
+        return True
+
+    def in_evaluation(self) -> bool:
+        """Has an evaluation run since the last training backward (for printed names)?"""
+        return self.evaluated or self._in_eval_mode()
+
+    # ---- one loss call ---------------------------------------------------------------------------
+    def _on_loss(self, kind: str, logits: bool, input: Any, target: Any, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> None:
+        if is_compiling() or not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
+            return
+        grad = torch.is_grad_enabled()
+        if grad and not self._in_eval_mode():
+            return
+        if kind == "cls":
+            ignore = kwargs.get("ignore_index", args[2] if len(args) > 2 else -100)
+            got = _class_stats(input, target, int(ignore))
+        else:
+            got = _binary_stats(input, target, logits)
+        if got is None:
+            return
+        vec, classes = got
+        step = self.s.current_step
+        self.evaluated = True
+        if grad and input.requires_grad:
+            if self._pending is not None:  # a second call without a backward between
+                self._confirm()
+            self._pending = (kind, vec, classes, step)
+        else:
+            self._add(kind, vec, classes, step)
+
+    def _confirm(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._add(*pending)
+
+    def _add(self, kind: str, vec: torch.Tensor, classes: int, step: int) -> None:
+        ph = self._phase
+        if ph is None:
+            ph = self._phase = _Phase(step)
+        if kind == "cls":
+            if ph.classes and classes != ph.classes:
+                return  # another head: the phase keeps the first one's
+            ph.classes = classes
+            ph.cls.append(vec)
+            if len(ph.cls) >= _FOLD:
+                ph.cls = [_sum(ph.cls)]
+        else:
+            ph.bin.append(vec)
+            if len(ph.bin) >= _FOLD:
+                ph.bin = [_fold_binary(ph.bin)]
+
+    def _on_backward(self, loss: Any) -> None:
+        if self._pending is not None:  # it fed this backward: the model trains in eval mode
+            self._pending = None
+            self._eval_model = None
+
+    # ---- the end of an evaluation ----------------------------------------------------------------
+    def _on_round(self, step: int) -> None:
+        self._guard("stdout", self.printed.publish)
+        self._guard(self.name, self._end_phase)
+        self.evaluated = False
+
+    def _end_phase(self) -> None:
+        self._confirm()
+        ph, self._phase = self._phase, None
+        if ph is None or not (ph.cls or ph.bin):
+            return
+        parts = []
+        if ph.cls:
+            parts.append(_sum(ph.cls))
+        if ph.bin:
+            parts.append(_fold_binary(ph.bin))
+        dev = parts[0].device
+        packed = torch.cat([p.to(dev) for p in parts])
+        step, classes, has_bin = ph.step, ph.classes if ph.cls else 0, bool(ph.bin)
+        pub, s, name = self.pub, self.s, self.name
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            try:
+                _publish(pub, step, vals, classes, has_bin)
+            except Exception as exc:  # a decoder must not stop the stream
+                s.fail(name, exc)
+            return ()
+
+        self.s.defer(packed, decode)
+
+
+def _publish(pub: Publisher, step: int, vals: list[float], classes: int, has_bin: bool) -> None:
+    pos = 0
+    if classes:
+        correct, counted = vals[0], vals[1]
+        pos = 2
+        if counted > 0:
+            pub.derived(step, "val_classes", float(classes))
+            pub.derived(step, "val_acc", correct / counted)
+    if has_bin:
+        above, positive, count, top = vals[pos:pos + 4]
+        if count > 0:
+            pub.derived(step, "val_pos_rate", above / count)
+            pub.derived(step, "val_base_rate", positive / count)
+            pub.derived(step, "val_max_score", top)
+
+
+def _acc_dtype(t: torch.Tensor) -> torch.dtype:
+    return torch.float64 if t.device.type in ("cpu", "cuda") else torch.float32
+
+
+def _sum(vecs: list[torch.Tensor]) -> torch.Tensor:
+    dev = vecs[0].device
+    return torch.stack([v.to(dev) for v in vecs]).sum(0)
+
+
+def _fold_binary(vecs: list[torch.Tensor]) -> torch.Tensor:
+    dev = vecs[0].device
+    st = torch.stack([v.to(dev) for v in vecs])
+    return torch.cat([st[:, :3].sum(0), st[:, 3:].amax(0)])
+
+
+def _class_stats(input: torch.Tensor, target: torch.Tensor, ignore: int) -> tuple[torch.Tensor, int] | None:
+    """[correct, counted] of the argmax predictions (device ops, no sync), and C."""
+    x, t = input.detach(), target.detach()
+    if x.ndim == 0 or x.numel() == 0:
+        return None
+    dim = 1 if x.ndim >= 2 else 0
+    classes = int(x.shape[dim])
+    pred = x.argmax(dim)
+    if t.is_floating_point():  # class probabilities, shaped like the logits
+        if t.shape != x.shape:
+            return None
+        labels, valid = t.argmax(dim), None
+    else:
+        if t.shape != pred.shape:
+            return None
+        labels, valid = t, t != ignore
+    hit = pred == labels
+    dt = _acc_dtype(x)
+    if valid is None:
+        counted = torch.full((), float(hit.numel()), dtype=dt, device=x.device)
+        return torch.stack([hit.sum().to(dt), counted]), classes
+    return torch.stack([(hit & valid).sum().to(dt), valid.sum().to(dt)]), classes
+
+
+def _binary_stats(input: torch.Tensor, target: torch.Tensor, logits: bool) -> tuple[torch.Tensor, int] | None:
+    """[scores above 0.5, targets >= 0.5, count, top score as a probability] (device ops)."""
+    x, t = input.detach(), target.detach()
+    if x.numel() == 0 or t.shape != x.shape:
+        return None
+    dt = _acc_dtype(x)
+    above = (x > 0).sum() if logits else (x > 0.5).sum()
+    top = x.max().to(dt)
+    if logits:
+        top = torch.sigmoid(top)
+    count = torch.full((), float(x.numel()), dtype=dt, device=x.device)
+    return torch.stack([above.to(dt), (t >= 0.5).sum().to(dt), count, top]), 0
+
+
+# ---- printed metrics ---------------------------------------------------------------------------
+_MAX_LINE = 1024  # characters of a line read (the rest of a longer line is not)
+_MAX_LINES = 256  # lines read per write
+_BREAK = re.compile(r"\r\n|\r|\n")
+_DIGIT = re.compile(r"\d")
+# name (1-4 words: letters first, then letters, digits, _ . / -), an optional quote and ":" or
+# "=", then a number (optionally inside tensor(...)), an optional "/ total" and "%".
+_PAIR = re.compile(
+    r"(?<![\w.])([A-Za-z][\w./-]*(?: [A-Za-z][\w./-]*){0,3})['\"]?\s*[:=]?\s*"
+    r"(?:tensor\(\s*)?([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+    r"(?:\s*/\s*(\d+(?:\.\d*)?))?(\s*%)?(?![\w%]|\.\d)",
+    re.IGNORECASE,
+)
+_SPLITS = {"train": "train", "training": "train", "val": "val", "valid": "val", "validation": "val",
+           "eval": "val", "evaluation": "val", "dev": "val", "test": "test", "testing": "test"}
+_TAKES_SPLIT = frozenset({"loss", "train_acc", "train_f1"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _reading(key: str) -> tuple[str, bool, bool]:
+    """(the key's own split, can it take the line's split, is it an accuracy or F1)."""
+    ws = mapping.words(key)
+    own = next((_SPLITS[w] for w in reversed(ws) if w in _SPLITS), "")
+    signal = mapping.guess(key).signal or ""
+    takes = signal in _TAKES_SPLIT or signal.startswith("metric.")
+    return own, takes, signal in ("train_acc", "train_f1")
+
+
+def _split_words(text: str) -> str:
+    """The last split word (train / val / test ...) in free text, "" when none."""
+    for w in reversed(mapping.words(text)):
+        if w in _SPLITS:
+            return _SPLITS[w]
+    return ""
+
+
+def parse_line(line: str, evaluating: bool = False) -> dict[str, float]:
+    """The ``name value`` pairs of one printed line, names given the split they are printed
+    under (see the module docstring). ``evaluating``: an evaluation just ran."""
+    out: dict[str, float] = {}
+    split, pos = "", 0
+    for m in _PAIR.finditer(line):
+        split = _split_words(line[pos:m.start()]) or split
+        pos = m.end()
+        key = m.group(1).rstrip("./-")
+        own, takes, scored = _reading(key)
+        if own:
+            split = own
+        elif takes and split:
+            key = f"{split} {key}"
+        elif scored and evaluating:
+            key = f"val {key}"
+        try:
+            value = float(m.group(2))
+        except ValueError:
+            continue
+        if m.group(3) is not None:
+            total = float(m.group(3))
+            if not total > 0:
+                continue
+            value /= total
+        elif m.group(4) is not None:
+            value /= 100.0
+        out[key] = value
+    return out
+
+
+class _Printed:
+    """Reads the lines the script prints (the stdout stand-in calls ``feed``)."""
+
+    def __init__(self, probe: EvalMetricsProbe) -> None:
+        self.probe = probe
+        self.active = False
+        self._stream: Any = None
+        self._tee: _Tee | None = None
+        self._thread = 0
+        self._pid = 0
+        self._buf: list[str] = []
+        self._size = 0
+        self._held: dict[str, float] = {}
+        self._held_step = 0
+
+    def install(self) -> None:
+        if sys.stdout is None:
+            return
+        self._thread, self._pid = threading.get_ident(), os.getpid()
+        self._stream = sys.stdout
+        self._tee = _Tee(sys.stdout, self)
+        self.active = True
+        sys.stdout = self._tee
+
+    def uninstall(self) -> None:
+        if self.active:
+            self.probe._guard("stdout", self.publish)
+        self.active = False
+        if self._tee is not None and sys.stdout is self._tee:
+            sys.stdout = self._stream
+        self._tee = None
+
+    def mine(self) -> bool:
+        return threading.get_ident() == self._thread and os.getpid() == self._pid
+
+    def feed(self, text: str) -> None:
+        if "\n" not in text and "\r" not in text:
+            if self._size < _MAX_LINE:
+                self._buf.append(text)
+                self._size += len(text)
+            return
+        if self._buf:
+            text = "".join(self._buf) + text
+        lines = _BREAK.split(text)
+        rest = lines.pop()
+        self._buf, self._size = ([rest], len(rest)) if rest else ([], 0)
+        evaluating: bool | None = None
+        for line in lines[:_MAX_LINES]:
+            if not _DIGIT.search(line):
+                continue
+            if evaluating is None:
+                evaluating = self.probe.in_evaluation()
+            values = parse_line(line[:_MAX_LINE], evaluating)
+            if values:
+                self.hold(values)
+
+    def hold(self, values: dict[str, float]) -> None:
+        step = self.probe.s.current_step
+        if self._held and step != self._held_step:
+            self.publish()
+        self._held_step = step
+        self._held.update(values)
+
+    def publish(self) -> None:
+        held, self._held = self._held, {}
+        if held:
+            self.probe.pub.publish("stdout", held, step=self._held_step)
+
+
+class _Tee:
+    """Stands in for ``sys.stdout``: every write goes to the real stream first, unchanged (its
+    result and its exceptions are the real stream's), then the text is read. Everything else
+    is the real stream's (``fileno``, ``isatty``, ``encoding``, ``buffer`` ...)."""
+
+    def __init__(self, stream: Any, printed: _Printed) -> None:
+        self._stream = stream
+        self._printed = printed
+
+    def write(self, text: Any) -> Any:
+        out = self._stream.write(text)
+        printed = self._printed
+        if printed.active and type(text) is str and printed.mine():
+            printed.probe._guard("stdout", printed.feed, text)
+        return out
+
+    def writelines(self, lines: Any) -> Any:
+        lines = list(lines)
+        out = self._stream.writelines(lines)
+        printed = self._printed
+        if printed.active and printed.mine() and all(type(x) is str for x in lines):
+            printed.probe._guard("stdout", printed.feed, "".join(lines))
+        return out
+
+    def flush(self) -> Any:
+        return self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
