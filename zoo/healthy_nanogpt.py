@@ -145,13 +145,14 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas)
 
 
-# a synthetic corpus: a sparse random Markov chain over the vocabulary, 90/10 split
+# a synthetic corpus: 100 walks of a sparse random Markov chain over the vocabulary, 90/10 split
 torch.manual_seed(1337)
 chain = torch.softmax(4.0 * torch.randn(vocab_size, vocab_size), dim=1)
-tokens = torch.empty(20000, dtype=torch.long)
-tokens[0] = 0
-for i in range(1, len(tokens)):
-    tokens[i] = torch.multinomial(chain[tokens[i - 1]], 1)
+walks = torch.empty(100, 200, dtype=torch.long)
+walks[:, 0] = torch.randint(vocab_size, (100,))
+for t in range(1, walks.size(1)):
+    walks[:, t] = torch.multinomial(chain[walks[:, t - 1]], 1).squeeze(1)
+tokens = walks.view(-1)
 train_data, val_data = tokens[:18000], tokens[18000:]
 
 

@@ -8,7 +8,7 @@ scored against renumbered validation labels: val_acc sits at 10%, chance for ten
 classes, epoch after epoch. No logger, no DataLoader: the loop batches by hand with
 `torch.randperm` and only prints its metrics (`epoch 3 val_acc 0.100`). Catalog `val-at-chance`.
 
-traindoc-expect: val-at-chance
+traindoc-expect: val-at-chance@96
 """
 
 from __future__ import annotations

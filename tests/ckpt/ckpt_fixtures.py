@@ -104,6 +104,24 @@ def no_scheduler_saved(folder: Path, steps: int = 40) -> Path:
     return path
 
 
+def nanogpt(folder: Path, iters: int = 12, name: str = "ckpt.pt") -> Path:
+    """nanoGPT's own checkpoint dict: its step counter is ``iter_num``, a name no list holds; no
+    scheduler (the LR is set by hand from ``get_lr(iter_num)``); no RNG state. AdamW with
+    decay / no-decay groups, as nanoGPT's configure_optimizers builds it."""
+    torch.manual_seed(0)
+    model = Net(bn=False)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=6e-4)
+    train(model, opt, None, iters)
+    config = {"learning_rate": 6e-4, "max_iters": 5000, "eval_interval": 250, "batch_size": 12}
+    path = folder / name
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "model_args": {"n_layer": 2, "n_embd": 16, "block_size": 8, "vocab_size": 4},
+                "iter_num": iters, "best_val_loss": torch.tensor(1.25), "config": config}, path)
+    return path
+
+
 def ema_pair(folder: Path, *, copy_buffers: bool, steps: int = 8, name: str = "ema") -> tuple[Path, Path]:
     """Two checkpoints of a run with an EMA copy: at step 0 (after one warm step) and at ``steps``.
 

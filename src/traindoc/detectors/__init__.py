@@ -30,6 +30,7 @@ from traindoc.detectors.repeated_batch import RepeatedBatch
 from traindoc.detectors.saturated_outputs import SaturatedOutputs
 from traindoc.detectors.stale_bn_eval import StaleBnEval
 from traindoc.detectors.stalled_loss import StalledLoss
+from traindoc.detectors.step_no_op import StepNoOp
 from traindoc.detectors.tiny_updates import TinyUpdates
 from traindoc.detectors.update_underflow import UpdateUnderflow
 # logs face (metrics read from finished runs' logs)
@@ -69,6 +70,7 @@ DETECTORS: tuple[type[Detector], ...] = (
     TinyUpdates,
     FrozenParameters,
     FrozenParamUpdated,
+    StepNoOp,
     OptimizerParamMismatch,
     DeadRelu,
     SaturatedOutputs,

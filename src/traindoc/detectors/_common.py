@@ -9,10 +9,14 @@ title, and the cause and fix a detector does not pass, from there.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from traindoc.events import Phase
+from traindoc.findings import Finding
 
 from traindoc.findings import finding
 
-__all__ = ["Example", "finding", "fmt", "names"]
+__all__ = ["Example", "finding", "fmt", "names", "new_phase", "phase_note"]
 
 
 @dataclass(frozen=True)
@@ -45,3 +49,22 @@ def names(items: list[str], limit: int = 5) -> str:
     """``a, b, c and 4 more``."""
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def new_phase(det: Any, phase: Phase) -> list[Finding]:
+    """A new training phase (a new optimizer or model: a student after its teacher, fine-tuning
+    after pretraining): the loss of one phase says nothing about the next. Returns the ended
+    phase's final judgement (``finish``) and starts ``det`` over, remembering the phase for
+    its messages (``phase_note``)."""
+    done = list(det.finish() or ())
+    det.__dict__.update(vars(type(det)(det.config)))
+    det._phase = phase
+    return done
+
+
+def phase_note(det: Any) -> str:
+    """" (phase N: why it began at step S)" for a detector judging a phase after the first."""
+    phase: Phase | None = getattr(det, "_phase", None)
+    if phase is None:
+        return ""
+    return f" (training phase {phase.index + 1}, from step {phase.step}: {phase.reason})"

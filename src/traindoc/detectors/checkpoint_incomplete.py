@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding
-from traindoc.events import Checkpoint, Event
+from traindoc.events import Checkpoint, Event, GradScale, RunStart, ScaledClip, SchedulerStep
 from traindoc.findings import Finding
 
 # What each part restores on resume (for the message).
@@ -18,29 +18,56 @@ EFFECT = {
     "rng": "data order, dropout and augmentation differ from an uninterrupted run",
 }
 OPTIONAL = ("scaler", "rng")
+# Why an optional part that is absent does not fire by itself.
+ABSENT_NOTE = {
+    "scaler": "needed only if the run used an fp16 GradScaler",
+    "rng": "a resume then draws other random batches, dropout masks and augmentations than an "
+           "uninterrupted run would: it changes no result, only bit-exactness",
+}
+# The entry each part adds to the saved dict (for the fix).
+ENTRY = {
+    "optimizer": "'optimizer': optimizer.state_dict()",
+    "scheduler": "'scheduler': scheduler.state_dict()",
+    "step": "'step': step",
+    "scaler": "'scaler': scaler.state_dict()",
+    "rng": "'rng': torch.get_rng_state()",
+}
 
 
 class CheckpointIncomplete:
-    """A training checkpoint (weights plus some training state) misses optimizer state, the LR
-    scheduler (judged only when the optimizer's groups carry ``initial_lr``, which an LR
-    scheduler writes: a run without a scheduler needs none) or the step/epoch. GradScaler and RNG
-    state are listed when absent but fire only when named in ``required`` (from a checkpoint
-    traindoc cannot tell whether fp16 AMP was used or whether a bit-exact resume matters). Bare
-    weights files (a state_dict, ``model.safetensors``) are not resume checkpoints: the detector
-    is reported not applicable to them. Live, a run that steps an enabled AMP GradScaler (the
-    ``amp`` signal) needs the scaler's state too; checkpoints are judged at the end, when that is
-    known."""
+    """A training checkpoint (weights plus some training state) misses the optimizer state, the
+    step/epoch counter, or the LR scheduler's state when there is a scheduler to restore.
+
+    A step counter may have any name: besides the usual keys (``step``, ``global_step``,
+    ``epoch`` ...), the checkpoint readers recognize an integer by what it is, one equal to the
+    optimizer's own step count or to the steps a live run took, or one that grows between two
+    saves (nanoGPT's ``iter_num``). A file saved several times is judged by what any of its
+    saves showed (its first save has no earlier one to grow from).
+
+    The scheduler's state is needed only when there is a scheduler: live, when the run steps an
+    LR scheduler object (a schedule written into the param groups by hand, as nanoGPT's
+    ``get_lr(iter_num)``, is a function of the step counter and has no state); from a file,
+    when the optimizer's groups carry ``initial_lr``, which torch's LR schedulers write. Live, a
+    run that steps an enabled AMP GradScaler (the ``amp`` signal) needs the scaler's state too.
+    RNG state, and a GradScaler's state when it is not known to be in use, are listed when
+    absent but never fire alone: without them a resume draws other random numbers, which
+    changes no result; name them in ``required`` when resumes must be bit-exact. Bare weights
+    files (a state_dict, ``model.safetensors``) are not resume checkpoints: the detector is
+    reported not applicable to them. Checkpoints are judged at the end, when all is known."""
 
     id: ClassVar[str] = "checkpoint-incomplete"
     needs: ClassVar[frozenset[str]] = frozenset({"train_state"})
-    uses: ClassVar[frozenset[str]] = frozenset({"amp"})
+    uses: ClassVar[frozenset[str]] = frozenset({"amp", "scheduler", "run"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
         Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
         Example("ckpt/golden/complete_training.jsonl", None),
         Example("ckpt/golden/bare_weights.jsonl", None),
+        Example("ckpt/golden/nanogpt_checkpoint.jsonl", None),
         Example("zoo/ckpt_incomplete.py", -1),
         Example("zoo/healthy_ckpt_resume.py", None),
+        Example("zoo/healthy_nanogpt.py", None),
+        Example("zoo/healthy_nanogpt_resume.py", None),
     )
 
     @dataclass(frozen=True)
@@ -55,54 +82,66 @@ class CheckpointIncomplete:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._bad: list[tuple[Checkpoint, list[str], list[str]]] = []
         self._ckpts: list[Checkpoint] = []
         self._scaler = False  # live: the run steps an AMP GradScaler
+        self._live = False  # the stream comes from a live run (it knows which schedulers step)
+        self._schedulers: set[str] = set()  # live: LR scheduler classes the run stepped
 
     def observe(self, event: Event) -> Iterator[Finding]:
-        if not isinstance(event, Checkpoint):  # an ``amp`` event: a GradScaler is in use
+        if isinstance(event, Checkpoint):
+            if event.training:
+                self._ckpts.append(event)
+        elif isinstance(event, (GradScale, ScaledClip)):
             self._scaler = True
-            return iter(())
-        if event.training:
-            self._ckpts.append(event)
+        elif isinstance(event, SchedulerStep):
+            self._schedulers.add(event.scheduler)
+        elif isinstance(event, RunStart):
+            self._live = event.source == "live"
         return iter(())
 
-    def _judge(self, event: Checkpoint) -> None:
-        missing = []
+    def _missing(self, ck: Checkpoint, counted: set[str]) -> list[str]:
         required = self.config.required + (("scaler",) if self._scaler and "scaler" not in self.config.required else ())
+        missing = []
         for part in required:
-            if part in event.has:
+            if part in ck.has or (part == "step" and ck.path in counted):
                 continue
-            if part == "scheduler" and not event.initial_lrs:
-                continue  # no scheduler was attached to the optimizer: nothing to restore
+            if part == "scheduler" and not self._has_scheduler(ck):
+                continue  # no scheduler object: nothing to restore
             missing.append(part)
-        if missing:
-            absent = [p for p in OPTIONAL if p not in event.has and p not in missing]
-            self._bad.append((event, missing, absent))
+        return missing
+
+    def _has_scheduler(self, ck: Checkpoint) -> bool:
+        """Was there an LR scheduler whose state this checkpoint should hold?"""
+        if self._live:
+            return bool(self._schedulers)
+        return bool(ck.initial_lrs)  # from a file: torch's LR schedulers write initial_lr
 
     def finish(self) -> Iterator[Finding]:
-        self._bad = []
-        for ck in self._ckpts:
-            self._judge(ck)
-        if not self._bad:
+        counted = {ck.path for ck in self._ckpts if "step" in ck.has}
+        bad = [(ck, missing) for ck in self._ckpts if (missing := self._missing(ck, counted))]
+        if not bad:
             return
-        ck, missing, absent = self._bad[0]
+        ck, missing = bad[0]
+        absent = [p for p in OPTIONAL if p not in ck.has and p not in missing
+                  and not (p == "scaler" and self._live)]  # live: no GradScaler in use
         at = f" (step {ck.step})" if ck.step is not None else ""
         if ck.where:
             at += f", saved at {ck.where},"
-        why = "; ".join(f"no {m}: {EFFECT[m]}" for m in missing)
-        sched_note = (" Its optimizer groups carry initial_lr, so an LR scheduler was in use."
-                      if "scheduler" in missing else "")
+        why = "; ".join(f"no {m}: {self._effect(m, ck)}" for m in missing)
+        note = ""
+        if "scheduler" in missing:
+            note += (f" The run steps an LR scheduler ({', '.join(sorted(self._schedulers))})." if self._live
+                     else " Its optimizer groups carry initial_lr, so an LR scheduler was in use.")
         if "scaler" in missing and self._scaler:
-            sched_note += " This run steps an AMP GradScaler, so its state is needed too."
-        also = (f" Also absent: {', '.join(absent)} (needed for fp16 AMP / a bit-exact resume)."
-                if absent else "")
-        more = f" {len(self._bad) - 1} more checkpoint(s) are incomplete too." if len(self._bad) > 1 else ""
+            note += " This run steps an AMP GradScaler, so its state is needed too."
+        also = "".join(f" Also absent: {p} ({ABSENT_NOTE[p]})." for p in absent)
+        more = f" {len(bad) - 1} more checkpoint(s) are incomplete too." if len(bad) > 1 else ""
+        entries = ", ".join(ENTRY[m] for m in missing)
         yield finding(
             self.id, step=ck.step,
             message=(
                 f"{ck.path}{at} is a training checkpoint holding {', '.join(ck.has)} but no "
-                f"{', '.join(missing)}: {why}.{sched_note}{also}{more}"
+                f"{', '.join(missing)}: {why}.{note}{also}{more}"
             ),
             cause=(
                 "The save call stores only some of the objects the training loop needs back: "
@@ -111,30 +150,36 @@ class CheckpointIncomplete:
                 + _format_cause(ck.format)
             ),
             fix=(
-                "Save the whole state and write it atomically: torch.save({'model': "
-                "model.state_dict(), 'optimizer': optimizer.state_dict(), 'scheduler': "
-                "scheduler.state_dict(), 'scaler': scaler.state_dict(), 'step': step, 'rng': "
-                "torch.get_rng_state()}, path + '.tmp'); os.replace(path + '.tmp', path)."
+                f"Add {entries} to the saved dict and restore {'them' if len(missing) > 1 else 'it'} "
+                "on resume (load_state_dict, and the step counter)."
                 + _format_fix(ck.format)
             ),
             evidence={"path": ck.path, "format": ck.format, "present": list(ck.has),
                       "missing": missing, "also_absent": absent, "step": ck.step,
-                      "incomplete_checkpoints": [c.path for c, _, _ in self._bad]},
-            where=([ck.where] if ck.where else []) + [c.path for c, _, _ in self._bad][:8],
+                      "optimizer_steps": ck.optimizer_steps,
+                      "schedulers": sorted(self._schedulers),
+                      "incomplete_checkpoints": [c.path for c, _ in bad]},
+            where=([ck.where] if ck.where else []) + [c.path for c, _ in bad][:8],
         )
 
+    def _effect(self, part: str, ck: Checkpoint) -> str:
+        if part == "step" and ck.optimizer_steps is not None:
+            return (f"{EFFECT['step']}; no integer in it matches the optimizer's own "
+                    f"{ck.optimizer_steps} steps or grows between saves")
+        return EFFECT[part]
 
-def _format_cause(fmt: str) -> str:
-    if fmt == "hf-folder":
+
+def _format_cause(kind: str) -> str:
+    if kind == "hf-folder":
         return " A Hugging Face Trainer folder without optimizer.pt/scheduler.pt comes from save_only_model=True."
-    if fmt == "lightning":
+    if kind == "lightning":
         return " A Lightning checkpoint without optimizer_states comes from save_weights_only=True."
     return ""
 
 
-def _format_fix(fmt: str) -> str:
-    if fmt == "hf-folder":
+def _format_fix(kind: str) -> str:
+    if kind == "hf-folder":
         return " With the Hugging Face Trainer, keep save_only_model=False for checkpoints you resume from."
-    if fmt == "lightning":
+    if kind == "lightning":
         return " With Lightning, use ModelCheckpoint(save_weights_only=False) for resumable checkpoints."
     return ""

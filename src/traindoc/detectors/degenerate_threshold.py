@@ -161,10 +161,10 @@ class DegenerateThreshold:
         if not self._none_cross:
             return ""
         top = self._latest.get("val_max_score")
-        highest = f" (highest {fmt(top)})" if top is not None else ""
+        highest = f"highest {fmt(top)}; " if top is not None else ""
         base = self._latest.get("val_base_rate", 0.0)
         return (f"; no score of the evaluation crossed 0.5 at {len(self._none_cross)} evaluation(s) "
-                f"from step {self._none_cross[0]}{highest} while {base:.1%} of its targets are positive")
+                f"from step {self._none_cross[0]} ({highest}{base:.1%} of its targets positive)")
 
     def _finding(self) -> Finding:
         parts, where = [], []

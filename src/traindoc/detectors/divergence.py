@@ -7,8 +7,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
-from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar, Series
+from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
+from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
@@ -29,6 +29,7 @@ class Divergence:
 
     id: ClassVar[str] = "divergence"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"phase"})  # the loss starts over at a new phase
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/divergence.py", -1),
         Example("golden/diverging_loss.jsonl", 18),
@@ -62,6 +63,8 @@ class Divergence:
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point, as a column of one (the engine sends columns)."""
+        if isinstance(event, Phase):
+            return new_phase(self, event)
         assert isinstance(event, Scalar)
         return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
 
@@ -187,6 +190,7 @@ class Divergence:
                 f"the loss {how} to {fmt(value)} at step {step}: {fmt(ratio)}x its best "
                 f"({fmt(self._best)} at step {self._best_step}) and against {fmt(self._initial or 0)} at "
                 f"the start (threshold {fmt(self.config.factor)}x the best); it peaked at {fmt(self._peak)}."
+                + phase_note(self)
             ),
             evidence={"loss": value, "peak": self._peak, "best": self._best, "best_step": self._best_step,
                       "initial": self._initial, "ratio": ratio, "threshold": self.config.factor},

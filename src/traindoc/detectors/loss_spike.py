@@ -7,9 +7,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterator
 
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import Ema, robust_z
-from traindoc.events import Event, Scalar, Series
+from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
 
 SHOWN = 20  # spikes kept for the evidence (the rest are counted)
@@ -35,6 +35,7 @@ class LossSpike:
 
     id: ClassVar[str] = "loss-spike"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"phase"})  # the loss starts over at a new phase
     examples: ClassVar[tuple[Example, ...]] = (
         Example("golden/loss_spike.jsonl", 30),
         Example("golden/healthy_noisy_loss.jsonl", None),
@@ -72,6 +73,8 @@ class LossSpike:
     def observe(self, event: Event) -> list[Finding]:
         """A single point: the judgement itself (the rollback guard feeds its own instance
         point by point; the engine sends columns)."""
+        if isinstance(event, Phase):
+            return new_phase(self, event)
         assert isinstance(event, Scalar)
         return self._point(event.step, event.value)
 
@@ -232,6 +235,7 @@ class LossSpike:
             message=(
                 f"loss {fmt(x)} at step {step} is {fmt(x / avg)}x its {cfg.window}-step moving "
                 f"average ({fmt(avg)}; threshold {fmt(cfg.factor)}x){more}."
+                + phase_note(self)
             ),
             evidence={
                 "loss": x, "moving_average": avg, "ratio": x / avg, "threshold": cfg.factor,

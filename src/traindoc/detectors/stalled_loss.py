@@ -6,9 +6,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Scalar, Series
+from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
 
 
@@ -24,6 +24,7 @@ class StalledLoss:
 
     id: ClassVar[str] = "stalled-loss"
     needs: ClassVar[frozenset[str]] = frozenset({"loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"phase"})  # the loss starts over at a new phase
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/lr_zero_warmup.py", 0),
         Example("zoo/clamped_loss.py", 0),
@@ -53,6 +54,8 @@ class StalledLoss:
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point, as a column of one (the engine sends columns)."""
+        if isinstance(event, Phase):
+            return new_phase(self, event)
         assert isinstance(event, Scalar)
         return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
 
@@ -109,6 +112,7 @@ class StalledLoss:
                 f"over {steps} steps the loss improved by {gain:.2%} (from {fmt(self._initial)} to a "
                 f"best of {fmt(self._best)}, {self.config.smooth}-step medians; threshold "
                 f"{self.config.improvement:.0%})."
+                + phase_note(self)
             ),
             evidence={"initial": self._initial, "best": self._best, "improvement": gain,
                       "steps": steps, "threshold": self.config.improvement},

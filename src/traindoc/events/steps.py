@@ -161,6 +161,7 @@ class ParamStats:
     moved: float | None = None
     spacing: float | None = None  # the dtype's spacing at the typical |w| (for underflow)
     intended: float | None = None  # the optimizer's intended typical |update| per element
+    lr: float | None = None  # the parameter group's LR at this step (None: unknown)
     optimizer: int = 0
     group: int = 0
     steps: int = 1

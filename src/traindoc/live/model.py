@@ -31,7 +31,7 @@ class ModelWatch:
         self._pnames = ObjectMap()  # parameter -> name
         self._init = ObjectMap()  # parameter -> its sampled elements when first seen
         self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
-        self._roots = ObjectMap()  # model -> True
+        self._roots = ObjectMap()  # model -> the step of its latest training forward
         self._mnames = ObjectMap()  # module -> name
         # ReLU module, or a layer whose input is judged -> (name, type, ever-active units,
         # batches, ever-negative flag or None)
@@ -111,7 +111,7 @@ class ModelWatch:
                     norm=pn[i], grad=g, has_grad=has_grad, update=rel,
                     unchanged=None if math.isnan(unchanged) else unchanged, moved=moved,
                     spacing=measure.spacing(dtypes[i], typical) if low else None,
-                    intended=intended, optimizer=index, group=group,
+                    intended=intended, lr=lr, optimizer=index, group=group,
                 )
 
         self.s.defer(packed, decode)
@@ -124,7 +124,8 @@ class ModelWatch:
         (a distillation wrapper's temperature, a loss module's learnable weights)."""
         held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
         stray: list[tuple[str, Any]] = []
-        for root in self.models():
+        # Only models trained in this step: a model of an earlier phase keeps stale gradients.
+        for root in [m for m, at in self._roots.items() if at == step]:
             for n, p in root.named_parameters():
                 if p.requires_grad and p.grad is not None and id(p) not in held:
                     held.add(id(p))  # shared by two roots: once
@@ -176,9 +177,12 @@ class ModelWatch:
         """A model being trained: name its modules and parameters after the largest model in
         the user's frames that contains it (so ``model.backbone(x)`` called directly still
         gives ``backbone.0.weight``, not ``0.weight``)."""
-        if module in self._roots or len(self._roots) >= 8:
+        if module in self._roots:
+            self._roots[module] = self.s.current_step  # the step of its latest training forward
             return
-        self._roots[module] = True
+        if len(self._roots) >= 8:
+            return
+        self._roots[module] = self.s.current_step
         owner = largest_container(module, frame_modules(sys._getframe(1)))
         self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
 

@@ -52,6 +52,7 @@ def main() -> None:
             "bare_weights.jsonl": F.safetensors_file(tmp),
             "nonfinite_param.jsonl": F.nonfinite(tmp),
             "ema_stale_bn.jsonl": F.ema_pair(tmp, copy_buffers=False)[1],
+            "nanogpt_checkpoint.jsonl": F.nanogpt(tmp),
         }
         for out, path in inspect.items():
             write(out, produce.inspect(path)[0], tmp)

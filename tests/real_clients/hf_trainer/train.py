@@ -24,7 +24,7 @@ final model.state_dict() (the bit-identity check).
 """
 
 import argparse
-import os
+import random
 import tempfile
 
 import torch
@@ -48,21 +48,19 @@ class TokenStream(torch.utils.data.IterableDataset):
     """Endless windows from a Markov chain whose every token has 3 likely successors."""
 
     def __init__(self, seed, masked=range(0)):
-        g = torch.Generator().manual_seed(seed)
-        self.succ = torch.randint(0, VOCAB, (VOCAB, 3), generator=g)
+        rng = random.Random(seed)
+        self.succ = [[rng.randrange(VOCAB) for _ in range(3)] for _ in range(VOCAB)]
         self.seed, self.masked = seed, masked
 
     def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed + 1)
+        rng = random.Random(self.seed + 1)
         i, tok = 0, 0
         while True:
-            ids = torch.empty(SEQ, dtype=torch.long)
-            for t in range(SEQ):
-                if torch.rand((), generator=g) < 0.1:
-                    tok = int(torch.randint(0, VOCAB, (), generator=g))
-                else:
-                    tok = int(self.succ[tok, torch.randint(0, 3, (), generator=g)])
-                ids[t] = tok
+            ids = []
+            for _ in range(SEQ):
+                tok = rng.randrange(VOCAB) if rng.random() < 0.1 else self.succ[tok][rng.randrange(3)]
+                ids.append(tok)
+            ids = torch.tensor(ids)
             labels = ids.clone()
             if i in self.masked:
                 labels.fill_(-100)  # nothing left to learn from: the answer was truncated away

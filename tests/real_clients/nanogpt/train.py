@@ -22,6 +22,7 @@ own temporary folder. `--bug=NAME` injects one mistake as a user would write it:
   eval_train_mode   estimate_loss() without model.eval() (run it with --dropout=0.1)
   inplace_save      torch.save straight over out/ckpt.pt, as upstream nanoGPT does
 
+`--save_checkpoints=False` turns checkpointing off (the variants that test something else);
 `--save_params=PATH` writes the final model.state_dict() (the bit-identity check).
 """
 
@@ -43,6 +44,7 @@ eval_interval = 25
 log_interval = 10
 eval_iters = 8
 always_save_checkpoint = True
+save_checkpoints = True  # write out_dir/ckpt.pt at the evaluations (False: never)
 init_from = 'scratch'  # 'scratch' or 'resume'
 # data
 dataset = 'tiny_chars'
@@ -119,17 +121,17 @@ if init_from == 'scratch':
     model = GPT(GPTConfig(**model_args))
 elif init_from == 'resume':
     print(f"Resuming training from {out_dir}")
-    checkpoint = torch.load(os.path.join(out_dir, 'ckpt.pt'), map_location=device)
+    ckpt = torch.load(os.path.join(out_dir, 'ckpt.pt'), map_location=device)
     for k in ['n_layer', 'n_head', 'n_embd', 'block_size', 'bias', 'vocab_size']:
-        model_args[k] = checkpoint['model_args'][k]  # the architecture must match the weights
+        model_args[k] = ckpt['model_args'][k]  # the architecture must match the weights
     model = GPT(GPTConfig(**model_args))
-    state_dict = checkpoint['model']
+    state_dict = ckpt['model']
     for k in list(state_dict):  # a checkpoint of a torch.compile'd model carries this prefix
         if k.startswith('_orig_mod.'):
             state_dict[k[len('_orig_mod.'):]] = state_dict.pop(k)
     model.load_state_dict(state_dict)
-    iter_num = checkpoint['iter_num']
-    best_val_loss = checkpoint['best_val_loss']
+    iter_num = ckpt['iter_num']
+    best_val_loss = ckpt['best_val_loss']
 else:
     raise ValueError(f"init_from must be 'scratch' or 'resume', got {init_from!r}")
 model.to(device)
@@ -138,8 +140,8 @@ if bug == 'bf16':
 
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device)
 if init_from == 'resume':
-    optimizer.load_state_dict(checkpoint['optimizer'])
-checkpoint = None  # free the memory
+    optimizer.load_state_dict(ckpt['optimizer'])
+ckpt = None  # free the memory
 
 
 @torch.no_grad()
@@ -171,11 +173,11 @@ def get_lr(it):
     return min_lr + coeff * (learning_rate - min_lr)
 
 
-def save_checkpoint(checkpoint, path):
+def save_checkpoint(ckpt, path):
     if bug == 'inplace_save':
-        torch.save(checkpoint, path)
+        torch.save(ckpt, path)
     else:
-        torch.save(checkpoint, path + '.tmp')
+        torch.save(ckpt, path + '.tmp')
         os.replace(path + '.tmp', path)  # a crash mid-write never leaves a corrupt ckpt.pt
 
 
@@ -193,8 +195,8 @@ while True:
         print(f"step {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
         if losses['val'] < best_val_loss or always_save_checkpoint:
             best_val_loss = losses['val']
-            if iter_num > 0:
-                checkpoint = {
+            if iter_num > 0 and save_checkpoints:
+                ckpt = {
                     'model': model.state_dict(),
                     'optimizer': optimizer.state_dict(),
                     'model_args': model_args,
@@ -203,7 +205,7 @@ while True:
                     'config': config,
                 }
                 print(f"saving checkpoint to {out_dir}")
-                save_checkpoint(checkpoint, os.path.join(out_dir, 'ckpt.pt'))
+                save_checkpoint(ckpt, os.path.join(out_dir, 'ckpt.pt'))
 
     # forward, backward over the micro-batches: their gradients add up in .grad
     for micro_step in range(gradient_accumulation_steps):

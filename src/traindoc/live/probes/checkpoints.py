@@ -7,11 +7,21 @@
   already there, the user's file:line).
 - ``os.replace`` / ``os.rename`` (which ``shutil.move`` and ``Path.rename``/``replace`` call):
   a file torch.save wrote being moved into place gives a ``SaveFile`` "move" event.
+  A step counter under a name of the script's own (nanoGPT's ``iter_num``) is recognized by
+  what it is: an integer equal to the optimizer's own step count or to the steps the run took,
+  or one that grew since the run's previous save.
 - ``torch.load`` remembers which file each loaded object came from, so that
 - ``Optimizer.load_state_dict`` / LR schedulers' ``load_state_dict`` can give a ``StateLoad``
-  event: the LRs just before and just after the load, and the checkpoint path.
+  event: the LRs just before and just after the load, and the checkpoint path. It is sent when
+  the load's LRs take effect: at the optimizer's next ``step()`` (or at the end of the run if
+  it never steps again), and only if the LRs the load put into the param groups (or a loaded
+  scheduler's ``base_lrs``) are still there. A script that sets the LR itself after loading
+  (nanoGPT's ``param_group['lr'] = get_lr(iter_num)`` before every step) steps with its own
+  LR, and the load's LRs steered nothing. "Still there" is identity: the float objects the
+  load put in, so a script that writes the very value it loaded still counts as setting it.
 
-Nothing here runs per training step; everything of ours runs under ``patcher.guard``.
+Nothing here runs per training step, except one check in a step pre-hook once a load waits
+for its optimizer's next step; everything of ours runs under ``patcher.guard``.
 """
 
 from __future__ import annotations
@@ -19,19 +29,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.optim.lr_scheduler as lr_scheduler
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from traindoc.events import Checkpoint, SaveFile, StateLoad
 from traindoc.live.probes._patch import Patcher
-from traindoc.live.objects import user_site
+from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
 
 _RECENT_LOADS = 32
-_LOAD_PARTS = ("_on_load", "_remember_lrs", "_on_optimizer_load", "_on_scheduler_load")
+_LOAD_PARTS = ("_on_load", "_remember_lrs", "_on_optimizer_load", "_on_scheduler_load",
+               "_on_step_after_load", "_flush_loads")
+_MISSING = object()
+
+# A load waiting for its optimizer's next step: its event, and whether its LRs are still in
+# place (called with the optimizer).
+_Waiting = tuple[StateLoad, Callable[[Any], bool]]
 
 
 class CheckpointProbes:
@@ -44,6 +62,10 @@ class CheckpointProbes:
         self._loads: list[tuple[int, str]] = []  # (id of a loaded object or its parts, path)
         self._pending: Any = None
         self._in_sched_load = False
+        self._waiting = ObjectMap()  # optimizer -> [_Waiting] loads not yet in effect
+        self._step_hook: Any = None  # registered at the first load
+        self._counters: dict[str, int] = {}  # step counter candidates of the last training save
+        self._counted_at = -1  # the run's step at that save
 
     def _guard(self, fn: Any, *args: Any) -> None:
         # Two parts that fail independently: what is saved, and what is loaded.
@@ -64,6 +86,10 @@ class CheckpointProbes:
             patch(cls, "load_state_dict", self._wrap_scheduler_load)
 
     def uninstall(self) -> None:
+        self._guard(self._flush_loads)  # loads whose optimizer never stepped again: in effect now
+        if self._step_hook is not None:
+            self._step_hook.remove()
+            self._step_hook = None
         self._loads.clear()
 
     # ---- torch.save and moves ---------------------------------------------------------------
@@ -94,10 +120,26 @@ class CheckpointProbes:
         if ck is None and not isinstance(obj, torch.nn.Module):
             return  # not a checkpoint (a tensor, a list, metrics)
         self._saved.add(path)
+        if ck is not None and ck.training and "optimizer" in ck.has:
+            ck = self._counted(ck, obj, step)
         if ck is not None:
             s.emit(dataclasses.replace(ck, where=where))
         s.emit(SaveFile(step=step, op="save", path=path, existed=existed,
                         training=bool(ck is not None and ck.training), where=where))
+
+    def _counted(self, ck: Checkpoint, obj: Any, step: int) -> Checkpoint:
+        """A step counter recognized by growing since the run's previous training save (its
+        first save had nothing to grow from: the detector reads a later save of the same file)."""
+        from traindoc.sources.ckpt import read
+
+        now = read.counters(obj)
+        grew = step > self._counted_at and any(
+            k in self._counters and v > self._counters[k] for k, v in now.items())
+        self._counters, self._counted_at = now, step
+        if not grew or "step" in ck.has:
+            return ck
+        has = set(ck.has) | {"step"}
+        return dataclasses.replace(ck, has=tuple(p for p in read.PARTS if p in has))
 
     def _wrap_move(self, orig: Any) -> Any:
         probe = self
@@ -167,11 +209,44 @@ class CheckpointProbes:
 
     def _on_optimizer_load(self, opt: Any, state_dict: Any, before: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
         lrs, initial = _group_lrs(opt.param_groups)
-        self.s.emit(StateLoad(
+        event = StateLoad(
             step=self.s.current_step, target="optimizer", cls=type(opt).__name__, before=before[0],
             after=lrs, initial_before=before[1], initial_after=initial, path=self._source(state_dict),
             where=user_site(1),
-        ))
+        )
+        # The objects the load put in: a write by the script replaces them, even with an equal value.
+        refs = [(g.get("lr", _MISSING), g.get("initial_lr", _MISSING)) for g in opt.param_groups]
+
+        def kept(o: Any) -> bool:
+            """Is some group's lr (or a scheduler's base, initial_lr) still the loaded one?"""
+            groups = o.param_groups
+            return len(groups) == len(refs) and any(
+                g.get("lr", _MISSING) is lr or (init is not _MISSING and g.get("initial_lr", _MISSING) is init)
+                for g, (lr, init) in zip(groups, refs))
+
+        self._wait(opt, event, kept)
+
+    def _wait(self, opt: Any, event: StateLoad, kept: Callable[[Any], bool]) -> None:
+        """Send ``event`` at ``opt``'s next step() if ``kept(opt)`` says the load is in effect."""
+        if self._step_hook is None:
+            probe = self
+
+            def hook(o: Any, args: Any, kwargs: Any) -> None:
+                if probe._waiting:  # one check per step; empty once every load took effect
+                    probe._guard(probe._on_step_after_load, o)
+
+            self._step_hook = register_optimizer_step_pre_hook(hook)
+        waiting: list[_Waiting] = self._waiting.get(opt) or []
+        self._waiting[opt] = waiting + [(event, kept)]
+
+    def _on_step_after_load(self, opt: Any) -> None:
+        for event, kept in self._waiting.pop(opt, None) or []:
+            if kept(opt):
+                self.s.emit(event)
+
+    def _flush_loads(self) -> None:
+        for opt, _ in self._waiting.items():
+            self._on_step_after_load(opt)
 
     def _wrap_scheduler_load(self, orig: Any) -> Any:
         probe = self
@@ -195,10 +270,22 @@ class CheckpointProbes:
         after = _floats(getattr(sched, "base_lrs", ()))
         if not before and not after:
             return
-        self.s.emit(StateLoad(
+        event = StateLoad(
             step=self.s.current_step, target="scheduler", cls=type(sched).__name__, before=before,
             after=after, path=self._source(state_dict), where=user_site(1),
-        ))
+        )
+        opt = getattr(sched, "optimizer", None)
+        if opt is None:
+            self.s.emit(event)
+            return
+        ref = weakref.ref(sched)
+
+        def kept(o: Any) -> bool:
+            """Is the scheduler still alive, with the base_lrs it loaded?"""
+            live = ref()
+            return live is not None and _floats(getattr(live, "base_lrs", ())) == after
+
+        self._wait(opt, event, kept)
 
 
 def _path_of(f: Any) -> str | None:
@@ -245,5 +332,6 @@ def _checkpoint_event(obj: Any, path: str, step: int) -> Checkpoint | None:
         return None
     read._finish(ck)
     opts = [_optim.parse(sd, i) for i, sd in enumerate(ck.optimizers)]
+    read.find_step(ck, produce._opt_steps(opts), step)
     summary = produce._summary(ck, opts, step)
     return produce._checkpoint_event(ck, opts, step, summary)

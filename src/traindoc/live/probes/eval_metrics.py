@@ -343,6 +343,13 @@ def _reading(key: str) -> tuple[str, bool, bool]:
     return own, takes, signal in ("train_acc", "train_f1")
 
 
+@functools.lru_cache(maxsize=1024)
+def _canonical(key: str) -> str:
+    """``Val Acc``, ``val-acc``, ``VAL_ACC``, ``valAcc`` -> ``val_acc``: one name per metric
+    however a line spells it (the Publisher gives a signal to the first name that logs it)."""
+    return "_".join(mapping.words(key))
+
+
 def _split_words(text: str) -> str:
     """The last split word (train / val / test ...) in free text, "" when none."""
     for w in reversed(mapping.words(text)):
@@ -359,14 +366,14 @@ def parse_line(line: str, evaluating: bool = False) -> dict[str, float]:
     for m in _PAIR.finditer(line):
         split = _split_words(line[pos:m.start()]) or split
         pos = m.end()
-        key = m.group(1).rstrip("./-")
+        key = _canonical(m.group(1))
         own, takes, scored = _reading(key)
         if own:
             split = own
         elif takes and split:
-            key = f"{split} {key}"
+            key = f"{split}_{key}"
         elif scored and evaluating:
-            key = f"val {key}"
+            key = f"val_{key}"
         try:
             value = float(m.group(2))
         except ValueError:

@@ -23,7 +23,7 @@ from traindoc.events import BatchNormState, Checkpoint, Event, Optimizer, ParamG
 from traindoc.sources.ckpt import _optim
 from traindoc.sources.ckpt._optim import Opt, Slot
 from traindoc.sources.ckpt._tensors import Store, all_equal, diff_stats, stats
-from traindoc.sources.ckpt.read import PARTS, TRAINING_PARTS, Ckpt, open_checkpoint
+from traindoc.sources.ckpt.read import PARTS, TRAINING_PARTS, Ckpt, find_step, find_step_between, open_checkpoint
 from traindoc.sources.ckpt.summary import DiffRow, DiffSummary, GroupRow, Summary, TensorRow
 
 LOW_PRECISION = ("bfloat16", "float16")
@@ -38,6 +38,7 @@ def inspect(path: str | Path, *, trust: bool = False) -> tuple[list[Event], Summ
     try:
         opts = [_optim.parse(sd, i) for i, sd in enumerate(ck.optimizers)]
         slots = _optim.map_names(opts, ck.model)
+        find_step(ck, _opt_steps(opts))
         step = _step_of(ck, opts)
         summary = _summary(ck, opts, step)
         summary.notes += _stateless(opts, slots)
@@ -121,6 +122,9 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
     old_opts = [_optim.parse(sd, i) for i, sd in enumerate(old.optimizers)]
     opts = [_optim.parse(sd, i) for i, sd in enumerate(new.optimizers)]
     slots = _optim.map_names(opts, new.model)
+    find_step(old, _opt_steps(old_opts))
+    find_step(new, _opt_steps(opts))
+    find_step_between(old, new)
     old_step, step = _step_of(old, old_opts), _step_of(new, opts)
     result = DiffSummary(old=_summary(old, old_opts, old_step), new=_summary(new, opts, step), steps=None)
     result.steps = _steps_between(old, new, old_opts, opts, result.notes)

@@ -7,6 +7,9 @@ or ``pytorch_model.bin``, sharded via ``*.index.json``, with ``optimizer.pt``, `
 ``scaler.pt``, ``rng_state*.pth``, ``trainer_state.json``) and Accelerate ``save_state`` folders.
 Parts are recognized by content where possible (an optimizer state has ``state`` and
 ``param_groups``; a GradScaler state has ``scale`` and ``growth_factor``), by key name otherwise.
+A step counter under a name no list holds (nanoGPT's ``iter_num``) is recognized by what it is:
+an integer equal to the optimizer's own step count (``find_step``), or one that grows between
+two saves (``find_step_between``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class Ckpt:
     epoch: float | None = None
     training: bool = False
     notes: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)  # step counter candidates (``counters``)
     file_bytes: int = 0
     mapped: bool = True  # every tensor is mmap'd from a file (pages may be released after use)
 
@@ -323,7 +327,77 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
                          "pass a checkpoint written with torch.save(model.state_dict()) or "
                          '{"model": model.state_dict(), ...}')
     ck.training = ck.model is not None and bool(ck.optimizers or ck.has & set(TRAINING_PARTS))
+    ck.counters = counters(obj)
     return ck
+
+
+def counters(obj: object) -> dict[str, int]:
+    """The non-negative integers a training-state dict holds at its top level (or in a metadata
+    dict, as ``meta.key``) under names that are not known step, epoch or RNG keys: the
+    candidates for a step counter. Only references are read (a CPU tensor's one element at most)."""
+    out: dict[str, int] = {}
+    if not isinstance(obj, Mapping):
+        return out
+    for key, value in obj.items():
+        k = str(key)
+        if k in _STEP_KEYS or k in _EPOCH_KEYS or _is_rng_key(k):
+            continue
+        n = _counter(value)
+        if n is not None:
+            out[k] = n
+        elif isinstance(value, Mapping) and k in _META_KEYS:
+            for mk, mv in value.items():
+                m = _counter(mv) if str(mk) not in _STEP_KEYS + _EPOCH_KEYS else None
+                if m is not None:
+                    out[f"{k}.{mk}"] = m
+        if len(out) >= 64:
+            break
+    return out
+
+
+# An fp16 GradScaler skips steps the optimizer does not count: a few while the scale settles,
+# then about one per growth_interval (2000 steps by default).
+def _skip_slack(steps: int) -> int:
+    return 16 + steps // 1000
+
+
+def find_step(ck: Ckpt, optimizer_steps: int | None, run_steps: int | None = None) -> str | None:
+    """Recognize a step counter under a name no list holds by what it is: one of ``counters``
+    equal, up to one (a 0- or 1-based count), to the optimizer's own step count (Adam's
+    ``state[..]["step"]``; the steps an fp16 GradScaler skipped may come on top) or to
+    ``run_steps`` (the steps a live run took so far). Only in a training checkpoint with an
+    optimizer state. Sets ``step``, adds it to ``has`` and returns the key; None if none is."""
+    if "step" in ck.has or not ck.optimizers or not ck.counters:
+        return None
+    refs = [(optimizer_steps, _skip_slack(optimizer_steps) if optimizer_steps else 0, "the optimizer's own step count"),
+            (run_steps, 0, "the steps this run took")]
+    for key, value in ck.counters.items():
+        for n, slack, what in refs:
+            if n is not None and n - 1 <= value <= n + 1 + slack:
+                _mark_step(ck, key, value, f"matches {what} ({n})")
+                return key
+    return None
+
+
+def find_step_between(old: Ckpt, new: Ckpt) -> str | None:
+    """A counter both training checkpoints hold that grew from OLD to NEW counts their steps
+    (when both optimizers know their step counts, those must have grown too)."""
+    if not (old.optimizers and new.optimizers) or ("step" in old.has and "step" in new.has):
+        return None
+    for key, value in new.counters.items():
+        before = old.counters.get(key)
+        if before is not None and value > before:
+            for ck, n in ((old, before), (new, value)):
+                if "step" not in ck.has:
+                    _mark_step(ck, key, n, f"grows between the two checkpoints ({before} -> {value})")
+            return key
+    return None
+
+
+def _mark_step(ck: Ckpt, key: str, value: int, why: str) -> None:
+    ck.step = value if ck.step is None else ck.step
+    ck.has.add("step")
+    ck.notes.append(f"step counter: {key!r} = {value} ({why})")
 
 
 def _finish(ck: Ckpt) -> None:
@@ -384,6 +458,25 @@ def _is_scaler(obj: object) -> bool:
 def _is_rng_key(k: str) -> bool:
     k = k.lower()
     return "rng" in k or k in ("random_state", "random_states", "generator_state", "seed_state")
+
+
+def _counter(value: object) -> int | None:
+    """A non-negative int, or a one-element integer tensor on the CPU (no device read); None
+    otherwise. Floats are never counters: a loss may happen to be integral."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    dtype, device = getattr(value, "dtype", None), getattr(value, "device", None)
+    if dtype is None or getattr(device, "type", None) != "cpu" or not hasattr(value, "numel"):
+        return None
+    try:
+        if value.numel() != 1 or dtype.is_floating_point or dtype.is_complex or str(dtype) == "torch.bool":
+            return None
+        n = int(value.item())
+    except Exception:  # noqa: BLE001 - a tensor subclass or a fake tensor: not a counter
+        return None
+    return n if n >= 0 else None
 
 
 def _as_list(obj: object) -> list[object]:

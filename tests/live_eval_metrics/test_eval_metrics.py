@@ -1,0 +1,325 @@
+"""Evaluation metrics of scripts that only print: derived from the evaluation's loss calls and
+read from stdout (live/probes/eval_metrics.py). Each derived number is checked against the
+same number computed with plain PyTorch."""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import traindoc
+from traindoc.events import Scalar
+from traindoc.live.probes import eval_metrics
+from traindoc.live.probes.eval_metrics import parse_line
+
+MEASURED = ("val_acc", "val_classes", "val_pos_rate", "val_base_rate", "val_max_score")
+
+
+# ---- printed lines ------------------------------------------------------------------------------
+@pytest.mark.parametrize("line,expected", [
+    ("epoch 3 val_acc 0.100", {"val_acc": 0.1}),
+    ("val_acc: 0.1", {"val_acc": 0.1}),
+    ("val_acc=0.1, done.", {"val_acc": 0.1}),
+    ("Val Acc: 10.0%", {"val_acc": 0.1}),
+    ("VAL-ACC = 45.5 %", {"val_acc": 0.455}),
+    ("{'eval_loss': 0.3, 'eval_accuracy': 0.91}", {"eval_loss": 0.3, "eval_accuracy": 0.91}),
+    ("val acc tensor(0.1000)", {"val_acc": 0.1}),
+    ("Test set: Average loss: 0.0001, Accuracy: 9800/10000 (98%)", {"test_accuracy": 0.98}),
+    ("epoch 2 loss=0.1234 val_loss=0.1100 f1=0.000", {"val_loss": 0.11, "val_f1": 0.0}),
+    ("Train loss 0.100, acc 0.950 | Val loss 0.300, acc 0.500.", {"train_acc": 0.95, "val_acc": 0.5}),
+    ("[val] loss: 0.3 acc: 0.25", {"val_loss": 0.3, "val_acc": 0.25}),
+    ("loss: 0.1 - accuracy: 0.9 - val_loss: 0.3 - val_accuracy: 0.5", {"accuracy": 0.9, "val_accuracy": 0.5}),
+    ("lr 1e-3 step 100/1000", {"lr": 1e-3}),
+])
+def test_printed_formats(line: str, expected: dict[str, float]) -> None:
+    got = parse_line(line)
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value), (line, got)
+
+
+def test_an_unsplit_accuracy_printed_after_an_evaluation_is_a_validation_one() -> None:
+    assert "acc" in parse_line("epoch 1 acc 0.5")
+    assert "val_acc" in parse_line("epoch 1 acc 0.5", evaluating=True)
+    assert "train_acc" in parse_line("epoch 1 train loss 0.2 acc 0.5", evaluating=True)
+
+
+def test_lines_without_pairs_give_nothing() -> None:
+    for line in ("step  25 | time 3.2s", "Downloading 45.3MB", "x" * 5000, "1 2 3", "epoch"):
+        got = parse_line(line)
+        assert all(k.lower() in ("epoch", "step", "time", "x") for k in got), got
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def watched(fn: Callable[[], None], **options: Any) -> tuple[Any, list[Scalar]]:
+    events: list[Any] = []
+    with traindoc.watch(announce=False, **options) as doc:
+        doc.session.event_listeners.append(events.append)
+        fn()
+    return doc, [e for e in events if isinstance(e, Scalar)]
+
+
+def values(scalars: list[Scalar], name: str) -> list[tuple[int, float]]:
+    return [(e.step, e.value) for e in scalars if e.name == name]
+
+
+def make_task(classes: int = 4, n: int = 64) -> tuple[nn.Module, torch.optim.Optimizer, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, classes))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, opt, torch.randn(n, 8), torch.randint(classes, (n,))
+
+
+def train_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    model.train()
+    loss = F.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+# ---- derived from the loss ----------------------------------------------------------------------
+@pytest.mark.parametrize("style", ["no_grad", "inference_mode", "module", "eval_mode_grad_on", "nll"])
+def test_evaluation_accuracy_is_derived_from_the_loss_calls(style: str) -> None:
+    model, opt, x, y = make_task()
+    expected: list[float] = []
+
+    def run() -> None:
+        for _ in range(3):
+            train_step(model, opt, x, y)
+            model.eval()
+            logits_all = []
+            for i in range(0, 64, 16):  # four evaluation batches
+                xb, yb = x[i:i + 16], y[i:i + 16]
+                if style == "no_grad":
+                    with torch.no_grad():
+                        logits = model(xb)
+                        F.cross_entropy(logits, yb)
+                elif style == "inference_mode":
+                    with torch.inference_mode():
+                        logits = model(xb)
+                        F.cross_entropy(logits, yb)
+                elif style == "module":
+                    with torch.no_grad():
+                        logits = model(xb)
+                        nn.CrossEntropyLoss()(logits, yb)
+                elif style == "eval_mode_grad_on":
+                    logits = model(xb)
+                    F.cross_entropy(logits, yb).item()
+                else:
+                    with torch.no_grad():
+                        logits = model(xb)
+                        nn.NLLLoss()(F.log_softmax(logits, 1), yb)
+                logits_all.append(logits.detach())
+            expected.append((torch.cat(logits_all).argmax(1) == y).float().mean().item())
+
+    _, scalars = watched(run)
+    got = values(scalars, "val_acc")
+    assert [s for s, _ in got] == [1, 2, 3]  # the step the evaluation ran at
+    assert [v for _, v in got] == pytest.approx(expected)
+    assert values(scalars, "val_classes") == [(1, 4.0), (2, 4.0), (3, 4.0)]
+
+
+def test_ignore_index_and_probability_targets() -> None:
+    model, opt, x, y = make_task()
+    y_ignored = y.clone()
+    y_ignored[:10] = -100
+    probs = F.one_hot(y, 4).float() * 0.9 + 0.025
+
+    def run() -> None:
+        train_step(model, opt, x, y)
+        with torch.no_grad():
+            F.cross_entropy(model(x), y_ignored)
+        train_step(model, opt, x, y)
+        with torch.no_grad():
+            F.cross_entropy(model(x), probs)
+
+    _, scalars = watched(run)
+    model2, opt2, _, _ = make_task()
+    train_step(model2, opt2, x, y)
+    with torch.no_grad():
+        first = (model2(x).argmax(1) == y)[10:].float().mean().item()
+    train_step(model2, opt2, x, y)
+    with torch.no_grad():
+        second = (model2(x).argmax(1) == y).float().mean().item()
+    assert [v for _, v in values(scalars, "val_acc")] == pytest.approx([first, second])
+
+
+def test_binary_scores_crossing_the_threshold() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, t = torch.randn(50, 4), (torch.rand(50, 3) < 0.2).float()
+
+    def run() -> None:
+        loss = F.binary_cross_entropy_with_logits(model(x), t)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            F.binary_cross_entropy_with_logits(model(x[:20]), t[:20])
+            nn.BCELoss()(torch.sigmoid(model(x[20:])), t[20:])
+
+    _, scalars = watched(run)
+    with torch.no_grad():
+        scores = torch.sigmoid(model(x))
+    assert values(scalars, "val_pos_rate") == [(1, pytest.approx((scores > 0.5).float().mean().item()))]
+    assert values(scalars, "val_base_rate") == [(1, pytest.approx(t.mean().item()))]
+    assert values(scalars, "val_max_score") == [(1, pytest.approx(scores.max().item()))]
+
+
+def test_training_steps_measure_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = eval_metrics._class_stats
+    monkeypatch.setattr(eval_metrics, "_class_stats", lambda *a: calls.append(1) or real(*a))
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        for _ in range(5):
+            train_step(model, opt, x, y)
+            with torch.no_grad():  # logging the training loss under no_grad before the step
+                pass
+
+    _, scalars = watched(run)
+    assert calls == [] and not any(e.name in MEASURED for e in scalars)
+
+
+def test_a_model_trained_in_eval_mode_is_not_an_evaluation() -> None:
+    """model.eval() once, never model.train(): the training losses that follow are dropped."""
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        model.eval()
+        for _ in range(4):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    _, scalars = watched(run)
+    assert values(scalars, "val_acc") == []
+
+
+def test_a_logged_validation_accuracy_keeps_its_signal() -> None:
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        for _ in range(2):
+            train_step(model, opt, x, y)
+            with torch.no_grad():
+                F.cross_entropy(model(x), y)
+            traindoc.log(val_acc=0.123)
+
+    _, scalars = watched(run)
+    assert [v for _, v in values(scalars, "val_acc")] == [0.123, 0.123]
+    assert values(scalars, "val_classes") == [(1, 4.0), (2, 4.0)]
+
+
+def test_training_is_bit_identical_and_the_rng_untouched() -> None:
+    def run_once() -> tuple[list[torch.Tensor], torch.Tensor]:
+        model, opt, x, y = make_task()
+        for _ in range(3):
+            train_step(model, opt, x, y)
+            model.eval()
+            with torch.no_grad():
+                F.cross_entropy(model(x), y)
+            F.binary_cross_entropy_with_logits(model(x)[:, 0], (y > 1).float()).item()
+            print(f"val_acc {0.25:.3f}")
+        return [p.detach().clone() for p in model.parameters()], torch.rand(3)
+
+    bare = run_once()
+    out: list[Any] = []
+    watched(lambda: out.append(run_once()))
+    (params, after) = out[0]
+    assert all(torch.equal(a, b) for a, b in zip(bare[0], params))
+    assert torch.equal(bare[1], after)
+
+
+def test_a_failing_measurement_disables_the_probe_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(eval_metrics, "_class_stats", boom)
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        for _ in range(2):
+            train_step(model, opt, x, y)
+            with torch.no_grad():
+                out = F.cross_entropy(model(x), y)  # the user's call still returns its loss
+            assert out.ndim == 0
+            print("epoch 1 val_acc 0.5")
+
+    doc, scalars = watched(run)
+    assert "eval_metrics" in doc.session.failed
+    assert "stdout" not in doc.session.failed
+    assert values(scalars, "val_acc") == [(1, 0.5), (2, 0.5)]
+
+
+# ---- stdout ------------------------------------------------------------------------------------
+class Sink(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_stdout_is_unchanged_and_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = Sink()
+    monkeypatch.setattr(sys, "stdout", sink)
+    model, opt, x, y = make_task()
+    text = "epoch 0 val_acc: 0.25\r50%|##   | 1/2 [acc=0.3]\rdone\nno digits here\npartial "
+
+    def run() -> None:
+        train_step(model, opt, x, y)
+        assert sys.stdout is not sink and sys.stdout.isatty()
+        print(text, end="")
+        print("line", 2, sep="\t", flush=True)
+        sys.stdout.writelines(["a=1\n", "b"])
+
+    _, scalars = watched(run)
+    assert sys.stdout is sink
+    assert sink.getvalue() == text + "line\t2\n" + "a=1\nb"
+
+
+def test_stdout_values_count_once_per_step_and_threads_are_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        train_step(model, opt, x, y)
+        for i in range(5):  # a progress bar's refreshes
+            print(f"\rval {i}/5 acc={0.1 * i:.1f}", end="")
+        print()
+        worker = threading.Thread(target=lambda: print("val_acc 0.99"))
+        worker.start()
+        worker.join()
+        train_step(model, opt, x, y)
+        print("Val Acc: 30%")
+
+    _, scalars = watched(run)
+    assert values(scalars, "val_acc") == [(1, pytest.approx(0.4)), (2, pytest.approx(0.3))]
+
+
+def test_a_failing_reader_never_changes_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    sink = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", sink)
+
+    def boom(*args: Any, **kwargs: Any) -> dict[str, float]:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(eval_metrics, "parse_line", boom)
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        train_step(model, opt, x, y)
+        print("val_acc 0.5")
+        print("val_acc 0.6")
+
+    doc, _ = watched(run)
+    assert "stdout" in doc.session.failed
+    assert sink.getvalue() == "val_acc 0.5\nval_acc 0.6\n"
