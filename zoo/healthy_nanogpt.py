@@ -43,7 +43,7 @@ n_embd = 32
 dropout = 0.0
 bias = False
 # adamw optimizer
-learning_rate = 1e-2  # max learning rate
+learning_rate = 3e-3  # max learning rate
 max_iters = 200
 weight_decay = 1e-1
 beta1 = 0.9
@@ -53,7 +53,7 @@ grad_clip = 1.0
 decay_lr = True
 warmup_iters = 10
 lr_decay_iters = 180  # the last 20 iterations run at min_lr
-min_lr = 1e-3
+min_lr = 3e-4  # ~= learning_rate/10, as nanoGPT advises
 save = ''  # write the final model.state_dict() here (the zoo's --save)
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str))]

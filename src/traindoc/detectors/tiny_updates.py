@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Optimizer, ParamStats, Scalar
+from traindoc.events import Classification, Event, Optimizer, ParamStats, Scalar, StateLoad
 from traindoc.findings import Finding
 
 # Usual LR ranges (from-scratch training) by optimizer class, for the fix.
@@ -16,24 +18,37 @@ USUAL_LR = {
     "RAdam": "1e-4 to 3e-3", "SGD": "1e-3 to 1e-1", "Muon": "1e-3 to 2e-2 (torch.optim.Muon's default is 1e-3)",
     "RMSprop": "1e-4 to 1e-2", "Adagrad": "1e-3 to 1e-1", "Adafactor": "1e-3 to 1e-2",
 }
+_ENDS = 10  # losses (and cross-entropy values) at each end of the run compared for progress
 
 
 class TinyUpdates:
     """Per optimizer parameter group, the median relative update ||dw||/||w|| per step over the
     second half of the run is far below the healthy band (about 1e-4 to 1e-2; 1e-3 typical):
     below ``far``, or below ``floor`` while the loss improved by less than ``progress`` (small
-    updates that still make progress, as in a low-LR fine-tune, are fine). Groups with LR
-    exactly 0 and parameters that never moved belong to frozen-parameters. Judged at the end."""
+    updates that still make progress, as in a low-LR fine-tune, are fine).
+
+    Updates are judged at the LR the schedule asked for: each sampled update is scaled by the
+    group's peak LR over its LR at that step (``ParamStats.lr``, else the ``lr`` signal for
+    group 0 of optimizer 0), so updates that shrink because a cosine or linear schedule decays
+    to its floor count at the size the schedule's peak gives them. A run that did not start
+    from scratch, one that loaded optimizer state (a resume) or whose cross-entropy started
+    below ``trained`` times its chance level ln(classes) (trained weights: a resume, a
+    fine-tune), is not judged by its loss progress: its loss is flat because it converged, and
+    only ``far`` applies. Groups with LR exactly 0 and parameters that never moved belong to
+    frozen-parameters. Judged at the end."""
 
     id: ClassVar[str] = "tiny-updates"
     needs: ClassVar[frozenset[str]] = frozenset({"params", "optimizer"})
-    uses: ClassVar[frozenset[str]] = frozenset({"loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"loss", "lr", "classification", "load"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/muon_low_lr.py", 0),
         Example("ckpt/golden/tiny_lr_diff.jsonl", -1),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", None),
         Example("zoo/healthy_muon.py", None),
         Example("zoo/healthy_gpt.py", None),
+        Example("zoo/healthy_nanogpt.py", None),
+        Example("zoo/healthy_nanogpt_resume.py", None),
+        Example("zoo/healthy_linear_decay_resume.py", None),
     )
 
     @dataclass(frozen=True)
@@ -42,24 +57,45 @@ class TinyUpdates:
         far: float = 1e-5
         progress: float = 0.1  # relative loss improvement over the run
         min_steps: int = 10
+        trained: float = 0.5  # a cross-entropy starting below this share of ln(classes): trained weights
 
         def __post_init__(self) -> None:
             if not 0 < self.far <= self.floor:
                 raise ValueError(f"need 0 < far <= floor, got far={self.far}, floor={self.floor}")
+            if not 0 < self.trained < 1:
+                raise ValueError(f"trained must be in (0, 1), got {self.trained}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._opt: dict[int, Optimizer] = {}
         self._lr: dict[tuple[int, int], float] = {}
-        self._ratios: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        # per group: (step, ||dw||/||w|| per step, the group's LR at that step or None)
+        self._ratios: dict[tuple[int, int], list[tuple[int, float, float | None]]] = {}
         self._moved: set[tuple[int, int]] = set()
-        self._losses: list[float] = []
         self._span: dict[tuple[int, int], int] = {}
+        self._first: list[float] = []  # the first losses
+        self._last: deque[float] = deque(maxlen=_ENDS)  # the latest losses
+        self._losses = 0
+        self._lr_at: dict[int, float] = {}  # step -> the ``lr`` signal (optimizer 0, group 0)
+        self._ce: list[tuple[float, int]] = []  # the first cross-entropy values, with their classes
+        self._resumed = False  # optimizer state was loaded
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Scalar):
             if event.value == event.value and abs(event.value) != float("inf"):
-                self._losses.append(event.value)
+                if event.name == "lr":
+                    if len(self._lr_at) >= 64:  # only the current step's is needed
+                        self._lr_at.clear()
+                    self._lr_at[event.step] = event.value
+                else:
+                    self._add_loss(event.value)
+            return iter(())
+        if isinstance(event, Classification):
+            if len(self._ce) < _ENDS and math.isfinite(event.value) and event.classes > 1:
+                self._ce.append((event.value, event.classes))
+            return iter(())
+        if isinstance(event, StateLoad):
+            self._resumed = self._resumed or event.target == "optimizer"
             return iter(())
         if isinstance(event, Optimizer):
             self._opt[event.index] = event
@@ -72,51 +108,85 @@ class TinyUpdates:
         if event.update != event.update:
             return iter(())
         key = (event.optimizer, event.group)
+        lr = event.lr if event.lr is not None else self._lr_at.get(event.step) if key == (0, 0) else None
         # A checkpoint diff spans ``steps`` optimizer steps: its per-step share of the change.
-        self._ratios.setdefault(key, []).append((event.step, event.update / max(event.steps, 1)))
+        self._ratios.setdefault(key, []).append((event.step, event.update / max(event.steps, 1), lr))
         self._span[key] = max(self._span.get(key, 0), event.steps)
         if event.update > 0:
             self._moved.add(key)
         return iter(())
 
+    def _add_loss(self, value: float) -> None:
+        self._losses += 1
+        if len(self._first) < _ENDS:
+            self._first.append(value)
+        self._last.append(value)
+
     def _progress(self) -> float | None:
         """Relative improvement of the loss (10-step medians, start against end); None if unknown."""
-        if len(self._losses) < 20:
+        if self._losses < 2 * _ENDS:
             return None
-        first, last = median(self._losses[:10]), median(self._losses[-10:])
+        first, last = median(self._first), median(list(self._last))
         return (first - last) / abs(first) if first else None
+
+    def _started_trained(self) -> bool:
+        """Did the run start from trained weights: a resume, or a cross-entropy well below chance?"""
+        if self._resumed:
+            return True
+        if len(self._ce) < 3:
+            return False
+        chance = median([math.log(c) for _, c in self._ce])
+        return median([v for v, _ in self._ce]) < self.config.trained * chance
 
     def finish(self) -> Iterator[Finding]:
         cfg = self.config
         progress = self._progress()
-        stuck = progress is not None and progress < cfg.progress
-        low: list[tuple[tuple[int, int], float, int]] = []
+        trained = self._started_trained()
+        stuck = progress is not None and progress < cfg.progress and not trained
+        low: list[tuple[tuple[int, int], float, int, float, float | None]] = []
         for key, series in self._ratios.items():
-            steps = sorted({s for s, _ in series})
+            steps = sorted({s for s, _, _ in series})
             observed = max(len(steps), self._span.get(key, 1))
             if observed < cfg.min_steps or key not in self._moved or self._lr.get(key, 1.0) == 0:
                 continue
             half = steps[len(steps) // 2]
-            ratio = median([r for s, r in series if s >= half])
+            lrs = [lr for _, _, lr in series if lr is not None and lr > 0 and math.isfinite(lr)]
+            peak = max(lrs) if lrs else None
+            # At the peak LR: an update shrinks with the LR its schedule asks for.
+            scaled = [r * (peak / lr if peak and lr else 1.0) for s, r, lr in series
+                      if s >= half and lr != 0]
+            if not scaled:
+                continue
+            ratio = median(scaled)
             if ratio < cfg.far or (ratio < cfg.floor and stuck):
-                low.append((key, ratio, steps[0]))
+                late = [lr for s, _, lr in series if s >= half and lr]
+                low.append((key, ratio, steps[0], peak or math.nan, min(late) if late else None))
         if not low:
             return
         parts, fixes = [], []
-        for (oi, gi), ratio, _ in low:
+        for (oi, gi), ratio, _, peak, lowest in low:
             opt = self._opt.get(oi)
             cls = opt.cls if opt else "optimizer"
-            lr = self._lr.get((oi, gi), float("nan"))
-            parts.append(f"{cls} group {gi} (lr {fmt(lr)}): median ||dw||/||w|| {fmt(ratio)} per step")
+            lr = peak if math.isfinite(peak) else self._lr.get((oi, gi), float("nan"))
+            decayed = (f" (updates at the lower LRs of its schedule, down to {fmt(lowest)}, scaled up to it)"
+                       if lowest is not None and lowest < 0.9 * lr else "")
+            parts.append(f"{cls} group {gi} (lr {fmt(lr)} at its peak): median ||dw||/||w|| {fmt(ratio)} "
+                         f"per step at that LR{decayed}")
             fixes.append(f"{cls}: usual LR {USUAL_LR.get(cls, 'see its documentation')}, you have {fmt(lr)}")
+        why = ""
+        if progress is not None:
+            why = (f"; the loss improved by only {progress:.1%}" if stuck else
+                   f"; the loss improved by {progress:.1%}" + (" from trained weights" if trained else ""))
         yield finding(
-            self.id, step=min(s for _, _, s in low),
+            self.id, step=min(s for _, _, s, _, _ in low),
             message=(
                 "; ".join(parts) + " over the second half of the run (healthy band about 1e-4 to "
-                "1e-2)" + (f"; the loss improved by only {progress:.1%}" if progress is not None else "") + "."
+                "1e-2)" + why + "."
             ),
             fix="Raise the LR into the usual range and check the schedule's values: " + "; ".join(fixes) + ".",
-            evidence={"groups": [f"optimizer {o} group {g}" for (o, g), _, _ in low],
-                      "median_update_ratio": [r for _, r, _ in low], "floor": cfg.floor, "far": cfg.far,
-                      "loss_improvement": progress},
+            evidence={"groups": [f"optimizer {o} group {g}" for (o, g), _, _, _, _ in low],
+                      "median_update_ratio": [r for _, r, _, _, _ in low],
+                      "peak_lr": [p if math.isfinite(p) else None for _, _, _, p, _ in low],
+                      "floor": cfg.floor, "far": cfg.far, "loss_improvement": progress,
+                      "started_trained": trained},
         )

@@ -31,11 +31,11 @@ class ValAtChance:
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/val_at_chance.jsonl", 2),
         Example("fixtures/logs/golden/val_at_chance_percent.jsonl", 2),
-        Example("live/golden/val_at_chance_printed.jsonl", 96),
-        Example("live/golden/val_at_chance_derived.jsonl", 96),
+        Example("live_eval_metrics/golden/val_at_chance_printed.jsonl", 96),
+        Example("live_eval_metrics/golden/val_at_chance_derived.jsonl", 96),
         Example("zoo/val_at_chance_label_order.py", 96),
         Example("fixtures/logs/golden/healthy_val_acc.jsonl", None),
-        Example("live/golden/healthy_label_order.jsonl", None),
+        Example("live_eval_metrics/golden/healthy_label_order.jsonl", None),
         Example("zoo/healthy_label_order.py", None),
     )
 

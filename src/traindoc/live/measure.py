@@ -5,6 +5,7 @@ reads them back in one batched transfer per sampled step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -99,7 +100,8 @@ def is_adam_family(optimizer: Any, p: torch.Tensor) -> bool:
 
 
 def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
-    """The floating tensors of a module output (a tensor, tuple, list, dict or ModelOutput)."""
+    """The floating tensors of a module output (a tensor, tuple, list, dict, HF ModelOutput or
+    dataclass), breadth first."""
     out: list[torch.Tensor] = []
     stack = [value]
     while stack and len(out) < limit:
@@ -111,6 +113,8 @@ def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
             stack.extend(v[:limit])
         elif isinstance(v, dict):
             stack.extend(list(v.values())[:limit])
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            stack.extend(getattr(v, f.name) for f in dataclasses.fields(v)[:limit])
     return out
 
 

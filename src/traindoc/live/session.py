@@ -84,6 +84,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "data": ("data_wait",),
     "routers": ("expert_gini", "expert_entropy"),
     "loss_terms": ("loss_terms",),
+    "masking": ("activations",),
     "decode": tuple(SIGNALS),  # reading measurements back: every measured signal
 }
 
@@ -141,7 +142,10 @@ class Session:
         self.grad_sq: dict[int, float] = {}  # step -> sum of squared gradient norms measured
         self.failed: dict[str, str] = {}
         self._failed_at: dict[str, int] = {}
-        self.on_sampling_change: Callable[[bool], None] | None = None
+        # Called with True when sampled steps begin and False when they end (forward hooks and
+        # other sampled-only instruments go on and off), when the level measures activations.
+        self.sampling_listeners: list[Callable[[bool], None]] = []
+        self.in_model_forward = False  # a model's forward is running (set by the core probe)
         # Loss tensors scaled by an AMP GradScaler (id -> scale tensor), set by the AMP probe,
         # so the loss signal is the user's loss, not loss * scale.
         self.loss_scales: dict[int, torch.Tensor] = {}
@@ -362,9 +366,9 @@ class Session:
 
     def _sample_next(self) -> None:
         self.next_sampled = self.level.sampled(self.step + 1)
-        if (self.on_sampling_change is not None and self.level.activations
-                and self.next_sampled != self.sampled):  # forward hooks go on or off
-            self.on_sampling_change(self.next_sampled)
+        if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
+            for listener in self.sampling_listeners:
+                listener(self.next_sampled)
 
     def on_step_skipped(self, opt: Any) -> None:
         """``opt.step()`` did not run: an AMP GradScaler found Inf/NaN gradients and skipped it.

@@ -63,7 +63,6 @@ class AmpProbes:
         # autocast coverage (sampled steps)
         self._scaled: set[int] = set()  # steps in which a GradScaler scaled a loss
         self._fwd: list[Any] = []
-        self._prev_change: Any = None
         self._rows: list[tuple[int, str, int, bool, str, str]] = []
         self._seen: dict[int, set[str]] = {}
         self._main = threading.main_thread().ident
@@ -88,8 +87,7 @@ class AmpProbes:
             for owner in (clip, torch.nn.utils):
                 self._patcher.replace(owner, fn, wrapped)
         s = self.s
-        self._prev_change = s.on_sampling_change
-        s.on_sampling_change = self._on_sampling_change
+        s.sampling_listeners.append(self._on_sampling_change)
         s.round_listeners.append(self._on_round)
         if s.level.activations and s.sampled:
             self._set_forward_hooks(True)
@@ -100,8 +98,8 @@ class AmpProbes:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        if s.on_sampling_change == self._on_sampling_change:
-            s.on_sampling_change = self._prev_change
+        if self._on_sampling_change in s.sampling_listeners:
+            s.sampling_listeners.remove(self._on_sampling_change)
         if self._on_round in s.round_listeners:
             s.round_listeners.remove(self._on_round)
         self._guard(self._emit_autocast, 1 << 62)  # the last sampled step's check
@@ -307,8 +305,6 @@ class AmpProbes:
 
     # ---- autocast coverage (forward hooks on sampled steps) ---------------------------------------
     def _on_sampling_change(self, on: bool) -> None:
-        if self._prev_change is not None:
-            self._prev_change(on)
         if on != bool(self._fwd):  # every step: only a change costs anything
             self._guard(self._set_forward_hooks, on)
 

@@ -64,7 +64,7 @@ class CoreProbes:
             self._patch(torch.nn.Module, method, self._wrap_cast)
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
-        s.on_sampling_change = self.set_forward_hooks
+        s.sampling_listeners.append(self.set_forward_hooks)
         # Our global forward hooks make torch warn on every call of a torch.compile'd module;
         # the warning is about us, not the user's code, so it must not reach their output.
         warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
@@ -81,7 +81,8 @@ class CoreProbes:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self.s.on_sampling_change = None
+        if self.set_forward_hooks in self.s.sampling_listeners:
+            self.s.sampling_listeners.remove(self.set_forward_hooks)
 
     # ---- wrappers ------------------------------------------------------------------------------
     def _wrap_optimizer_init(self, orig: Any) -> Any:
@@ -214,6 +215,7 @@ class CoreProbes:
             from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
             self._depth = 0
+            self.s.in_model_forward = False
             self._forward = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
         elif not on and self._forward:
             for h in self._forward:
@@ -223,9 +225,11 @@ class CoreProbes:
     def _pre(self, module: Any, args: Any) -> None:
         if _is_compiling():
             return
-        if torch.is_grad_enabled():
-            if self._depth == 0 and next(module.parameters(), None) is not None:
+        if self._depth == 0 and next(module.parameters(), None) is not None:
+            self.s.in_model_forward = True  # until this module returns
+            if torch.is_grad_enabled():
                 self._guard("forward", self.s.adopt_model, module)  # names before inner modules run
+        if torch.is_grad_enabled():
             with torch.no_grad():
                 self._guard("forward", self.s.on_module_input, module, args)
         self._depth += 1
@@ -234,6 +238,8 @@ class CoreProbes:
         if _is_compiling():
             return
         self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self.s.in_model_forward = False
         if not torch.is_grad_enabled():
             return
         with torch.no_grad():

@@ -403,6 +403,7 @@ class _Printed:
         self._size = 0
         self._held: dict[str, float] = {}
         self._held_step = 0
+        self._busy = False
 
     def install(self) -> None:
         if sys.stdout is None:
@@ -423,6 +424,15 @@ class _Printed:
 
     def mine(self) -> bool:
         return threading.get_ident() == self._thread and os.getpid() == self._pid
+
+    def read(self, text: str) -> None:
+        if self._busy:  # something we called printed: not the script's line
+            return
+        self._busy = True
+        try:
+            self.probe._guard("stdout", self.feed, text)
+        finally:
+            self._busy = False
 
     def feed(self, text: str) -> None:
         if "\n" not in text and "\r" not in text:
@@ -471,7 +481,7 @@ class _Tee:
         out = self._stream.write(text)
         printed = self._printed
         if printed.active and type(text) is str and printed.mine():
-            printed.probe._guard("stdout", printed.feed, text)
+            printed.read(text)
         return out
 
     def writelines(self, lines: Any) -> Any:
@@ -479,7 +489,7 @@ class _Tee:
         out = self._stream.writelines(lines)
         printed = self._printed
         if printed.active and printed.mine() and all(type(x) is str for x in lines):
-            printed.probe._guard("stdout", printed.feed, "".join(lines))
+            printed.read("".join(lines))
         return out
 
     def flush(self) -> Any:

@@ -1,0 +1,112 @@
+"""Non-finite values replaced before the loss (``masked-nonfinite`` on per-sample values).
+
+A loss that goes NaN/Inf on some samples (``torch.log`` of a rate head without softplus, a
+division by a zero count) is often "fixed" by replacing those values before the mean:
+``torch.nan_to_num(per_sample)``, ``torch.where(torch.isfinite(x), x, 0)``,
+``x.masked_fill(~torch.isfinite(x), 0)``. The step then trains on the remaining samples and the
+NaN never shows in the loss. On sampled steps, while training (grad enabled) and outside any
+model's forward pass (a model may handle NaN on purpose, e.g. fully masked attention rows),
+these calls are looked at: when a value they replace or choose from is non-finite and requires
+grad, the step gets an ``Activation(nan=True, is_output=True)`` named after the call and its
+line, which ``masked-nonfinite`` weighs against the finite value handed to backward().
+
+The wrappers are installed only for sampled steps (then removed), so other steps pay nothing.
+They read a flag on the device (no sync) and take the caller's file and line from one frame.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Any, Callable, Iterable
+
+import torch
+
+from traindoc.events import Activation, Event
+from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.session import Session
+
+
+class MaskingProbe:
+    name = "masking"
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self._guard = patcher.guard
+        self._originals: list[tuple[Any, str, Any]] = []
+        self._targets: list[tuple[Any, str, Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]]] = [
+            (torch, "nan_to_num", _first),
+            (torch.Tensor, "nan_to_num", _first),
+            (torch, "where", _where_values),
+            (torch.Tensor, "masked_fill", _first),
+        ]
+
+    def install(self) -> None:
+        self.s.sampling_listeners.append(self._toggle)
+        if self.s.level.activations and self.s.sampled:
+            self._toggle(True)
+
+    def uninstall(self) -> None:
+        if self._toggle in self.s.sampling_listeners:
+            self.s.sampling_listeners.remove(self._toggle)
+        self._toggle(False)
+
+    def _toggle(self, on: bool) -> None:
+        if on and not self._originals:
+            for owner, name, values in self._targets:
+                orig = getattr(owner, name)
+                self._originals.append((owner, name, orig))
+                setattr(owner, name, self._wrap(orig, name, values))
+        elif not on and self._originals:
+            for owner, name, orig in reversed(self._originals):
+                setattr(owner, name, orig)
+            self._originals = []
+
+    def _wrap(self, orig: Any, name: str, values: Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = orig(*args, **kwargs)
+            s = probe.s
+            if not s.in_model_forward and torch.is_grad_enabled() and not is_compiling():
+                frame = sys._getframe(1)
+                site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                probe._guard(probe.name, probe._check, name, site, values(args, kwargs))
+            return out
+
+        return wrapper
+
+    def _check(self, name: str, site: str, tensors: list[Any]) -> None:
+        picked = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad
+                  and (t.is_floating_point() or t.is_complex())]
+        if not picked:
+            return
+        with torch.no_grad():
+            flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in picked]).any()
+        step = self.s.current_step
+        where = _relative(site)
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            if vals[0]:
+                yield Activation(step=step, module=f"{name} at {where}", type="replaced before the loss",
+                                 nan=True, is_output=True)
+
+        self.s.defer(flag.reshape(1), decode)
+
+
+def _first(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    return [args[0] if args else kwargs.get("input", kwargs.get("self"))]
+
+
+def _where_values(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """torch.where(cond, x, y): the two value tensors (the one-argument form picks nothing)."""
+    return list(args[1:3]) if len(args) >= 3 else [kwargs.get("input"), kwargs.get("other")]
+
+
+def _relative(site: str) -> str:
+    import os
+
+    fn, _, line = site.rpartition(":")
+    rel = os.path.relpath(fn) if fn and not fn.startswith("<") else fn
+    return f"{fn if rel.startswith('..') else rel}:{line}"
