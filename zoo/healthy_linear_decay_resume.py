@@ -6,7 +6,7 @@ dataclass, AdamW with decay / no-decay groups (no weight decay on biases and Lay
 gains), a linear warmup then a linear decay of the LR to zero over `max_steps`
 (`get_linear_schedule_with_warmup` as a LambdaLR), and checkpoint folders
 `checkpoint-<step>/` holding the model, optimizer, scheduler, RNG state and
-`trainer_state.json`. The job was preempted: its first launch (a separate process, as an
+`trainer_state.json`, each file written atomically. The job was preempted: its first launch (a separate process, as an
 earlier job would be) stopped at step 170 of 200. This launch runs
 `trainer.train(resume_from_checkpoint=True)` with the same arguments and finishes the last 30
 steps, where the LR goes from 15% of its peak to zero: the updates shrink because the
@@ -38,7 +38,7 @@ class TrainingArguments:
     weight_decay: float = 0.01
     warmup_steps: int = 10
     max_steps: int = 200
-    per_device_train_batch_size: int = 32
+    per_device_train_batch_size: int = 128
     save_steps: int = 50
     logging_steps: int = 25
     seed: int = 42
@@ -47,14 +47,14 @@ class TrainingArguments:
     save: str = ""  # write the final model.state_dict() here (the zoo's --save)
 
     @classmethod
-    def from_argv(cls, argv: list[str]) -> "TrainingArguments":
-        kinds = {f.name: f.type for f in fields(cls)}
+    def from_argv(cls, argv: list[str]) -> TrainingArguments:
+        """``--name=value`` or ``--name value`` for each field, as HfArgumentParser takes them."""
+        parse = {"str": str, "int": int, "float": float, "bool": lambda v: v == "True"}
+        kinds = {f.name: parse[str(f.type)] for f in fields(cls)}
         values: dict[str, object] = {}
         while argv:
-            key, _, value = argv.pop(0)[2:].partition("=")
-            value = value if _ else argv.pop(0)
-            kind = kinds[key.replace("-", "_")]
-            values[key.replace("-", "_")] = value == "True" if kind == "bool" else eval(kind)(value)
+            key, eq, value = argv.pop(0)[2:].partition("=")
+            values[key.replace("-", "_")] = kinds[key.replace("-", "_")](value if eq else argv.pop(0))
         return cls(**values)  # type: ignore[arg-type]
 
 
@@ -62,13 +62,14 @@ class BagOfEmbeddings(nn.Module):
     def __init__(self, vocab_size: int = 64, dim: int = 32, num_labels: int = 4) -> None:
         super().__init__()
         self.embeddings = nn.EmbeddingBag(vocab_size, dim, mode="mean")
-        self.layer_norm = nn.LayerNorm(dim)
-        self.dense = nn.Linear(dim, dim)
-        self.classifier = nn.Linear(dim, num_labels)
+        self.layer_norm = nn.LayerNorm(dim, bias=False)
+        self.dense = nn.Linear(dim, dim, bias=False)
+        self.out_norm = nn.LayerNorm(dim, bias=False)
+        self.classifier = nn.Linear(dim, num_labels, bias=False)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.layer_norm(self.embeddings(input_ids))
-        logits = self.classifier(F.gelu(self.dense(h)))
+        logits = self.classifier(self.out_norm(h + F.gelu(self.dense(h))))
         return F.cross_entropy(logits, labels), logits
 
 
@@ -79,7 +80,7 @@ def make_dataset(n: int, seq_len: int = 12, vocab_size: int = 64, num_labels: in
     labels = torch.randint(num_labels, (n,), generator=g)
     ids = torch.randint(num_labels * 4, vocab_size, (n, seq_len), generator=g)  # filler tokens
     keywords = labels[:, None] * 4 + torch.randint(4, (n, 4), generator=g)  # 4 keywords per class
-    ids[:, :4] = torch.where(torch.rand(n, 4, generator=g) < 0.8, keywords, ids[:, :4])
+    ids[:, :4] = torch.where(torch.rand(n, 4, generator=g) < 0.5, keywords, ids[:, :4])
     return ids, labels
 
 
@@ -95,7 +96,7 @@ def get_linear_schedule_with_warmup(optimizer: torch.optim.Optimizer, warmup: in
 class Trainer:
     def __init__(self, model: nn.Module, args: TrainingArguments, train_dataset: tuple[torch.Tensor, torch.Tensor]) -> None:
         self.model, self.args, self.train_dataset = model, args, train_dataset
-        no_decay = ("bias", "layer_norm.weight")
+        no_decay = ("bias", "norm.weight")
         named = list(model.named_parameters())
         groups = [
             {"params": [p for n, p in named if not n.endswith(no_decay)], "weight_decay": args.weight_decay},
@@ -133,11 +134,11 @@ class Trainer:
 
     def _save_checkpoint(self) -> None:
         folder = os.path.join(self.args.output_dir, f"checkpoint-{self.global_step}")
-        os.makedirs(folder, exist_ok=True)  # a new folder per checkpoint: nothing is overwritten
-        torch.save(self.model.state_dict(), os.path.join(folder, "model.pt"))
-        torch.save(self.optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
-        torch.save(self.lr_scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
-        torch.save({"generator": self.generator.get_state()}, os.path.join(folder, "rng_state.pth"))
+        os.makedirs(folder, exist_ok=True)
+        _save(self.model.state_dict(), os.path.join(folder, "model.pt"))
+        _save(self.optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
+        _save(self.lr_scheduler.state_dict(), os.path.join(folder, "scheduler.pt"))
+        _save({"generator": self.generator.get_state()}, os.path.join(folder, "rng_state.pth"))
         with open(os.path.join(folder, "trainer_state.json"), "w") as f:
             json.dump({"global_step": self.global_step}, f)
 
@@ -149,6 +150,11 @@ class Trainer:
         with open(os.path.join(folder, "trainer_state.json")) as f:
             self.global_step = json.load(f)["global_step"]
         print(f"resumed from {folder} at step {self.global_step}")
+
+
+def _save(obj: object, path: str) -> None:
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)  # a preemption mid-write never leaves a torn file
 
 
 def main() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, Sequence
+from typing import Any, Generic, Protocol, Sequence, TypeVar
+
+T = TypeVar("T")
 
 
 def finite(xs: Sequence[float]) -> list[float]:
@@ -66,6 +68,31 @@ class Thinned:
         part = xs[(len(xs) - self.count) % self.stride::self.stride]  # positions: multiples of stride
         tolist = getattr(part, "tolist", None)  # a numpy array: Python floats
         self.values.extend(tolist() if tolist is not None else part)
+
+    def append(self, x: float) -> None:
+        """``extend([x])``, without the slicing: for a detector fed one value per event."""
+        self.count += 1
+        while -(-self.count // self.stride) > self.cap:
+            self.values, self.stride = self.values[::2], 2 * self.stride
+        if (self.count - 1) % self.stride == 0:  # x sits at position count - 1
+            self.values.append(x)
+
+
+class Head(Generic[T]):
+    """The first ``keep`` items of a sequence and how many there were: a bounded stand-in for a
+    list of which a message quotes the length and the first few items (steps, events)."""
+
+    def __init__(self, keep: int = 20) -> None:
+        self.keep, self.count = keep, 0
+        self.items: list[T] = []
+
+    def append(self, x: T) -> None:
+        self.count += 1
+        if len(self.items) < self.keep:
+            self.items.append(x)
+
+    def __len__(self) -> int:
+        return self.count
 
 
 class Ema:

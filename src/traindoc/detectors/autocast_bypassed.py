@@ -77,7 +77,10 @@ class AutocastBypassed:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._bad: list[AutocastCheck] = []
+        # Steps at or above the share: the first, the latest, how many.
+        self._first: AutocastCheck | None = None
+        self._last: AutocastCheck | None = None
+        self._bad = 0
         self._checked = 0
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -86,17 +89,19 @@ class AutocastBypassed:
             return
         self._checked += 1
         if event.fp32_numel / event.numel >= self.config.min_share:
-            if len(self._bad) < 100:
-                self._bad.append(event)
-            if len(self._bad) == self.config.confirm:
+            self._first = self._first or event
+            self._last = event
+            self._bad += 1
+            if self._bad == self.config.confirm:
                 yield self._finding()
 
     def finish(self) -> Iterator[Finding]:
-        if len(self._bad) >= self.config.confirm:
+        if self._bad >= self.config.confirm:
             yield self._finding()
 
     def _finding(self) -> Finding:
-        first, last = self._bad[0], self._bad[-1]
+        first, last = self._first, self._last
+        assert first is not None and last is not None
         share = last.fp32_numel / last.numel
         reason = last.reason if last.reason in _CAUSE else "outside"
         if last.autocast:
@@ -112,7 +117,7 @@ class AutocastBypassed:
                 f"In this mixed-precision run ({context}), {len(last.fp32)} of {last.modules} "
                 f"matmul-heavy modules ran in float32{where}, {share:.0%} of their parameters "
                 f"({last.fp32_numel:,} of {last.numel:,}; threshold {self.config.min_share:.0%}), on "
-                f"{len(self._bad)} of {self._checked} sampled steps from step {first.step}: "
+                f"{self._bad} of {self._checked} sampled steps from step {first.step}: "
                 f"{names(list(last.fp32))}."
             ),
             cause=_CAUSE[reason] + " Nothing fails: those layers just run at float32 speed and memory.",
@@ -121,7 +126,7 @@ class AutocastBypassed:
                 "fp32_modules": list(last.fp32[:30]), "fp32_params": last.fp32_numel,
                 "matmul_params": last.numel, "share": share, "threshold": self.config.min_share,
                 "modules": last.modules, "autocast": list(last.autocast), "grad_scaler": last.scaler,
-                "reason": reason, "device": last.device, "steps": len(self._bad),
+                "reason": reason, "device": last.device, "steps": self._bad,
                 "sampled_steps": self._checked,
             },
             where=list(last.fp32[:10]),

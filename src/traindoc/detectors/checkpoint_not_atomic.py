@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding
+from traindoc.detectors._maths import Head
 from traindoc.events import Event, SaveFile
 from traindoc.findings import Finding
 
@@ -32,8 +33,9 @@ class CheckpointNotAtomic:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._direct: dict[str, SaveFile] = {}  # saved, not (yet) moved into place
-        self._steps: dict[str, list[int]] = {}  # in-place saves per path
-        self._first: SaveFile | None = None
+        self._first: SaveFile | None = None  # the first save over its previous one
+        self._steps: Head[int] = Head(50)  # the saves at its path: how many, the first 50 steps
+        self._others: set[str] = set()  # other paths saved over in place
         self._overwrote_existing = False
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -45,40 +47,45 @@ class CheckpointNotAtomic:
         self._direct[event.path] = event
         if previous is None or not event.existed:
             return  # a new file, or the previous one was moved away (a rename traindoc did not see)
-        steps = self._steps.setdefault(event.path, [previous.step])
-        steps.append(event.step)
         if self._first is None:
             self._first = event
+            self._steps.append(previous.step)
+            self._steps.append(event.step)
             yield self._finding()
+        elif event.path == self._first.path:
+            self._steps.append(event.step)
+        else:
+            self._others.add(event.path)
 
     def finish(self) -> Iterator[Finding]:
         if self._first is None:
             stale = [e for e in self._direct.values() if e.existed and e.training]
             if stale:
                 self._first, self._overwrote_existing = stale[0], True
-                self._steps[stale[0].path] = [stale[0].step]
+                self._steps.append(stale[0].step)
         if self._first is not None:
             yield self._finding()
 
     def _finding(self) -> Finding:
         first = self._first
         assert first is not None
-        steps = self._steps.get(first.path, [first.step])
+        steps = self._steps.items or [first.step]
+        saves = self._steps.count or 1
         at = f" at {first.where}" if first.where else ""
         kind = "training checkpoint" if first.training else "checkpoint"
         if self._overwrote_existing:
             what = (f"torch.save{at} wrote the {kind} {first.path} over the file already there (step "
                     f"{first.step}) and never renamed it into place")
         else:
-            what = (f"torch.save{at} wrote the {kind} {first.path} in place {len(steps)} times (steps "
-                    f"{', '.join(map(str, steps[:8]))}{' ...' if len(steps) > 8 else ''}), each over the previous one, "
+            what = (f"torch.save{at} wrote the {kind} {first.path} in place {saves} times (steps "
+                    f"{', '.join(map(str, steps[:8]))}{' ...' if saves > 8 else ''}), each over the previous one, "
                     "with no rename of a finished file into place")
-        others = sorted(p for p in self._steps if p != first.path)
+        others = sorted(self._others)
         also = f"; also {len(others)} other path(s) such as {others[0]}" if others else ""
         return finding(
             self.id, step=first.step,
             message=what + also + ".",
-            evidence={"path": first.path, "saves_in_place": len(steps), "steps": steps[:50],
+            evidence={"path": first.path, "saves_in_place": saves, "steps": list(steps),
                       "training_checkpoint": first.training, "where": first.where,
                       "overwrote_existing_file": self._overwrote_existing, "other_paths": others[:10]},
             where=[w for w in (first.where, first.path) if w],

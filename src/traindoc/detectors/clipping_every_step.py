@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.detectors._maths import median
+from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Clip, Event
 from traindoc.findings import Finding
 
@@ -14,7 +14,8 @@ from traindoc.findings import Finding
 class ClippingEveryStep:
     """Over at least ``min_calls`` calls, clip_grad_norm_ clipped on ``rate`` of them and the
     median norm was ``factor`` times max_norm or more: the update is the gradient's direction
-    times a constant, so the LR schedule no longer sets the step size."""
+    times a constant, so the LR schedule no longer sets the step size. Past 1,024 calls the
+    median is that of an even sample of them (the state stays bounded)."""
 
     id: ClassVar[str] = "clipping-every-step"
     needs: ClassVar[frozenset[str]] = frozenset({"clip"})
@@ -37,7 +38,7 @@ class ClippingEveryStep:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._ratios: list[float] = []
+        self._ratios = Thinned()  # norm / max_norm, a bounded sample spread over the run
         self._first: int | None = None
         self._max_norm = 0.0
         self._where = ""
@@ -57,7 +58,7 @@ class ClippingEveryStep:
         self._clipped += ratio > 1.0
         # Judged at min_calls, then each time the count doubles (and at the end): a median
         # over every call on every call would be quadratic on a million-step log.
-        if not self._fired and len(self._ratios) >= self._next_check:
+        if not self._fired and self._ratios.count >= self._next_check:
             self._next_check *= 2
             if self._bad():
                 self._fired = True
@@ -69,15 +70,15 @@ class ClippingEveryStep:
 
     def _bad(self) -> bool:
         cfg = self.config
-        n = len(self._ratios)
+        n = self._ratios.count
         if n < cfg.min_calls or self._clipped < cfg.rate * n:
             return False
-        return median(self._ratios) >= cfg.factor
+        return median(self._ratios.values) >= cfg.factor
 
     def _finding(self) -> Finding:
-        n = len(self._ratios)
+        n = self._ratios.count
         rate = self._clipped / n
-        med = median(self._ratios)
+        med = median(self._ratios.values)  # exact up to 1024 calls, then over an even sample
         return finding(
             self.id, step=self._first,
             message=(

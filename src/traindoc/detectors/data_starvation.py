@@ -7,19 +7,25 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._maths import Thinned
 from traindoc.events import Event, LoaderWait
 from traindoc.findings import Finding
 
 
-def _weighted_median(pairs: list[tuple[float, int]]) -> float:
-    pairs = sorted(pairs)
+def _weighted_median(values: Thinned, weights: Thinned) -> float:
+    """The median of ``values`` with each counted ``weights`` times (two Thinned samples fed in
+    step, so that they keep the same positions)."""
+    pairs = sorted(zip(values.values, weights.values))
     half = sum(w for _, w in pairs) / 2
-    acc = 0
+    acc = 0.0
     for value, weight in pairs:
         acc += weight
         if acc >= half:
             return value
     return pairs[-1][0]
+
+
+_CAP = 512  # events kept (each covers the steps since the previous one): exact below this
 
 
 class DataStarvation:
@@ -28,7 +34,8 @@ class DataStarvation:
     median step time and at least ``min_wait_s``: the loop, and the accelerator, wait for data.
     When the model trains on the CPU the bar is ``cpu_share``: there loading and compute share
     the same cores, and with a small model collating an in-memory batch alone is a third of a
-    step (the toy runs of the zoo), which more workers would not make a starvation fix."""
+    step (the toy runs of the zoo), which more workers would not make a starvation fix. Past 512
+    measurements the medians are those of an even sample of them."""
 
     id: ClassVar[str] = "data-starvation"
     needs: ClassVar[frozenset[str]] = frozenset({"data_wait"})
@@ -55,8 +62,9 @@ class DataStarvation:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._waits: list[tuple[float, int]] = []
-        self._walls: list[tuple[float, int]] = []
+        # Per event: the wait and the step time (medians over ``steps`` steps), and that weight;
+        # bounded samples (the same events in each) however long the run.
+        self._waits, self._walls, self._weights = Thinned(_CAP), Thinned(_CAP), Thinned(_CAP)
         self._steps = 0
         self._last: LoaderWait | None = None
         self._fired_at: int | None = None
@@ -64,8 +72,9 @@ class DataStarvation:
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, LoaderWait)
         e = event
-        self._waits.append((e.wait_s, e.steps))
-        self._walls.append((e.step_s, e.steps))
+        self._waits.append(e.wait_s)
+        self._walls.append(e.step_s)
+        self._weights.append(e.steps)
         self._steps += e.steps
         self._last = e
         if self._fired_at is None and self._starved():
@@ -84,13 +93,13 @@ class DataStarvation:
         cfg = self.config
         if self._steps < cfg.min_steps:
             return False
-        wait, wall = _weighted_median(self._waits), _weighted_median(self._walls)
+        wait, wall = _weighted_median(self._waits, self._weights), _weighted_median(self._walls, self._weights)
         return wall > 0 and wait >= cfg.min_wait_s and wait / wall >= self._threshold()
 
     def _finding(self) -> Finding:
         e = self._last
         assert e is not None
-        wait, wall = _weighted_median(self._waits), _weighted_median(self._walls)
+        wait, wall = _weighted_median(self._waits, self._weights), _weighted_median(self._walls, self._weights)
         share = wait / wall if wall > 0 else 0.0
         compute = max(wall - wait, 0.0)
         cpus = os.cpu_count() or 4

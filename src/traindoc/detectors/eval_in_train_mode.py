@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, names
+from traindoc.detectors._maths import Head
 from traindoc.events import Event, EvalPass
 from traindoc.findings import Finding
 
@@ -32,7 +33,7 @@ class EvalInTrainMode:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._bad: list[EvalPass] = []
+        self._bad: Head[EvalPass] = Head(20)  # evaluations in train mode: how many, the first 20
         self._phases = 0
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -41,15 +42,15 @@ class EvalInTrainMode:
         if not event.train_modules:
             return
         self._bad.append(event)
-        if len(self._bad) == 1:
+        if self._bad.count == 1:
             yield self._finding()
 
     def finish(self) -> Iterator[Finding]:
-        if self._bad:
+        if self._bad.count:
             yield self._finding()
 
     def _finding(self) -> Finding:
-        e = self._bad[0]
+        e = self._bad.items[0]
         mods = list(e.train_modules)
         bn = any("Norm" in m for m in mods)
         drop = any("Drop" in m or "Stochastic" in m for m in mods)
@@ -65,7 +66,7 @@ class EvalInTrainMode:
             message=(
                 f"evaluation after step {e.step} ran {e.model} under no_grad with {len(mods)} of "
                 f"{e.mode_modules} mode-dependent modules in train mode{at}: {names(mods)}; "
-                f"{len(self._bad)} of {self._phases} evaluations so far. "
+                f"{self._bad.count} of {self._phases} evaluations so far. "
                 + ("; ".join(effects) + "." if effects else "")
             ),
             cause=(
@@ -83,7 +84,7 @@ class EvalInTrainMode:
             ),
             evidence={"model": e.model, "role": e.role, "train_mode_modules": mods[:50],
                       "mode_dependent_modules": e.mode_modules, "evaluations": self._phases,
-                      "evaluations_in_train_mode": len(self._bad),
-                      "steps": [b.step for b in self._bad[:20]]},
+                      "evaluations_in_train_mode": self._bad.count,
+                      "steps": [b.step for b in self._bad.items]},
             where=[e.where] if e.where else [],
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt, names
-from traindoc.detectors._maths import median
+from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, LossTerm
 from traindoc.findings import Finding
 
@@ -48,8 +48,10 @@ class LossTermImbalance:
         self.config = config or self.Config()
         self._step: int | None = None
         self._rows: list[LossTerm] = []
-        self._streak: list[tuple[int, str, list[LossTerm]]] = []  # (step, dominant, its rows)
-        self._fired: list[tuple[int, str, list[LossTerm]]] | None = None
+        # Until it fires: the current streak, (step, dominant, its rows), at most ``confirm``
+        # long; then the fired streak goes on in a bounded summary.
+        self._streak: list[tuple[int, str, list[LossTerm]]] = []
+        self._fired: _Streak | None = None
         self._measured = 0
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -85,22 +87,24 @@ class LossTermImbalance:
         if share < self.config.share or not blamed:
             self._streak = []
             return
+        if self._fired is not None:  # the streak that fired goes on (after a break too)
+            if self._fired.name == dominant.name:
+                self._fired.add(rows[0].step, rows)
+            return
         if self._streak and self._streak[-1][1] != dominant.name:
             self._streak = []
         self._streak.append((rows[0].step, dominant.name, rows))
-        if self._fired is None and len(self._streak) >= self.config.confirm:
-            self._fired = list(self._streak)
+        if len(self._streak) >= self.config.confirm:
+            self._fired = _Streak(self._streak)
+            self._streak = []
             yield self._finding(self._fired)
-        elif self._fired is not None and self._fired[-1][1] == dominant.name:
-            self._fired.append((rows[0].step, dominant.name, rows))
 
-    def _finding(self, streak: list[tuple[int, str, list[LossTerm]]]) -> Finding:
+    def _finding(self, streak: _Streak) -> Finding:
         cfg = self.config
-        first, name, _ = streak[0]
-        last_rows = streak[-1][2]
+        first, name = streak.steps[0], streak.name
+        last_rows = streak.rows
         term_names = [r.name for r in last_rows]
-        shares = {n: median([_shares(rows)[n] for _, _, rows in streak if n in _shares(rows)])
-                  for n in term_names}
+        shares = {n: median(streak.shares[n].values if n in streak.shares else []) for n in term_names}
         unit = _unit_shares(last_rows)
         weights = {r.name: r.weight for r in last_rows}
         dom = next(r for r in last_rows if r.name == name)
@@ -134,17 +138,38 @@ class LossTermImbalance:
             message=(
                 f"{name} (weight {fmt(dom.weight)}) supplies {shares[name]:.1%} of the loss terms' "
                 f"gradient norm on the {shared} parameter tensor{'s' if shared != 1 else ''} they share (median over "
-                f"{len(streak)} measured steps from step {first}; threshold {cfg.share:.0%}); "
+                f"{streak.count} measured steps from step {first}; threshold {cfg.share:.0%}); "
                 f"{parts}.{at_unit}"
             ),
             cause=cause, fix=fix,
             evidence={"dominant": name, "shares": shares, "weights": weights,
                       "shares_at_unit_weights": unit,
                       "grad_norms": {r.name: r.grad or 0.0 for r in last_rows},
-                      "threshold": cfg.share, "measured_steps": [s for s, _, _ in streak][:20],
+                      "threshold": cfg.share, "measured_steps": list(streak.steps),
                       "shared_parameters": shared, "parameters": dom.params},
             where=[*term_names, *where],
         )
+
+
+class _Streak:
+    """Measured steps on which one term dominated, bounded however long it goes on: how many,
+    the first 20 steps, the last step's rows, and each term's shares (an even sample)."""
+
+    def __init__(self, streak: list[tuple[int, str, list[LossTerm]]]) -> None:
+        self.name, self.count = streak[0][1], 0
+        self.steps: list[int] = []
+        self.rows: list[LossTerm] = []
+        self.shares: dict[str, Thinned] = {}
+        for step, _, rows in streak:
+            self.add(step, rows)
+
+    def add(self, step: int, rows: list[LossTerm]) -> None:
+        self.count += 1
+        if len(self.steps) < 20:
+            self.steps.append(step)
+        self.rows = rows
+        for n, x in _shares(rows).items():
+            self.shares.setdefault(n, Thinned(256)).append(x)
 
 
 def _abs_weight(r: LossTerm) -> float:

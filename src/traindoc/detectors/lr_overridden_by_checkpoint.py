@@ -25,7 +25,11 @@ class LrOverriddenByCheckpoint:
     Live (the ``load`` signal), it compares the LRs just before and after
     ``optimizer.load_state_dict``: the groups' ``initial_lr`` when a scheduler wrote one (so an
     exact resume mid-schedule, whose current ``lr`` is the scheduled value, stays quiet), else
-    ``lr``; and a scheduler's ``base_lrs`` before and after its ``load_state_dict``."""
+    ``lr``; and a scheduler's ``base_lrs`` before and after its ``load_state_dict``. A load
+    counts only when its LRs are what the optimizer steps with: the live probe reports it at
+    the optimizer's next ``step()``, and not at all when the script set the param groups' LR
+    (or ``initial_lr``) itself in between, as nanoGPT does with ``get_lr(iter_num)`` before
+    every step, or as the fix below does after loading."""
 
     id: ClassVar[str] = "lr-overridden-by-checkpoint"
     needs: ClassVar[frozenset[str]] = frozenset({"optimizer"})
@@ -35,6 +39,8 @@ class LrOverriddenByCheckpoint:
         Example("ckpt/golden/complete_training.jsonl", None),
         Example("zoo/ckpt_lr_overridden.py", 30),
         Example("zoo/healthy_ckpt_resume.py", None),
+        Example("zoo/healthy_nanogpt_resume.py", None),
+        Example("zoo/healthy_linear_decay_resume.py", None),
     )
 
     @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._maths import Head
 from traindoc.events import Activation, Backward, Event
 from traindoc.findings import Finding
 
@@ -32,10 +33,14 @@ class MaskedNonfinite:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
+        # Steps whose output (_nan_out) or an inner module (_first_module) held NaN, and the
+        # steps checked: only those not yet passed (backward() comes in step order), and the
+        # first masked step's, are kept.
         self._nan_out: dict[int, str] = {}
         self._first_module: dict[int, str] = {}
-        self._masked: list[tuple[int, float, str]] = []
         self._checked: set[int] = set()
+        self._at: int | None = None  # the step of the latest backward()
+        self._masked: Head[tuple[int, float, str]] = Head(20)  # (step, value, call site)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
@@ -45,6 +50,9 @@ class MaskedNonfinite:
                 self._first_module.setdefault(event.step, event.module)
             return
         assert isinstance(event, Backward)
+        if event.step != self._at:
+            self._at = event.step
+            self._forget_before(event.step)
         if event.step in self._checked or event.step not in self._nan_out:
             return
         self._checked.add(event.step)
@@ -55,8 +63,16 @@ class MaskedNonfinite:
     def finish(self) -> Iterator[Finding]:
         return iter(())
 
+    def _forget_before(self, step: int) -> None:
+        """backward() reached ``step``: earlier steps cannot be checked any more."""
+        keep = self._masked.items[0][0] if self._masked.items else None  # its module is quoted
+        for held in (self._nan_out, self._first_module):
+            for s in [s for s in held if s < step and s != keep]:
+                del held[s]
+        self._checked = {s for s in self._checked if s >= step}
+
     def _finding(self) -> Finding:
-        step, value, where = self._masked[0]
+        step, value, where = self._masked.items[0]
         module = self._first_module.get(step) or self._nan_out.get(step, "")
         sites = [where] if where else []
         return finding(
@@ -64,7 +80,7 @@ class MaskedNonfinite:
             message=(
                 f"at step {step} the model output contained NaN (first in module `{module}`), but "
                 f"the value handed to backward() was finite ({fmt(value)}); seen on "
-                f"{len(self._masked)} sampled step(s) {[s for s, _, _ in self._masked[:10]]}."
+                f"{self._masked.count} sampled step(s) {[s for s, _, _ in self._masked.items[:10]]}."
             ),
             fix=(
                 "Remove the guard and let the NaN surface, then fix its source"
@@ -72,7 +88,7 @@ class MaskedNonfinite:
                 + ": check the batch for NaN/Inf inputs, guard the op's domain, lower the LR. To "
                 "skip truly bad batches, skip the optimizer step and count the skips instead."
             ),
-            evidence={"masked_steps": len(self._masked), "steps": [s for s, _, _ in self._masked[:20]],
+            evidence={"masked_steps": self._masked.count, "steps": [s for s, _, _ in self._masked.items],
                       "value_to_backward": value, "module": module},
             where=[f"module {module}"] + sites if module else sites,
         )

@@ -36,8 +36,10 @@ class MissingZeroGrad:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
+        # Per optimizer, its current run of uncleared steps: at most ``confirm`` long, since
+        # the first to reach it fires and then runs are no longer needed.
         self._streak: dict[int, list[GradAccumulation]] = {}
-        self._fired: list[GradAccumulation] | None = None
+        self._fired: _Run | None = None  # the run that fired, as long as it goes on
         self._open: int | None = None  # the optimizer whose uncleared run is still going on
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -49,14 +51,16 @@ class MissingZeroGrad:
             if self._open == e.optimizer:
                 self._open = None
             return
-        streak.append(e)
+        if self._fired is None:
+            streak.append(e)
         if self._fired is not None and self._open == e.optimizer:
-            if e.step == self._fired[-1].step + 1:
-                self._fired.append(e)  # the same run of steps goes on: refined at the end
+            if e.step == self._fired.last.step + 1:
+                self._fired.add(e)  # the same run of steps goes on: refined at the end
             else:
                 self._open = None  # a gap in the sampled steps: keep the evidence contiguous
         elif self._fired is None and len(streak) >= self.config.confirm:
-            self._fired, self._open = list(streak), e.optimizer
+            self._fired, self._open = _Run(streak), e.optimizer
+            self._streak = {}
             yield self._finding()
 
     def finish(self) -> Iterator[Finding]:
@@ -64,18 +68,19 @@ class MissingZeroGrad:
             yield self._finding()
 
     def _finding(self) -> Finding:
-        run = self._fired or []
-        e, last = run[0], run[-1]
-        at_step = [r.norms[-1] for r in run if r.norms]
-        series = " -> ".join(fmt(x) for x in at_step[:8]) + (" ..." if len(at_step) > 8 else "")
-        growth = at_step[-1] / at_step[0] if len(at_step) >= 2 and at_step[0] > 0 else None
+        run = self._fired
+        assert run is not None
+        e, last = run.first, run.last
+        at_step = list(run.norms)  # the gradient norm at the steps (the first 20)
+        series = " -> ".join(fmt(x) for x in at_step[:8]) + (" ..." if run.normed > 8 else "")
+        growth = run.last_norm / at_step[0] if run.normed >= 2 and at_step[0] > 0 else None
         where = f" at {e.where}" if e.where else ""
-        steps = [r.step for r in run]
+        steps = list(run.steps)
         return finding(
             self.id, step=e.step,
             message=(
                 f"the gradients of {e.cls}'s {e.params} parameters were not cleared between optimizer "
-                f"steps on {len(run)} sampled steps in a row ({steps[0]}-{steps[-1]}): each step's "
+                f"steps on {run.count} sampled steps in a row ({steps[0]}-{last.step}): each step's "
                 f"first backward() added to what the previous steps left (gradient norm "
                 f"{fmt(e.carried)} carried into step {e.step}), and the gradient norm at the steps "
                 f"grew {series}" + (f" ({fmt(growth)}x)" if growth else "") + ". No zero_grad(), "
@@ -95,9 +100,35 @@ class MissingZeroGrad:
                 "one or call model.zero_grad()."
             ),
             evidence={
-                "optimizer": e.cls, "parameters": e.params, "consecutive_steps": len(run),
-                "steps": steps[:20], "carried_norm": e.carried,
-                "grad_norm_at_steps": at_step[:20], "backwards_per_step": last.backwards,
+                "optimizer": e.cls, "parameters": e.params, "consecutive_steps": run.count,
+                "steps": steps, "carried_norm": e.carried,
+                "grad_norm_at_steps": at_step, "backwards_per_step": last.backwards,
             },
             where=[e.where] if e.where else [],
         )
+
+
+class _Run:
+    """Consecutive sampled steps without a clear, bounded however long they go on: the first and
+    the last, how many, the first 20 steps, and the gradient norm at the steps (the first 20,
+    the last, how many)."""
+
+    def __init__(self, streak: list[GradAccumulation]) -> None:
+        self.first = self.last = streak[0]
+        self.count = self.normed = 0
+        self.steps: list[int] = []
+        self.norms: list[float] = []
+        self.last_norm = 0.0
+        for e in streak:
+            self.add(e)
+
+    def add(self, e: GradAccumulation) -> None:
+        self.last = e
+        self.count += 1
+        if len(self.steps) < 20:
+            self.steps.append(e.step)
+        if e.norms:
+            self.normed += 1
+            self.last_norm = e.norms[-1]
+            if len(self.norms) < 20:
+                self.norms.append(e.norms[-1])

@@ -43,7 +43,10 @@ class Nonfinite:
         self.config = config or self.Config()
         self._step: int | None = None
         self._what: list[str] = []
+        # Per step, the first module whose forward output held NaN: only for the steps whose
+        # verdict may still come (see _forget), not one entry per step of a long NaN run.
         self._module: dict[int, str] = {}
+        self._latest: int | None = None  # the latest step the stream reached
         self._grads: list[str] = []
         self._params: list[str] = []
         self._loss: float | None = None
@@ -58,6 +61,8 @@ class Nonfinite:
             self._step_ended(event)
             return
         step = getattr(event, "step", None)
+        if isinstance(step, int) and (self._latest is None or step > self._latest):
+            self._latest = step
         yield from self._release(step if isinstance(step, int) else None)
         yield from self._hold(self._observe(event))
 
@@ -88,6 +93,7 @@ class Nonfinite:
         if isinstance(event, Activation):
             if event.nan and not event.is_output and event.step not in self._module:
                 self._module[event.step] = event.module
+                self._forget()
             return
         if isinstance(event, ParamStats):
             bad_grad = event.grad is not None and not math.isfinite(event.grad)
@@ -116,6 +122,8 @@ class Nonfinite:
         from traindoc.detectors import _vector as vec
 
         last = max((int(c.steps[-1]) for c in columns.values() if len(c)), default=None)
+        if last is not None and (self._latest is None or last > self._latest):
+            self._latest = last
         return self._release(last) + self._hold(vec.judge(self, columns, None, self._observe_columns))
 
     def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
@@ -145,6 +153,19 @@ class Nonfinite:
             self._loss = losses[-1] if losses else None
             out += self._fire(vec.item(cols[j].steps, i), names[-1])
         return out
+
+    def _forget(self) -> None:
+        """Keep ``_module`` only for the steps from the earliest one still undecided: the step
+        found, while its verdict is held (a later one may follow if the scaler skipped it), or
+        that step alone once it stands; with none found, the step the stream is at (it comes in
+        step order)."""
+        if self._step is not None:
+            floor, later = self._step, self._held is not None
+        elif self._latest is not None:
+            floor, later = self._latest, True
+        else:
+            return
+        self._module = {s: m for s, m in self._module.items() if s == floor or (later and s > floor)}
 
     def finish(self) -> Iterator[Finding]:
         if self._held is not None:  # a last step that never ended (the run stopped in it)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._maths import Thinned
 from traindoc.events import Event, EvalPass, RunEnd
 from traindoc.findings import Finding
 
@@ -40,7 +41,14 @@ class SlowEval:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._evals: list[EvalPass] = []
+        # The evaluations (one per phase), bounded however many: the first and the latest, how
+        # many, their time (all, and all but the first) and the steps between them (a sample).
+        self._first: EvalPass | None = None
+        self._last: EvalPass | None = None
+        self._evals = 0
+        self._total = 0.0
+        self._spent = 0.0
+        self._gaps = Thinned(256)
         self._end: RunEnd | None = None
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -49,32 +57,43 @@ class SlowEval:
         else:
             assert isinstance(event, EvalPass)
             if event.index == 0:  # one per phase (a second model evaluated in it has no time)
-                self._evals.append(event)
+                self._add(event)
         return iter(())
+
+    def _add(self, e: EvalPass) -> None:
+        if self._first is None:
+            self._first = e
+        else:
+            self._spent += e.duration_s
+        if self._last is not None and e.step > self._last.step:
+            self._gaps.append(e.step - self._last.step)
+        self._last = e
+        self._evals += 1
+        self._total += e.duration_s
 
     def finish(self) -> Iterator[Finding]:
         cfg, evals = self.config, self._evals
-        if len(evals) < cfg.min_evals:
+        if evals < cfg.min_evals or self._first is None or self._last is None:
             return
-        first, last = evals[0], evals[-1]
+        first, last = self._first, self._last
         span = last.elapsed_s - first.elapsed_s
-        spent = sum(e.duration_s for e in evals[1:])
+        spent = self._spent
         if span < cfg.min_span_s or last.step <= first.step or spent / span < cfg.share:
             return
         share = spent / span
-        per_eval = spent / (len(evals) - 1)
+        per_eval = spent / (evals - 1)
         per_step = max(span - spent, 1e-9) / (last.step - first.step)
-        gaps = [b.step - a.step for a, b in zip(evals, evals[1:]) if b.step > a.step]
+        gaps = self._gaps.values  # all of them up to 256 evaluations, then an even sample
         interval = statistics.median(gaps) if gaps else last.step - first.step
         # Evaluating every I steps costs E / (E + I * T): a 10% share needs I = 9 E / T.
         suggested = max(int(interval) + 1, int(round(9 * per_eval / per_step, -1)) or 10)
-        total = sum(e.duration_s for e in evals)
+        total = self._total
         run = f" ({fmt(total)} s in all, of a {fmt(self._end.duration_s)} s run)" if self._end else ""
         yield finding(
             self.id, step=first.step,
             message=(
                 f"evaluation took {share:.0%} of the wall time between the first and the last of "
-                f"{len(evals)} evaluations (threshold {cfg.share:.0%}): {fmt(per_eval)} s per "
+                f"{evals} evaluations (threshold {cfg.share:.0%}): {fmt(per_eval)} s per "
                 f"evaluation every {fmt(interval)} steps, against {fmt(per_step * 1e3)} ms per "
                 f"training step{run}."
             ),
@@ -83,7 +102,7 @@ class SlowEval:
                 "the run. Evaluate a fixed subset during training (e.g. 50 batches) and the full "
                 "set at the end; use a larger batch and torch.inference_mode() for evaluation."
             ),
-            evidence={"evaluations": len(evals), "share": share, "seconds_per_eval": per_eval,
+            evidence={"evaluations": evals, "share": share, "seconds_per_eval": per_eval,
                       "interval_steps": interval, "ms_per_train_step": per_step * 1e3,
                       "eval_seconds_total": total, "suggested_interval": suggested,
                       "threshold": cfg.share},

@@ -34,8 +34,9 @@ class TinyUpdates:
     from scratch, one that loaded optimizer state (a resume) or whose cross-entropy started
     below ``trained`` times its chance level ln(classes) (trained weights: a resume, a
     fine-tune), is not judged by its loss progress: its loss is flat because it converged, and
-    only ``far`` applies. Groups with LR exactly 0 and parameters that never moved belong to
-    frozen-parameters. Judged at the end."""
+    only ``far`` applies. Groups whose LR is exactly 0 at every sampled step and parameters
+    that never moved belong to frozen-parameters (a warmup that starts at 0 does not make a
+    group's LR 0). Judged at the end."""
 
     id: ClassVar[str] = "tiny-updates"
     needs: ClassVar[frozenset[str]] = frozenset({"params", "optimizer"})
@@ -147,11 +148,13 @@ class TinyUpdates:
         for key, series in self._ratios.items():
             steps = sorted({s for s, _, _ in series})
             observed = max(len(steps), self._span.get(key, 1))
-            if observed < cfg.min_steps or key not in self._moved or self._lr.get(key, 1.0) == 0:
+            if observed < cfg.min_steps or key not in self._moved:
                 continue
+            known = [lr for _, _, lr in series if lr is not None and math.isfinite(lr)]
+            peak = max(known) if known else None
+            if (peak if peak is not None else self._lr.get(key, 1.0)) == 0:
+                continue  # an LR of exactly 0 throughout: frozen-parameters' territory
             half = steps[len(steps) // 2]
-            lrs = [lr for _, _, lr in series if lr is not None and lr > 0 and math.isfinite(lr)]
-            peak = max(lrs) if lrs else None
             # At the peak LR: an update shrinks with the LR its schedule asks for.
             scaled = [r * (peak / lr if peak and lr else 1.0) for s, r, lr in series
                       if s >= half and lr != 0]
@@ -163,11 +166,12 @@ class TinyUpdates:
                 low.append((key, ratio, steps[0], peak or math.nan, min(late) if late else None))
         if not low:
             return
-        parts, fixes = [], []
+        parts, fixes, shown = [], [], []
         for (oi, gi), ratio, _, peak, lowest in low:
             opt = self._opt.get(oi)
             cls = opt.cls if opt else "optimizer"
             lr = peak if math.isfinite(peak) else self._lr.get((oi, gi), float("nan"))
+            shown.append(lr)
             decayed = (f" (updates at the lower LRs of its schedule, down to {fmt(lowest)}, scaled up to it)"
                        if lowest is not None and lowest < 0.9 * lr else "")
             parts.append(f"{cls} group {gi} (lr {fmt(lr)} at its peak): median ||dw||/||w|| {fmt(ratio)} "
@@ -186,7 +190,7 @@ class TinyUpdates:
             fix="Raise the LR into the usual range and check the schedule's values: " + "; ".join(fixes) + ".",
             evidence={"groups": [f"optimizer {o} group {g}" for (o, g), _, _, _, _ in low],
                       "median_update_ratio": [r for _, r, _, _, _ in low],
-                      "peak_lr": [p if math.isfinite(p) else None for _, _, _, p, _ in low],
+                      "peak_lr": shown,
                       "floor": cfg.floor, "far": cfg.far, "loss_improvement": progress,
                       "started_trained": trained},
         )

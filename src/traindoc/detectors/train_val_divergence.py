@@ -4,11 +4,12 @@ keeps falling."""
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import ClassVar, Iterable, Sequence
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.detectors._maths import median
+from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
 
@@ -20,6 +21,13 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> float:
     return median(slopes)
 
 
+_CAP = 512  # evaluations after the best kept (evenly spread); exact below this
+
+
+def _columns() -> tuple[Thinned, Thinned, Thinned]:
+    return Thinned(_CAP), Thinned(_CAP), Thinned(_CAP)
+
+
 class TrainValDivergence:
     """After the lowest validation loss, over at least ``window`` evaluations, the robust
     (Theil-Sen) slope of the validation loss is upward and that of the training loss (averaged
@@ -27,7 +35,9 @@ class TrainValDivergence:
     noise of one evaluation (from successive differences) and end ``min_rise`` above the best
     level (a median around the minimum, which noise pulls down), and the fitted training drop
     must reach ``train_drop`` of its level, at ``persist`` evaluations in a row: noisy flat
-    curves stay quiet (tests/logs/test_logs_detectors.py measures the false-alarm rate).
+    curves stay quiet (tests/logs/test_logs_detectors.py measures the false-alarm rate). The
+    slopes are fitted on ``max_points`` evaluations spread evenly over the window; past 512
+    evaluations after the best, on the nearest of an even sample of them that is kept.
     """
 
     id: ClassVar[str] = "train-val-divergence"
@@ -60,10 +70,14 @@ class TrainValDivergence:
         self._sum = 0.0  # training loss since the previous evaluation
         self._count = 0
         self._last_train = math.nan
-        self._steps: list[int] = []
-        self._val: list[float] = []
-        self._train: list[float] = []  # mean training loss before each evaluation
-        self._best = 0  # index of the lowest validation loss
+        # The evaluations, bounded however many there are: the lowest (best) and the one before
+        # it, those after it (step, val_loss, mean training loss before it: a Thinned sample of
+        # each, fed in step, exact up to _CAP evaluations), the latest, and the last 200 val_loss.
+        self._best: tuple[int, float] | None = None  # (step, val_loss)
+        self._before_best: float | None = None
+        self._after = _columns()
+        self._last: tuple[int, float, float] = (0, math.nan, math.nan)
+        self._recent: deque[float] = deque(maxlen=200)
         self._fired: int | None = None
         self._streak = 0  # consecutive evaluations that met the conditions
         self._stats: dict[str, float] = {}
@@ -81,11 +95,14 @@ class TrainValDivergence:
         train = self._sum / self._count if self._count else self._last_train
         self._last_train = train
         self._sum, self._count = 0.0, 0
-        self._steps.append(event.step)
-        self._val.append(x)
-        self._train.append(train)
-        if x < self._val[self._best]:
-            self._best = len(self._val) - 1
+        if self._best is None or x < self._best[1]:
+            self._before_best = self._last[1] if self._best is not None else None
+            self._best, self._after = (event.step, x), _columns()
+        else:
+            for column, v in zip(self._after, (event.step, x, train)):
+                column.append(v)
+        self._last = (event.step, x, train)
+        self._recent.append(x)
         if self._fired is not None:
             return ()
         self._streak = self._streak + 1 if self._diverging() else 0
@@ -104,17 +121,18 @@ class TrainValDivergence:
 
     def _diverging(self) -> bool:
         cfg = self.config
-        best = self._val[self._best]
-        first = self._best + 1  # the minimum itself is left out: noise put it low, and a trend
-        n = len(self._val) - first  # fitted from it would rise by regression to the mean
-        if n < cfg.window or self._val[-1] < best + cfg.min_rise * abs(best):
+        assert self._best is not None
+        best_step, best = self._best
+        # The minimum itself is left out: noise put it low, and a trend fitted from it would
+        # rise by regression to the mean.
+        n = self._after[0].count
+        now_step, now, now_train = self._last
+        if n < cfg.window or now < best + cfg.min_rise * abs(best):
             return False  # the cheap test first: most evaluations stop here
-        # The evaluations after the best, subsampled evenly (the slopes are O(n^2)).
-        idx = sorted({first + round(i * (n - 1) / (cfg.max_points - 1)) for i in range(cfg.max_points)}
-                     if n > cfg.max_points else range(first, len(self._val)))
-        steps = [float(self._steps[i]) for i in idx]
-        val = [self._val[i] for i in idx]
-        pairs = [(steps[k], self._train[i]) for k, i in enumerate(idx) if self._train[i] == self._train[i]]
+        rows = self._window(n)
+        steps = [float(s) for s, _, _ in rows]
+        val = [v for _, v, _ in rows]
+        pairs = [(float(s), t) for s, _, t in rows if t == t]
         if len(pairs) < cfg.window:
             return False
         vs = theil_sen(steps, val)
@@ -124,25 +142,42 @@ class TrainValDivergence:
         # The noise of one evaluation, from second differences of the recent series (a level
         # and a slope cancel out; var(x[i-1] - 2 x[i] + x[i+1]) = 6 var(x)); and the best level
         # as a median around the minimum, since the minimum of noisy values sits below it.
-        recent = self._val[-200:]
+        recent = list(self._recent)
         d2 = [a - 2 * b + c for a, b, c in zip(recent, recent[1:], recent[2:])]
         if len(d2) < cfg.min_noise:
             return False  # too few evaluations to know the noise
         scatter = 1.4826 * median([abs(d) for d in d2]) / math.sqrt(6)
-        level = median(self._val[max(self._best - 1, 0):self._best + 2])
+        level = median([v for v in (self._before_best, best, self._after[1].values[0]) if v is not None])
         end = median([v - vs * s for s, v in zip(steps, val)]) + vs * steps[-1]
         train_level = median([t for _, t in pairs])
         drop = -ts * span
         self._stats = {"val_slope": vs, "train_slope": ts, "rise": rise, "scatter": scatter,
                        "train_drop": drop, "evaluations": n, "best": best, "level": level,
-                       "best_step": self._steps[self._best], "now": self._val[-1],
-                       "now_step": self._steps[-1], "gap": self._val[-1] - self._train[-1]}
+                       "best_step": best_step, "now": now, "now_step": now_step, "gap": now - now_train}
         return (vs > 0 and ts < 0 and rise > cfg.noise * scatter and end >= (1 + cfg.min_rise) * level
                 and rise >= cfg.min_rise * abs(level) and drop >= cfg.train_drop * abs(train_level))
 
+    def _window(self, n: int) -> list[tuple[float, float, float]]:
+        """The ``n`` evaluations after the best, subsampled evenly to ``max_points`` (the slopes
+        are O(n^2)): (step, val_loss, train loss). Past _CAP of them, each is the kept one
+        nearest to its place (the latest is always known)."""
+        cfg = self.config
+        places = (sorted({round(i * (n - 1) / (cfg.max_points - 1)) for i in range(cfg.max_points)})
+                  if n > cfg.max_points else range(n))
+        steps, val, train = (c.values for c in self._after)
+        stride = self._after[0].stride
+        rows: dict[int, tuple[float, float, float]] = {}
+        for place in places:
+            if place == n - 1:
+                rows[place] = self._last
+            else:
+                k = min(round(place / stride), len(steps) - 1)
+                rows[k * stride] = (steps[k], val[k], train[k])
+        return list(rows.values())
+
     def _finding(self) -> Finding:
         st = self._stats
-        step = self._fired if self._fired is not None else self._steps[-1]
+        step = self._fired if self._fired is not None else self._last[0]
         gap = st["gap"]
         return finding(
             self.id, step=step,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._maths import Head
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
 
@@ -51,7 +52,7 @@ class UnscaledGradAccumulation:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._hits: list[GradAccumulation] = []
+        self._hits: Head[GradAccumulation] = Head(10)  # steps that showed it: how many, the first 10
         self._judged = 0
         self._fired = False
 
@@ -69,7 +70,7 @@ class UnscaledGradAccumulation:
         if e.scale * e.backwards < self.config.min_factor:
             return
         self._hits.append(e)
-        if not self._fired and len(self._hits) >= self.config.confirm:
+        if not self._fired and self._hits.count >= self.config.confirm:
             self._fired = True
             yield self._finding()
 
@@ -78,7 +79,7 @@ class UnscaledGradAccumulation:
             yield self._finding()  # final evidence: how many steps showed it
 
     def _finding(self) -> Finding:
-        e = self._hits[0]
+        e = self._hits.items[0]
         n = e.backwards
         norms = list(e.norms)
         ratio = norms[-1] / norms[0] if len(norms) >= 2 and norms[0] > 0 else math.nan
@@ -96,7 +97,7 @@ class UnscaledGradAccumulation:
                 f"{e.cls}.step() at step {e.step} applied {n} accumulated micro-batch gradients: "
                 f"{n} backward() calls on {source}, each handed the loss "
                 f"{scaled}{where}{growth}. The step uses the sum of the {n} gradients, "
-                f"{fmt(e.scale * n)}x their mean (seen on {len(self._hits)} of {self._judged} "
+                f"{fmt(e.scale * n)}x their mean (seen on {self._hits.count} of {self._judged} "
                 f"sampled accumulation steps; threshold {fmt(self.config.min_factor)}x)."
             ),
             cause=(
@@ -115,8 +116,8 @@ class UnscaledGradAccumulation:
             evidence={
                 "micro_batches": n, "batches": e.batches, "loss_scale": e.scale,
                 "norms_per_micro_batch": norms, "growth_vs_single": ratio,
-                "optimizer": e.cls, "lr": e.lr, "steps_seen": len(self._hits),
-                "accumulation_steps_judged": self._judged, "first_steps": [h.step for h in self._hits[:10]],
+                "optimizer": e.cls, "lr": e.lr, "steps_seen": self._hits.count,
+                "accumulation_steps_judged": self._judged, "first_steps": [h.step for h in self._hits.items],
             },
             where=[w for w in (e.backward_where, e.where) if w],
         )

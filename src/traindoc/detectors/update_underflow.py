@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt, names
-from traindoc.detectors._maths import median
+from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, ParamStats
 from traindoc.findings import Finding
 
 LOW = ("torch.bfloat16", "torch.float16")
+_PER_PARAM = 64  # sampled steps kept per parameter (evenly spread): the median of each
 
 
 class UpdateUnderflow:
@@ -41,11 +42,14 @@ class UpdateUnderflow:
         self.config = config or self.Config()
         self._step: int | None = None
         self._acc = [0.0, 0.0]  # unchanged elements, elements (this step)
-        self._bad_steps: list[tuple[int, float]] = []
-        self._per_param: dict[str, list[float]] = {}
+        # Bounded samples (Thinned: exact up to their cap) however many steps are sampled.
+        self._first_bad: int | None = None  # the first bad step
+        self._bad_steps = 0
+        self._bad_shares = Thinned(256)  # each bad step's unchanged share
+        self._per_param: dict[str, Thinned] = {}  # unchanged share per parameter and step
         self._dtype = ""
-        self._spacing: list[float] = []
-        self._intended: list[float] = []
+        self._spacing = Thinned()
+        self._intended = Thinned()
         self._fired = False
         self._span = 1
         self._bad_weight = 0
@@ -69,7 +73,10 @@ class UpdateUnderflow:
             # A checkpoint diff: bit-identical over all its steps, and the optimizer's step is
             # below half the spacing: underflow, judged per parameter (others may move).
             self._diff_stuck.append(event.name)
-        self._per_param.setdefault(event.name, []).append(event.unchanged)
+        per_param = self._per_param.get(event.name)
+        if per_param is None:
+            per_param = self._per_param[event.name] = Thinned(_PER_PARAM)
+        per_param.append(event.unchanged)
         if event.spacing is not None and event.spacing == event.spacing:
             self._spacing.append(event.spacing)
         if event.intended is not None:
@@ -87,22 +94,26 @@ class UpdateUnderflow:
             return
         share = unchanged / total
         if share >= self.config.share or self._diff_stuck:
-            self._bad_steps.append((self._step, share))
+            if self._first_bad is None:
+                self._first_bad = self._step
+            self._bad_steps += 1
+            self._bad_shares.append(share)
             self._bad_weight += span  # a checkpoint diff confirms over its whole span
             if not self._fired and self._bad_weight >= self.config.confirm:
                 self._fired = True
                 yield self._finding()
 
     def _finding(self) -> Finding:
-        shares = [s for _, s in self._bad_steps]
-        worst = sorted(self._per_param, key=lambda n: -median(self._per_param[n]))
-        stuck = [n for n in worst if median(self._per_param[n]) >= 0.99] or self._diff_stuck
-        sp, want = median(self._spacing), median(self._intended)
+        shares = self._bad_shares.values
+        medians = {n: median(t.values) for n, t in self._per_param.items()}
+        worst = sorted(self._per_param, key=lambda n: -medians[n])
+        stuck = [n for n in worst if medians[n] >= 0.99] or self._diff_stuck
+        sp, want = median(self._spacing.values), median(self._intended.values)
         size = (f" The optimizer's typical step is about {fmt(want)} per element, against a "
                 f"{self._dtype.split('.')[-1]} spacing of {fmt(sp)} at the weights' typical magnitude.") \
-            if self._intended and self._spacing else ""
+            if self._intended.count and self._spacing.count else ""
         return finding(
-            self.id, step=self._bad_steps[0][0],
+            self.id, step=self._first_bad,
             message=(
                 f"{self._dtype} parameters: on {self._bad_weight} steps a median "
                 f"{median(shares):.0%} of elements" + ("" if self._diff_stuck else " with a non-zero gradient")
@@ -111,7 +122,7 @@ class UpdateUnderflow:
                 + (f" Never changed: {names(stuck, 4)}." if stuck else "") + size
             ),
             evidence={"dtype": self._dtype, "median_unchanged_share": median(shares),
-                      "steps": len(self._bad_steps), "spacing": sp if self._spacing else None,
-                      "intended_update": want if self._intended else None, "never_changed": stuck[:20]},
+                      "steps": self._bad_steps, "spacing": sp if self._spacing.count else None,
+                      "intended_update": want if self._intended.count else None, "never_changed": stuck[:20]},
             where=(stuck or worst)[:10],
         )

@@ -214,6 +214,7 @@ class ModelWatch:
 
     def on_loss_input(self, fn: str, probs: torch.Tensor) -> None:
         """The probabilities a BCE loss sees, judged like a model output (saturated-outputs)."""
+        self.s.next_step_begins()
         spread = measure.output_spread(probs)
         step = self.s.current_step
 

@@ -178,9 +178,14 @@ class Session:
     def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) to make events. Probes use this instead of ``.item()``."""
-        if self.round_done:  # the first measurement of the next step: this one ended before it
-            self._mark_end()
         self._pending.append((tensor, decode))
+
+    def next_step_begins(self) -> None:
+        """The next step's work begins (a model's forward, a loss call) while this round is
+        done: end this round in the stream first, so that the next step's measurements never
+        overtake this step's end (the backward that closes the round comes later)."""
+        if self.round_done:
+            self._mark_end()
 
     def emit(self, event: Event) -> None:
         if self._sink is not None:
@@ -428,6 +433,7 @@ class Session:
                         fingerprint=fingerprint, loader_len=length))
 
     def on_classification(self, classes: int, value: torch.Tensor) -> None:
+        self.next_step_begins()
         step = self.current_step
 
         def decode(vals: list[float]) -> Iterable[Event]:

@@ -227,6 +227,7 @@ class CoreProbes:
             return
         if self._depth == 0 and next(module.parameters(), None) is not None:
             self.s.in_model_forward = True  # until this module returns
+            self.s.next_step_begins()
             if torch.is_grad_enabled():
                 self._guard("forward", self.s.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled():

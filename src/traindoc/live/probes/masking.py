@@ -84,6 +84,7 @@ class MaskingProbe:
             return
         with torch.no_grad():
             flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in picked]).any()
+        self.s.next_step_begins()
         step = self.s.current_step
         where = _relative(site)
 

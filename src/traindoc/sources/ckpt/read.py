@@ -463,15 +463,16 @@ def _is_rng_key(k: str) -> bool:
 def _counter(value: object) -> int | None:
     """A non-negative int, or a one-element integer tensor on the CPU (no device read); None
     otherwise. Floats are never counters: a loss may happen to be integral."""
+    import torch
+
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value if value >= 0 else None
-    dtype, device = getattr(value, "dtype", None), getattr(value, "device", None)
-    if dtype is None or getattr(device, "type", None) != "cpu" or not hasattr(value, "numel"):
+    if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
         return None
     try:
-        if value.numel() != 1 or dtype.is_floating_point or dtype.is_complex or str(dtype) == "torch.bool":
+        if value.numel() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
             return None
         n = int(value.item())
     except Exception:  # noqa: BLE001 - a tensor subclass or a fake tensor: not a counter
