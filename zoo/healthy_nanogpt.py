@@ -28,7 +28,7 @@ from torch.nn import functional as F
 # -----------------------------------------------------------------------------
 # default config values: a tiny character-level GPT on a synthetic corpus
 out_dir = ''  # '' -> a temporary directory
-eval_interval = 40
+eval_interval = 30
 eval_iters = 4
 log_interval = 20
 always_save_checkpoint = True
@@ -44,7 +44,7 @@ dropout = 0.0
 bias = False
 # adamw optimizer
 learning_rate = 3e-3  # max learning rate
-max_iters = 200
+max_iters = 150
 weight_decay = 1e-1
 beta1 = 0.9
 beta2 = 0.99
@@ -52,7 +52,7 @@ grad_clip = 1.0
 # learning rate decay settings
 decay_lr = True
 warmup_iters = 10
-lr_decay_iters = 180  # the last 20 iterations run at min_lr
+lr_decay_iters = 135  # the last 15 iterations run at min_lr
 min_lr = 3e-4  # ~= learning_rate/10, as nanoGPT advises
 save = ''  # write the final model.state_dict() here (the zoo's --save)
 # -----------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """Healthy nanoGPT-style resume: `init_from='resume'` near max_iters, the LR set by get_lr.
 
 A preempted job relaunched, as nanoGPT's train.py does it: the first launch (a separate
-process, as an earlier job would be) trained from scratch and was stopped at iter 160 of 200,
+process, as an earlier job would be) trained from scratch and was stopped at iter 120 of 150,
 after writing `ckpt.pt` (`{"model", "optimizer", "model_args", "iter_num", "best_val_loss",
 "config"}`, atomically). This launch runs with `--init_from=resume`: it builds AdamW with the
 configured `learning_rate`, restores the model and `optimizer.load_state_dict(...)`, which
-puts the LR of iter 160 back into the param groups, then sets `param_group['lr'] =
+puts the LR of iter 120 back into the param groups, then sets `param_group['lr'] =
 get_lr(iter_num)` before every step, as nanoGPT does. The LR the optimizer steps with is the
 script's own, so the stored one never matters. The resumed iterations are the tail of the
 cosine, down to `min_lr`, where updates shrink and the loss flattens because the schedule says
@@ -31,8 +31,8 @@ from torch.nn import functional as F
 # default config values: a tiny character-level GPT on a synthetic corpus
 out_dir = ''  # '' -> a temporary directory
 init_from = 'resume'  # 'scratch' or 'resume'
-preempt_at = 160  # the first launch stops here (the job was preempted)
-eval_interval = 40
+preempt_at = 120  # the first launch stops here (the job was preempted)
+eval_interval = 30
 eval_iters = 4
 log_interval = 20
 always_save_checkpoint = True
@@ -48,7 +48,7 @@ dropout = 0.0
 bias = False
 # adamw optimizer
 learning_rate = 3e-3  # max learning rate
-max_iters = 200
+max_iters = 150
 weight_decay = 1e-1
 beta1 = 0.9
 beta2 = 0.99
@@ -56,7 +56,7 @@ grad_clip = 1.0
 # learning rate decay settings
 decay_lr = True
 warmup_iters = 10
-lr_decay_iters = 180  # the last 20 iterations run at min_lr
+lr_decay_iters = 135  # the last 15 iterations run at min_lr
 min_lr = 3e-4  # ~= learning_rate/10, as nanoGPT advises
 save = ''  # write the final model.state_dict() here (the zoo's --save)
 # -----------------------------------------------------------------------------

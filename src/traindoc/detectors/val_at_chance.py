@@ -152,7 +152,6 @@ class ValAtChance:
     def _finding(self) -> Finding:
         assert self._fired is not None
         step, first = self._fired
-        cfg = self.config
         scale = self._scale()
         unit = "%" if self._percent else ""
         at = [(s, v) for s, v in self._vals if s >= first]
