@@ -102,9 +102,7 @@ def steps(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: callable, n: in
 
 def held_bytes(session: Session) -> int:
     """What traindoc keeps between steps: sampled elements, snapshots, ReLU activity."""
-    tensors = list(session._init.values()) + [s.before for s in session._snap.values()]
-    tensors += [a for _, _, a, _ in session._relu.values()]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return session.model.held_bytes()
 
 
 def measure(kind: str, level: str, rounds: int, block: int) -> dict[str, float]:

@@ -6,11 +6,11 @@ dataclass, AdamW with decay / no-decay groups (no weight decay on biases and Lay
 gains), a linear warmup then a linear decay of the LR to zero over `max_steps`
 (`get_linear_schedule_with_warmup` as a LambdaLR), and checkpoint folders
 `checkpoint-<step>/` holding the model, optimizer, scheduler, RNG state and
-`trainer_state.json`, each file written atomically. The job was preempted: its first launch (a separate process, as an
-earlier job would be) stopped at step 125 of 150. This launch runs
-`trainer.train(resume_from_checkpoint=True)` with the same arguments and finishes the last 25
-steps, where the LR goes from 18% of its peak to zero: the updates shrink because the
-schedule says so and the loss has converged. The output folder is a temporary directory.
+`trainer_state.json`, each file written atomically. The job was preempted: its first launch
+(a separate process, as an earlier job would be) stopped at step 138 of 160. This launch
+runs `trainer.train(resume_from_checkpoint=True)` with the same arguments and finishes the
+last 22 steps, where the LR goes from 15% of its peak to zero: the updates shrink because the
+schedule says so, and the loss has converged. The output folder is a temporary directory.
 
 traindoc-expect:
 """
@@ -37,7 +37,7 @@ class TrainingArguments:
     learning_rate: float = 2e-3
     weight_decay: float = 0.01
     warmup_steps: int = 10
-    max_steps: int = 150
+    max_steps: int = 160
     per_device_train_batch_size: int = 128
     save_steps: int = 25
     logging_steps: int = 25
@@ -162,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.output_dir:  # the earlier launch of this job, in its own process
             args.output_dir = tmp
-            subprocess.run([sys.executable, __file__, f"--output_dir={tmp}", "--stop_at=125"], check=True)
+            subprocess.run([sys.executable, __file__, f"--output_dir={tmp}", "--stop_at=138"], check=True)
         torch.manual_seed(args.seed)
         model = BagOfEmbeddings()
         trainer = Trainer(model, args, make_dataset(4096))

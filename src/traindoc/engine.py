@@ -106,6 +106,11 @@ class Engine:
         self._sent: dict[int, dict[str, int]] = {}
         self._reroute()
 
+    def wants(self, signal: str) -> bool:
+        """Does any detector observe ``signal``? (a source may skip making routine events
+        nobody reads)"""
+        return bool(self._routes.get(signal))
+
     @property
     def findings(self) -> list[Finding]:
         return list(self._findings.values())

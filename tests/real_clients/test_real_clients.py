@@ -10,8 +10,9 @@ prepare.py), the GPT-2 is built from a config in code, the other data are drawn 
   same mistake). Where the product misses an expected id or raises a false alarm today, the
   variant carries ``gap`` (what is missing) and runs as xfail(strict=True): the gap stays
   visible, and the test turns red when the product closes it, so that the mark is removed.
-- Each clean control trains bit-identically with and without traindoc (the parameters the
-  script saves at the end are compared byte for byte), as tests/test_zoo.py checks for the zoo.
+- Each clean control (test_clean_control) also trains bit-identically with and without traindoc:
+  the parameters the script saves at the end are compared byte for byte, as tests/test_zoo.py
+  does for the zoo, before its findings are judged.
 
 TRAINDOC_REAL_CLIENTS_OUT=DIR copies each variant's JSON report to DIR/<variant>.json.
 """
@@ -80,13 +81,12 @@ def V(name: str, script: Path, args: tuple[str, ...] = (), expect: tuple[str, ..
     return Variant(name, script, args, frozenset(expect), frozenset(allow), gap, resume_from)
 
 
-NO_CKPT = ("--save_checkpoints=False",)
+NO_CKPT = ("--save_checkpoints=False",)  # the variants about something else: no checkpoints to judge
 BF16_CONSEQUENCES = ("frozen-parameters",)  # bf16 norm gains that never move are frozen too
 # The clean controls: quiet, and bit-identical with and without traindoc (test_clean_control).
 CLEAN = [V("nanogpt-clean", NANOGPT), V("hf-clean", HF), V("lightning-clean", LIGHTNING)]
 VARIANTS = [
     # nanoGPT-style train.py
-    V("nanogpt-no-ckpt", NANOGPT, NO_CKPT),
     V("nanogpt-unscaled-accum", NANOGPT, ("--bug=unscaled_accum", *NO_CKPT),
       expect=("unscaled-grad-accumulation",)),
     V("nanogpt-bf16", NANOGPT, ("--bug=bf16", *NO_CKPT),

@@ -43,6 +43,13 @@ class ModelWatch:
     def models(self) -> list[Any]:
         return [m for m, _ in self._roots.items()]
 
+    def held_bytes(self) -> int:
+        """Bytes of tensors kept between steps: sampled elements at init, step snapshots,
+        ReLU activity (what the overhead benchmark reports)."""
+        tensors = list(self._init.values()) + [s.before for s in self._snap.values()]
+        tensors += [r[2] for r in self._relu.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def has_flags(self) -> bool:
         """Were forward outputs flagged since the last backward?"""
         return bool(self._nan_flags)

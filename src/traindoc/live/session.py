@@ -118,6 +118,9 @@ class Session:
             on_finding=announce, ignore=ignore,
         )
         self._sink = sink
+        # The routine lifecycle (StepBegin, StepEnd of a step that took effect) is one or two
+        # events per step: made only when something reads them (a detector, a recording).
+        self._routine = sink is not None or self.engine.wants("lifecycle")
         self.step = 0
         self.round_done = False
         self.sampled = self.level.sampled(0)
@@ -212,7 +215,7 @@ class Session:
         first = self._ended == 0
         self._pending.append(_RoundEnd(self.step, self._outcomes[self._ended:]))
         self._ended = len(self._outcomes)
-        if first and begin_next:
+        if first and begin_next and self._routine:
             self._pending.append(StepBegin(step=self.step + 1))
 
     def models(self) -> list[Any]:
@@ -304,7 +307,8 @@ class Session:
             self._mark_end()
         else:  # backward ran and the gradients were dropped: no optimizer stepped
             self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
-            self._pending.append(StepBegin(step=self.step + 1))
+            if self._routine:
+                self._pending.append(StepBegin(step=self.step + 1))
         if self.sampled or len(self._pending) > 512:
             self._flush()
         for listener in self.round_listeners:
@@ -503,7 +507,8 @@ class Session:
         elif grad_sq is not None:
             self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(grad_sq)))
         for index, outcome, taken in end.outcomes:
-            self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
+            if outcome != STEPPED or self._routine:
+                self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
 
 
 def _has_grads(opt: Any) -> bool:

@@ -84,6 +84,7 @@ class EvalMetricsProbe:
         self._pending: tuple[str, torch.Tensor, int, int] | None = None
         self._eval_model: weakref.ref[Any] | None = None  # the trained model, put in eval mode
         self._mode_depth = 0
+        self._drops = 0  # gradient-on calls that turned out to be training
         self.evaluated = False  # an evaluation loss call since the last training backward
         self.printed = _Printed(self)
 
@@ -115,7 +116,10 @@ class EvalMetricsProbe:
         @functools.wraps(orig)
         def loss_fn(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(input, target, *args, **kwargs)
-            # Training: gradients on and no model put in eval mode; one test, nothing else.
+            # Training: gradients on and no model put in eval mode; two tests, nothing else.
+            # (is_compiling first: torch.compile then traces none of our state.)
+            if is_compiling():
+                return out
             if (not torch.is_grad_enabled() or probe._eval_model is not None) and s.round_done:
                 probe._guard(probe.name, probe._on_loss, kind, binary_logits, input, target, args, kwargs)
             return out
@@ -144,11 +148,16 @@ class EvalMetricsProbe:
             if self._pending is not None:  # back to training: the waiting call was evaluation
                 self._confirm()
             return
-        params = [id(p) for p in module.parameters()]
+        if self._drops >= 2:  # twice trained in eval mode: this run evaluates under no_grad only
+            return
+        params = {id(p) for p in module.parameters()}
         if not params:
             return
-        held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
-        if any(p in held for p in params):
+        # The trained model: at least half of the parameters of the optimizers that hold its
+        # own (not a BatchNorm put in eval mode for fine-tuning).
+        held = [{id(p) for g in opt.param_groups for p in g["params"]} for opt in self.s.optimizers()]
+        mine = set().union(*[h for h in held if h & params])
+        if mine and 2 * len(mine & params) >= len(mine):
             self._eval_model = weakref.ref(module)
 
     def _in_eval_mode(self) -> bool:
@@ -214,6 +223,7 @@ class EvalMetricsProbe:
         if self._pending is not None:  # it fed this backward: the model trains in eval mode
             self._pending = None
             self._eval_model = None
+            self._drops += 1
 
     # ---- the end of an evaluation ----------------------------------------------------------------
     def _on_round(self, step: int) -> None:
@@ -350,12 +360,13 @@ def _canonical(key: str) -> str:
     return "_".join(mapping.words(key))
 
 
+_SPLIT_WORD = re.compile(r"(?<![A-Za-z])(" + "|".join(_SPLITS) + r")(?![a-z])", re.IGNORECASE)
+
+
 def _split_words(text: str) -> str:
     """The last split word (train / val / test ...) in free text, "" when none."""
-    for w in reversed(mapping.words(text)):
-        if w in _SPLITS:
-            return _SPLITS[w]
-    return ""
+    found = _SPLIT_WORD.findall(text) if text.strip() else ()
+    return _SPLITS[found[-1].lower()] if found else ""
 
 
 def parse_line(line: str, evaluating: bool = False) -> dict[str, float]:
@@ -426,11 +437,15 @@ class _Printed:
         return threading.get_ident() == self._thread and os.getpid() == self._pid
 
     def read(self, text: str) -> None:
-        if self._busy:  # something we called printed: not the script's line
+        """``feed`` guarded (no torch.compile check: printing is never traced)."""
+        s = self.probe.s
+        if self._busy or "stdout" in s.failed:  # busy: something we called printed
             return
         self._busy = True
         try:
-            self.probe._guard("stdout", self.feed, text)
+            self.feed(text)
+        except Exception as exc:  # never let traindoc break the user's print
+            s.fail("stdout", exc)
         finally:
             self._busy = False
 
@@ -442,6 +457,10 @@ class _Printed:
             return
         if self._buf:
             text = "".join(self._buf) + text
+        if not _DIGIT.search(text):  # nothing to read: keep the unfinished line only
+            rest = text[max(text.rfind("\n"), text.rfind("\r")) + 1:]
+            self._buf, self._size = ([rest], len(rest)) if rest else ([], 0)
+            return
         lines = _BREAK.split(text)
         rest = lines.pop()
         self._buf, self._size = ([rest], len(rest)) if rest else ([], 0)

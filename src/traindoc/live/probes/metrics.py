@@ -110,9 +110,7 @@ class Publisher:
             return signal
         owner = self._owner.setdefault(signal, (channel, name))
         if signal in LIVE_SIGNALS or signal in self._claimed or owner != (channel, name):
-            from traindoc.sources.logs import mapping
-
-            return "metric." + ("_".join(mapping.words(name)) or signal)
+            return _metric_name(name, signal)
         return signal
 
     def _put(self, step: int, signal: str, raw: Any) -> None:
@@ -156,6 +154,15 @@ class Publisher:
     def measured(self, step: int, signal: str, value: float) -> None:
         """A value a probe measured itself (router load): emitted as is."""
         self.s.emit(Scalar(step=step, name=signal, value=value))
+
+
+@functools.lru_cache(maxsize=1024)
+def _metric_name(name: str, signal: str) -> str:
+    """``metric.<name>`` for a logged name that does not own its signal (read once per name:
+    a value logged every step pays a dict lookup)."""
+    from traindoc.sources.logs import mapping
+
+    return "metric." + ("_".join(mapping.words(name)) or signal)
 
 
 # ---- the probe --------------------------------------------------------------------------------
