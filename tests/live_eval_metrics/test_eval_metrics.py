@@ -206,6 +206,32 @@ def test_a_model_trained_in_eval_mode_is_not_an_evaluation() -> None:
     assert values(scalars, "val_acc") == []
 
 
+def test_training_with_parts_or_all_of_the_model_in_eval_mode_stays_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BatchNorm frozen with .eval() is not the trained model; a model put in eval mode before
+    every training step is measured on two steps, then never again."""
+    calls = []
+    real = eval_metrics._class_stats
+    monkeypatch.setattr(eval_metrics, "_class_stats", lambda *a: calls.append(1) or real(*a))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(32, 8), torch.randint(4, (32,))
+
+    def run(freeze: Callable[[], None]) -> None:
+        for _ in range(6):
+            model.train()
+            freeze()
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    _, scalars = watched(lambda: run(lambda: model[1].eval()))
+    assert calls == [] and values(scalars, "val_acc") == []
+    _, scalars = watched(lambda: run(lambda: model.eval()))
+    assert len(calls) == 2 and values(scalars, "val_acc") == []
+
+
 def test_a_logged_validation_accuracy_keeps_its_signal() -> None:
     model, opt, x, y = make_task()
 

@@ -54,7 +54,8 @@ class StepNoOp:
         self._step: tuple[int, int] | None = None  # (step, optimizer) being gathered
         self._still: list[ParamStats] = []  # judged parameters left unchanged on it
         self._changed = False  # a judged parameter changed on it
-        self._no_ops: dict[int, list[int]] = {}  # optimizer -> no-op steps (first few)
+        self._no_ops: dict[int, list[int]] = {}  # optimizer -> its first 20 no-op steps
+        self._count: dict[int, int] = {}  # optimizer -> no-op steps in all
         self._fired: Finding | None = None
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -102,14 +103,16 @@ class StepNoOp:
         if not self._still or opt not in self._moved:
             return
         steps = self._no_ops.setdefault(opt, [])
-        steps.append(step)
-        if len(steps) >= self.config.confirm and (self._fired is None or self._fired.evidence.get("optimizer") == opt):
+        if len(steps) < 20:
+            steps.append(step)
+        self._count[opt] = self._count.get(opt, 0) + 1
+        if self._count[opt] >= self.config.confirm and (self._fired is None or self._fired.evidence.get("optimizer") == opt):
             first = self._fired is None
-            self._fired = self._finding(opt, steps, self._still)
+            self._fired = self._finding(opt, steps, self._count[opt], self._still)
             if first:
                 yield self._fired
 
-    def _finding(self, opt: int, steps: list[int], still: list[ParamStats]) -> Finding:
+    def _finding(self, opt: int, steps: list[int], count: int, still: list[ParamStats]) -> Finding:
         cls = self._cls.get(opt, "the optimizer")
         grads = [p.grad for p in still if p.grad is not None]
         lrs = sorted({p.lr for p in still if p.lr is not None})
@@ -118,8 +121,8 @@ class StepNoOp:
             self.id, step=steps[0],
             message=(
                 f"{cls}.step() left all {len(still)} of its parameters with a gradient bit-identical "
-                f"on {len(steps)} sampled step(s) from step {steps[0]} ({', '.join(map(str, shown))}"
-                f"{' ...' if len(steps) > 5 else ''}), after moving them on earlier steps: gradient "
+                f"on {count} sampled step(s) from step {steps[0]} ({', '.join(map(str, shown))}"
+                f"{' ...' if count > 5 else ''}), after moving them on earlier steps: gradient "
                 f"norms up to {fmt(max(grads))}, LR {', '.join(fmt(x) for x in lrs[:3])}. Unchanged: "
                 f"{names([p.name for p in still], 4)}."
             ),

@@ -15,10 +15,13 @@ _PER_PARAM = 64  # sampled steps kept per parameter (evenly spread): the median 
 
 
 class UpdateUnderflow:
-    """bf16/fp16 parameters where an optimizer step left most elements bit-identical although
-    their gradient was non-zero: the update is smaller than half the dtype's spacing at the
-    weights' magnitude and rounds away. Fires after ``confirm`` sampled steps where the share
-    of such elements (by element count) is at least ``share``."""
+    """bf16/fp16 parameters where an optimizer step left elements bit-identical although their
+    gradient was non-zero: the update is smaller than half the dtype's spacing at the weights'
+    magnitude and rounds away. A sampled step counts when the share of such elements (by
+    element count) is at least ``share``, or when some parameter was left entirely unchanged
+    by an optimizer step measured below half its spacing (the update/spacing measure itself:
+    the norm gains of a bf16 transformer at 1.0 never move under AdamW's 1e-3, however few
+    elements they are). Fires after ``confirm`` such sampled steps."""
 
     id: ClassVar[str] = "update-underflow"
     needs: ClassVar[frozenset[str]] = frozenset({"params"})
@@ -54,6 +57,7 @@ class UpdateUnderflow:
         self._span = 1
         self._bad_weight = 0
         self._diff_stuck: list[str] = []
+        self._stuck_now = False  # a parameter of this step rounded its whole update away
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, ParamStats)
@@ -68,11 +72,17 @@ class UpdateUnderflow:
         self._acc[0] += event.unchanged * event.numel
         self._acc[1] += event.numel
         self._span = max(self._span, event.steps)
-        if (event.has_grad is None and event.unchanged >= 0.99 and event.intended is not None
-                and event.spacing is not None and event.intended < event.spacing / 2):
+        below = (event.intended is not None and event.spacing is not None
+                 and event.intended < event.spacing / 2)  # the optimizer's step rounds away
+        if event.has_grad is None and event.unchanged >= 0.99 and below:
             # A checkpoint diff: bit-identical over all its steps, and the optimizer's step is
             # below half the spacing: underflow, judged per parameter (others may move).
             self._diff_stuck.append(event.name)
+        elif event.has_grad and event.unchanged >= 0.99 and below:
+            # Live: a parameter with a gradient left bit-identical by a step smaller than half
+            # its spacing (bf16 norm gains at 1.0 under AdamW's 1e-3), however few elements
+            # it holds next to the rest of the model.
+            self._stuck_now = True
         per_param = self._per_param.get(event.name)
         if per_param is None:
             per_param = self._per_param[event.name] = Thinned(_PER_PARAM)
@@ -93,7 +103,8 @@ class UpdateUnderflow:
         if total == 0 or self._step is None:
             return
         share = unchanged / total
-        if share >= self.config.share or self._diff_stuck:
+        stuck, self._stuck_now = self._stuck_now, False
+        if share >= self.config.share or self._diff_stuck or stuck:
             if self._first_bad is None:
                 self._first_bad = self._step
             self._bad_steps += 1

@@ -146,3 +146,31 @@ def output_spread(out: torch.Tensor) -> torch.Tensor:
         fill = torch.full((), float("nan"), device=x.device)
         return torch.stack([nan, fill, fill, fill, fill])
     return torch.stack([nan, x.std(dim=0).mean(), x.std(), x.min(), x.max()])
+
+
+# Nodes a constant passes through unchanged in kind: scalings and copies of one input.
+_THROUGH = ("MulBackward0", "DivBackward0", "NegBackward0", "ToCopyBackward0", "CloneBackward0",
+            "AliasBackward0", "ViewBackward0", "SqueezeBackward0", "UnsqueezeBackward0",
+            "ExpandBackward0", "AddBackward1", "SubBackward1")
+
+
+def scalar_leaf(t: torch.Tensor) -> torch.Tensor | None:
+    """The one-element leaf ``t`` is made of, when ``t`` is that leaf scaled or copied
+    (``torch.tensor(3.0, requires_grad=True) / accum_steps``) and reaches nothing else; None
+    otherwise (an nn.Parameter leaf, a real graph). A bounded walk of at most 8 nodes, no
+    tensor op, no sync."""
+    node = t.grad_fn
+    for _ in range(8):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            leaf: torch.Tensor = getattr(node, "variable")
+            return leaf if not isinstance(leaf, torch.nn.Parameter) and leaf.numel() == 1 else None
+        if name not in _THROUGH:
+            return None
+        nexts = [fn for fn, _ in node.next_functions if fn is not None]
+        if len(nexts) != 1:
+            return None
+        node = nexts[0]
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import weakref
+from types import FrameType
 from typing import Any
 
 import torch
@@ -21,16 +22,28 @@ def is_user_file(fn: str) -> bool:
     return not (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn)
 
 
+def is_library_file(fn: str) -> bool:
+    """An installed package's file (transformers, lightning, ...), not the user's project."""
+    return "site-packages" in fn or "dist-packages" in fn
+
+
 def user_site(depth: int = 2) -> str:
-    """``file:line`` of the innermost frame outside torch, traindoc and the stdlib."""
-    frame = sys._getframe(depth)
+    """``file:line`` of the innermost frame of the user's own code: outside torch, traindoc,
+    the stdlib and installed packages (``model.to(torch.bfloat16)`` called in train.py names
+    train.py, not the transformers override it goes through); the innermost installed
+    package's frame when no frame is the user's (a training loop run by a library entirely)."""
+    frame: FrameType | None = sys._getframe(depth)
+    library = ""
     while frame is not None:
         fn = frame.f_code.co_filename
         if is_user_file(fn):
             rel = os.path.relpath(fn)
-            return f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return ""
+            site = f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
+            if not is_library_file(fn):
+                return site
+            library = library or site
+        frame = frame.f_back
+    return library
 
 
 _MISSING = object()

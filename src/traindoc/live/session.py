@@ -39,6 +39,7 @@ from traindoc.events import (
     Classification, Clip, Event, Phase, RunEnd, RunStart, Scalar, StepBegin, StepEnd,
 )
 from traindoc.findings import Finding
+from traindoc.live import measure
 from traindoc.live.model import ModelWatch
 from traindoc.live.objects import ObjectMap, user_site
 
@@ -402,7 +403,7 @@ class Session:
         self._trained = True
         if loss.numel() != 1:
             return
-        constant = loss.grad_fn is None
+        constant = loss.grad_fn is None or self._fresh_constant(loss)
         where = user_site(3) if self.sampled else ""
         if self.sampled or self.model.has_flags():  # forward flags are only taken on sampled steps
             self.model.pack_activations()
@@ -416,6 +417,14 @@ class Session:
         scale = self.loss_scales.pop(id(loss), None)
         value = loss.detach() if scale is None else loss.detach() / scale
         self.defer(value, decode)  # no copy, no sync: read at the flush
+
+    def _fresh_constant(self, loss: torch.Tensor) -> bool:
+        """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
+        that no optimizer holds: its gradient reaches no parameter."""
+        leaf = measure.scalar_leaf(loss)
+        if leaf is None:
+            return False
+        return not any(leaf is p for opt in self.optimizers() for g in opt.param_groups for p in g["params"])
 
     # ---- clip, batches, classification, casts -------------------------------------------------
     def on_clip(self, total_norm: Any, max_norm: float) -> None:

@@ -4,12 +4,11 @@
   of model / optimizer / scheduler / scaler / step / rng / ema it holds, the stored LRs), from
   references only: no tensor is copied or read. A checkpoint gives a ``Checkpoint`` event (the
   ckpt face's, so its detectors work live) and a ``SaveFile`` event (path, whether a file was
-  already there, the user's file:line).
+  already there, the user's file:line). A step counter under a name of the script's own
+  (nanoGPT's ``iter_num``) is recognized by what it is: an integer equal to the optimizer's own
+  step count or to the steps the run took, or one that grew since the run's previous save.
 - ``os.replace`` / ``os.rename`` (which ``shutil.move`` and ``Path.rename``/``replace`` call):
   a file torch.save wrote being moved into place gives a ``SaveFile`` "move" event.
-  A step counter under a name of the script's own (nanoGPT's ``iter_num``) is recognized by
-  what it is: an integer equal to the optimizer's own step count or to the steps the run took,
-  or one that grew since the run's previous save.
 - ``torch.load`` remembers which file each loaded object came from, so that
 - ``Optimizer.load_state_dict`` / LR schedulers' ``load_state_dict`` can give a ``StateLoad``
   event: the LRs just before and just after the load, and the checkpoint path. It is sent when

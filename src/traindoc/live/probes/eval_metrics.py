@@ -437,15 +437,11 @@ class _Printed:
         return threading.get_ident() == self._thread and os.getpid() == self._pid
 
     def read(self, text: str) -> None:
-        """``feed`` guarded (no torch.compile check: printing is never traced)."""
-        s = self.probe.s
-        if self._busy or "stdout" in s.failed:  # busy: something we called printed
+        if self._busy:  # something we called printed: not the script's line
             return
         self._busy = True
         try:
-            self.feed(text)
-        except Exception as exc:  # never let traindoc break the user's print
-            s.fail("stdout", exc)
+            self.probe._guard("stdout", self.feed, text)  # an error disables the reading only
         finally:
             self._busy = False
 

@@ -380,8 +380,8 @@ def find_step(ck: Ckpt, optimizer_steps: int | None, run_steps: int | None = Non
 
 
 def find_step_between(old: Ckpt, new: Ckpt) -> str | None:
-    """A counter both training checkpoints hold that grew from OLD to NEW counts their steps
-    (when both optimizers know their step counts, those must have grown too)."""
+    """A counter both training checkpoints (with optimizer states) hold that grew from OLD to
+    NEW counts their steps: marks it in both, returns its key; None if there is none."""
     if not (old.optimizers and new.optimizers) or ("step" in old.has and "step" in new.has):
         return None
     for key, value in new.counters.items():
