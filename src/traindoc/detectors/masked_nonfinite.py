@@ -8,7 +8,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Head
-from traindoc.events import Activation, Backward, Event
+from traindoc.events import REPLACED, Activation, Backward, Event
 from traindoc.findings import Finding
 
 
@@ -45,7 +45,10 @@ class MaskedNonfinite:
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
             if event.nan and event.is_output:
-                self._nan_out[event.step] = event.module
+                # The model's output, or a value the loss code replaced (the live masking
+                # probe names the call: "nan_to_num at train.py:57").
+                replaced = event.type == REPLACED
+                self._nan_out[event.step] = f"{'`' if replaced else 'module `'}{event.module}`"
             elif event.nan:
                 self._first_module.setdefault(event.step, event.module)
             return
@@ -73,22 +76,25 @@ class MaskedNonfinite:
 
     def _finding(self) -> Finding:
         step, value, where = self._masked.items[0]
-        module = self._first_module.get(step) or self._nan_out.get(step, "")
+        out = self._nan_out.get(step, "")
+        inner = self._first_module.get(step)
+        module = f"module `{inner}`" if inner else out
+        what = (f"non-finite values requiring grad were replaced by {out} before the loss"
+                if not out.startswith("module") else f"the model output contained NaN (first in {module})")
         sites = [where] if where else []
         return finding(
             self.id, step=step,
             message=(
-                f"at step {step} the model output contained NaN (first in module `{module}`), but "
-                f"the value handed to backward() was finite ({fmt(value)}); seen on "
+                f"at step {step} {what}, but the value handed to backward() was finite ({fmt(value)}); seen on "
                 f"{self._masked.count} sampled step(s) {[s for s, _, _ in self._masked.items[:10]]}."
             ),
             fix=(
                 "Remove the guard and let the NaN surface, then fix its source"
-                + (f" (the forward pass first produces NaN in `{module}`)" if module else "")
+                + (f" (the NaN first appears in {module})" if module else "")
                 + ": check the batch for NaN/Inf inputs, guard the op's domain, lower the LR. To "
                 "skip truly bad batches, skip the optimizer step and count the skips instead."
             ),
             evidence={"masked_steps": self._masked.count, "steps": [s for s, _, _ in self._masked.items],
                       "value_to_backward": value, "module": module},
-            where=[f"module {module}"] + sites if module else sites,
+            where=[module.replace("`", "")] + sites if module else sites,
         )

@@ -167,6 +167,9 @@ class ParamStats:
     steps: int = 1
     signal: ClassVar[str] = "params"
 
+REPLACED = "replaced before the loss"  # Activation.type: non-finite values the loss code replaced
+
+
 @dataclass(frozen=True)
 class Activation:
     """A module's output on a sampled forward pass.

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from traindoc.events import Activation, Event
+from traindoc.events import REPLACED, Activation, Event
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
@@ -90,7 +90,7 @@ class MaskingProbe:
 
         def decode(vals: list[float]) -> Iterable[Event]:
             if vals[0]:
-                yield Activation(step=step, module=f"{name} at {where}", type="replaced before the loss",
+                yield Activation(step=step, module=f"{name} at {where}", type=REPLACED,
                                  nan=True, is_output=True)
 
         self.s.defer(flag.reshape(1), decode)
