@@ -24,7 +24,8 @@ from traindoc.detectors.nan_hidden_by_logging import NanHiddenByLogging
 from traindoc.detectors.nonfinite import Nonfinite
 from traindoc.detectors.scheduler_before_optimizer import SchedulerBeforeOptimizer
 from traindoc.detectors.stalled_loss import StalledLoss
-from traindoc.engine import Engine, Report, scalars
+from traindoc.engine import Engine, Report
+from traindoc.events import scalars
 from traindoc.events import Event, ParamStats, RunEnd, RunStart, Scalar, Series
 
 NAN, INF = math.nan, math.inf

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from traindoc.version import __version__
 
 if TYPE_CHECKING:
     # Type checkers see the class itself, so that a call is checked against Watch's own

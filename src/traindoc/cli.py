@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import NoReturn, Sequence
 
-from traindoc import __version__
+from traindoc.version import __version__
 from traindoc.errors import UsageError
 
 # name -> (module, one-line help). Modules must import fast (no torch at import time).

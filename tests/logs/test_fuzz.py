@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from traindoc.analyze import analyze
 from traindoc.errors import UsageError
-from traindoc.engine import scalars
+from traindoc.events import scalars
 from traindoc.events import Series
 from traindoc.sources import logs
 from traindoc.sources.logs import tensorboard

@@ -13,7 +13,7 @@ import pytest
 
 from traindoc.errors import UsageError
 from traindoc import engine
-from traindoc.engine import scalars
+from traindoc.events import scalars
 from traindoc.events import RunEnd, RunStart, Scalar, Series
 from traindoc.sources import logs
 from traindoc.sources.logs import tensorboard

@@ -240,7 +240,7 @@ def _same(a: object, b: object) -> bool:
 
 def replay(det: object, columns: Mapping[str, Series]) -> list[Finding]:
     """Feed the columns to ``det.observe`` as Scalars, exactly as the engine replays them."""
-    from traindoc.engine import scalars
+    from traindoc.events import scalars
 
     out: list[Finding] = []
     for event in scalars(list(columns.values())):

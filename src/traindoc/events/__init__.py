@@ -19,6 +19,7 @@ import dataclasses
 from typing import Union
 
 # The classes live in small modules by theme; everyone imports them from here.
+from traindoc.events.columns import scalars
 from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTerm, SchedulerStep
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
@@ -146,5 +147,5 @@ __all__ = [
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
-    "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
+    "scalars", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from traindoc import __version__
+from traindoc.version import __version__
 from traindoc.engine import Report
 
 SCHEMA_VERSION = 1
