@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from traindoc.errors import UsageError
-from traindoc import engine
+from traindoc.events import columns
 from traindoc.events import scalars
 from traindoc.events import RunEnd, RunStart, Scalar, Series
 from traindoc.sources import logs
@@ -290,7 +290,7 @@ def test_events_are_a_full_stream(tmp_path: Path) -> None:
 
 
 def test_fast_scalar_is_a_real_scalar() -> None:
-    s = engine._make(3, "loss", 0.5)
+    s = columns._make(3, "loss", 0.5)
     assert type(s) is Scalar and s == Scalar(3, "loss", 0.5) and hash(s) == hash(Scalar(3, "loss", 0.5))
     with pytest.raises(Exception):
         s.value = 1.0  # type: ignore[misc]  # still frozen

@@ -318,19 +318,7 @@ def _scheduler_classes() -> list[type]:
 
 
 def _checkpoint_event(obj: Any, path: str, step: int) -> Checkpoint | None:
-    """The ckpt face's reading of an object about to be written: a Checkpoint event, or None
-    when it is not a checkpoint. Only references and tensor metadata are touched."""
-    from traindoc.errors import UsageError
-    from traindoc.sources.ckpt import _optim, produce, read
+    """The ckpt face's reading of an object about to be written (see ``checkpoint_of``)."""
+    from traindoc.sources.ckpt.produce import checkpoint_of
 
-    try:
-        ck = read._from_object(obj, Path(path), trust=False, mapped=False)
-    except UsageError:
-        return None
-    if ck.format == "tensor":
-        return None
-    read._finish(ck)
-    opts = [_optim.parse(sd, i) for i, sd in enumerate(ck.optimizers)]
-    read.find_step(ck, produce._opt_steps(opts), step)
-    summary = produce._summary(ck, opts, step)
-    return produce._checkpoint_event(ck, opts, step, summary)
+    return checkpoint_of(obj, Path(path), step)

@@ -61,6 +61,25 @@ def inspect(path: str | Path, *, trust: bool = False) -> tuple[list[Event], Summ
         ck.close()
 
 
+def checkpoint_of(obj: object, path: Path, step: int) -> Checkpoint | None:
+    """The Checkpoint event of an object a live run is about to write to ``path`` at
+    ``step``, or None when it is not a training checkpoint (a bare tensor, not a state dict).
+    Only references and tensor metadata are touched: nothing is copied or unpickled."""
+    from traindoc.errors import UsageError
+    from traindoc.sources.ckpt import read
+
+    try:
+        ck = read.from_object(obj, path, trust=False, mapped=False)
+    except UsageError:
+        return None
+    if ck.format == "tensor":
+        return None
+    read.finish_reading(ck)
+    opts = [_optim.parse(sd, i) for i, sd in enumerate(ck.optimizers)]
+    read.find_step(ck, _opt_steps(opts), step)
+    return _checkpoint_event(ck, opts, step, _summary(ck, opts, step))
+
+
 def _tensor(ck: Ckpt, store: Store, name: str, role: str, opts: Sequence[Opt],
             slots: dict[str, Slot], step: int | None) -> tuple[TensorRow, ParamStats | None]:
     info = store.info(name)

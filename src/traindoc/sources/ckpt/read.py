@@ -89,9 +89,9 @@ def open_checkpoint(path: str | Path, *, trust: bool = False) -> Ckpt:
         ck = Ckpt(path=path, format="safetensors", model=_safetensors(path), file_bytes=size)
     else:
         obj, mapped = torch_load(path, trust=trust)
-        ck = _from_object(obj, path, trust=trust, mapped=mapped)
+        ck = from_object(obj, path, trust=trust, mapped=mapped)
         ck.file_bytes = size
-    _finish(ck)
+    finish_reading(ck)
     sibling = path.parent / "trainer_state.json"
     if path.name in _HF_WEIGHTS + ("optimizer.pt", "scheduler.pt") and sibling.is_file():
         ck.notes.append(f"this file is one part of the Hugging Face checkpoint folder {path.parent}; "
@@ -172,7 +172,7 @@ def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
         ck.notes.append("training_args.bin is a pickled Python object and was not loaded")
     ck.training = ck.model is not None and bool(opt or sched or rng or state_json)
     ck.file_bytes = sum(p.stat().st_size for p in files.values())
-    _finish(ck)
+    finish_reading(ck)
     return ck
 
 
@@ -231,7 +231,7 @@ def _natural(p: Path) -> tuple[int, str]:
 # --- objects from torch.load ----------------------------------------------------------------
 
 
-def _from_object(obj: object, path: Path, *, trust: bool, mapped: bool) -> Ckpt:
+def from_object(obj: object, path: Path, *, trust: bool, mapped: bool) -> Ckpt:
     import torch
 
     if trust and hasattr(obj, "state_dict") and callable(obj.state_dict):  # an nn.Module or optimizer
@@ -400,7 +400,7 @@ def _mark_step(ck: Ckpt, key: str, value: int, why: str) -> None:
     ck.notes.append(f"step counter: {key!r} = {value} ({why})")
 
 
-def _finish(ck: Ckpt) -> None:
+def finish_reading(ck: Ckpt) -> None:
     """Split an EMA stored inside the model's state_dict; fill ``has``."""
     if ck.model is not None and ck.ema is None:
         names = ck.model.names()
