@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.detectors._maths import median
+from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Classification, Event, Optimizer, ParamStats, Scalar, StateLoad
 from traindoc.findings import Finding
 
@@ -19,6 +19,9 @@ USUAL_LR = {
     "RMSprop": "1e-4 to 1e-2", "Adagrad": "1e-3 to 1e-1", "Adafactor": "1e-3 to 1e-2",
 }
 _ENDS = 10  # losses (and cross-entropy values) at each end of the run compared for progress
+
+
+_KEEP = 1024  # sampled parameter-steps kept per group (evenly spread over the run)
 
 
 class TinyUpdates:
@@ -71,7 +74,10 @@ class TinyUpdates:
         self._opt: dict[int, Optimizer] = {}
         self._lr: dict[tuple[int, int], float] = {}
         # per group: (step, ||dw||/||w|| per step, the group's LR at that step or None)
-        self._ratios: dict[tuple[int, int], list[tuple[int, float, float | None]]] = {}
+        # Per group, (step, update ratio, LR) of its sampled parameters: a bounded, evenly
+        # spread sample (three Thinned filled in lockstep thin alike), and its peak LR.
+        self._ratios: dict[tuple[int, int], tuple[Thinned, Thinned, Thinned]] = {}
+        self._peak: dict[tuple[int, int], float] = {}
         self._moved: set[tuple[int, int]] = set()
         self._span: dict[tuple[int, int], int] = {}
         self._first: list[float] = []  # the first losses
@@ -111,7 +117,14 @@ class TinyUpdates:
         key = (event.optimizer, event.group)
         lr = event.lr if event.lr is not None else self._lr_at.get(event.step) if key == (0, 0) else None
         # A checkpoint diff spans ``steps`` optimizer steps: its per-step share of the change.
-        self._ratios.setdefault(key, []).append((event.step, event.update / max(event.steps, 1), lr))
+        cols = self._ratios.get(key)
+        if cols is None:
+            cols = self._ratios[key] = (Thinned(_KEEP), Thinned(_KEEP), Thinned(_KEEP))
+        cols[0].append(event.step)
+        cols[1].append(event.update / max(event.steps, 1))
+        cols[2].append(lr if lr is not None else math.nan)
+        if lr is not None and math.isfinite(lr):
+            self._peak[key] = max(self._peak.get(key, lr), lr)
         self._span[key] = max(self._span.get(key, 0), event.steps)
         if event.update > 0:
             self._moved.add(key)
@@ -145,13 +158,14 @@ class TinyUpdates:
         trained = self._started_trained()
         stuck = progress is not None and progress < cfg.progress and not trained
         low: list[tuple[tuple[int, int], float, int, float, float | None]] = []
-        for key, series in self._ratios.items():
+        for key, (col_steps, col_ratios, col_lrs) in self._ratios.items():
+            series = [(int(s), r, None if math.isnan(lr) else lr)
+                      for s, r, lr in zip(col_steps.values, col_ratios.values, col_lrs.values)]
             steps = sorted({s for s, _, _ in series})
             observed = max(len(steps), self._span.get(key, 1))
             if observed < cfg.min_steps or key not in self._moved:
                 continue
-            known = [lr for _, _, lr in series if lr is not None and math.isfinite(lr)]
-            peak = max(known) if known else None
+            peak = self._peak.get(key)
             if (peak if peak is not None else self._lr.get(key, 1.0)) == 0:
                 continue  # an LR of exactly 0 throughout: frozen-parameters' territory
             half = steps[len(steps) // 2]
