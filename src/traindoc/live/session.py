@@ -26,6 +26,7 @@ import os
 import platform
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -127,7 +128,7 @@ class Session:
         self.sampled = self.level.sampled(0)
         self.next_sampled = self.sampled
         self._stepped: set[int] = set()
-        self._micro = 0
+        self.micro = 0  # backward() calls in this round
         self._outcomes: list[tuple[int, str, int]] = []  # (optimizer, outcome, taken) this round
         self._ended = 0  # outcomes of this round already ended in the stream
         self._taken: dict[int, int] = {}  # optimizer index -> steps that took effect
@@ -141,6 +142,9 @@ class Session:
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
+        # The optimizer seen last and its index (a plain reference would keep it alive).
+        self._last_opt_ref: Callable[[], Any] = lambda: None
+        self._last_index = -1
         self.model = ModelWatch(self)  # names and sampled measurements of the model
         self._clipped: set[int] = set()
         self.grad_sq: dict[int, float] = {}  # step -> sum of squared gradient norms measured
@@ -270,7 +274,7 @@ class Session:
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
         if self._outcomes:
             self._mark_end(begin_next=False)
-        elif self._micro:  # backward ran, no optimizer stepped
+        elif self.micro:  # backward ran, no optimizer stepped
             self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
         self._flush()
         self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
@@ -319,12 +323,14 @@ class Session:
         self._stepped.clear()
         self._outcomes = []
         self._ended = 0
-        self._micro = 0
+        self.micro = 0  # backward() calls in this round
         self._cleared = False
         self.sampled = self.next_sampled
 
     # ---- optimizers ---------------------------------------------------------------------------
     def on_optimizer_created(self, opt: Any) -> None:
+        if opt is self._last_opt_ref():  # the common case, every step: no weak-map lookup
+            return
         if opt not in self._optimizers:
             index = len(self._optimizers)
             self._optimizers[opt] = index
@@ -333,10 +339,12 @@ class Session:
                 self._pending.append(Phase(step=self.current_step, index=self._phase,
                                 reason=f"a new optimizer ({type(opt).__name__}) after "
                                        f"{sum(self._taken.values())} optimizer steps"))
+        self._last_opt_ref = weakref.ref(opt)
+        self._last_index = self._optimizers.get(opt, -1)
 
     def on_zero_grad(self) -> None:
         """The script cleared gradients (``optimizer.zero_grad()`` / ``model.zero_grad()``)."""
-        if self._micro and not self.round_done:
+        if self.micro and not self.round_done:
             self._cleared = True
 
     def on_step_pre(self, opt: Any) -> None:
@@ -366,7 +374,7 @@ class Session:
         self._stepped.add(id(opt))
         self.round_done = True
         self._trained = True
-        index = self._optimizers.get(opt, -1)
+        index = self._last_index if opt is self._last_opt_ref() else self._optimizers.get(opt, -1)
         if stepped:
             self._taken[index] = self._taken.get(index, 0) + 1
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
@@ -398,8 +406,8 @@ class Session:
     def on_backward(self, loss: torch.Tensor) -> None:
         if self.round_done or self._cleared:  # a step ended, or the script dropped the last one
             self._close_round()
-        step, micro = self.step, self._micro
-        self._micro += 1
+        step, micro = self.step, self.micro
+        self.micro += 1
         self._trained = True
         if loss.numel() != 1:
             return

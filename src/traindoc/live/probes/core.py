@@ -101,7 +101,8 @@ class CoreProbes:
         @functools.wraps(orig)
         def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(obj, *args, **kwargs)
-            session.on_zero_grad()  # sets a flag: cannot raise
+            if session.micro and not session.round_done:  # after a backward, before any step
+                session.on_zero_grad()  # sets a flag: cannot raise
             return out
 
         return zero_grad
