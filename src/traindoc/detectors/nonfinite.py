@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterable, Iterator
 
 from traindoc.detectors._common import Example, finding, names
-from traindoc.events import SKIPPED_BY_SCALER, Activation, Event, ParamStats, RunStart, Scalar, Series, StepEnd
+from traindoc.events import (
+    SKIPPED_BY_SCALER, Activation, Event, ParamStats, RunStart, Scalar, Series, StepEnd, scalars,
+)
 from traindoc.findings import Finding
 
 
@@ -116,43 +118,32 @@ class Nonfinite:
             yield from self._fire(event.step, event.name)
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """The columns at once: the first step with a non-finite value. ``observe`` fires at
-        each of that step's non-finite points; the first and the last of those findings are
-        the ones that count (the engine keeps the first's step, the last's evidence)."""
+        """The columns at once, judged by the same per-point judgement as ``observe``: numpy
+        picks the non-finite points (a finite point changes nothing), and only those are
+        judged, in the order the engine would replay the columns."""
+        import numpy as np
+
         from traindoc.detectors import _vector as vec
 
         last = max((int(c.steps[-1]) for c in columns.values() if len(c)), default=None)
         if last is not None and (self._latest is None or last > self._latest):
             self._latest = last
-        return self._release(last) + self._hold(vec.judge(self, columns, None, self._observe_columns))
-
-    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
-        import numpy as np
-
-        from traindoc.detectors import _vector as vec
-
-        cols = list(columns.values())
-        bad = [np.flatnonzero(~np.isfinite(vec.floats(c.values))) for c in cols]
-        firsts = [int(vec.ints(c.steps)[i[0]]) for c, i in zip(cols, bad) if len(i)]
+        released = self._release(last)
+        bad = {name: np.flatnonzero(~np.isfinite(vec.floats(c.values))) for name, c in columns.items()}
+        firsts = [int(c.steps[int(bad[name][0])]) for name, c in columns.items() if len(bad[name])]
         if not firsts:
-            return []
-        step = min(firsts)
-        # That step's non-finite points in the engine's replay order: row by row when the
-        # columns share their steps, else column by column.
-        points = [(int(i), j) for j, (c, idx) in enumerate(zip(cols, bad))
-                  for i in idx[vec.ints(c.steps)[idx] == step].tolist()]
-        if vec.dense(cols):
-            points.sort()
-        names = [cols[j].name for _, j in points]
-        i, j = points[0]
-        self._loss = vec.item(cols[j].values, i) if names[0] == "loss" else None
-        out = list(self._fire(vec.item(cols[j].steps, i), names[0]))
-        if len(points) > 1:
-            self._what = list(dict.fromkeys(names))
-            losses = [vec.item(cols[j].values, i) for i, j in points if cols[j].name == "loss"]
-            self._loss = losses[-1] if losses else None
-            out += self._fire(vec.item(cols[j].steps, i), names[-1])
-        return out
+            return released
+        # Only one step can be judged: the first non-finite one (or the one already found);
+        # the judgement ignores every other point, so a million NaN rows cost nothing.
+        target = self._step if self._step is not None else min(firsts)
+        picked = []
+        for name, c in columns.items():
+            steps = vec.ints(c.steps)[bad[name]]
+            idx = bad[name][steps == target].tolist()
+            if idx:
+                picked.append(Series(name, [target] * len(idx), [float(c.values[i]) for i in idx]))
+        found = [f for event in scalars(picked) for f in self._observe(event)]
+        return released + self._hold(found)
 
     def _forget(self) -> None:
         """Keep ``_module`` only for the steps from the earliest one still undecided: the step
