@@ -25,7 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from traindoc.live.probes import Probes
-from traindoc.live.session import LEVELS, Session
+from traindoc.live.levels import LEVELS
+from traindoc.live.session import Session
 
 
 class Block(nn.Module):

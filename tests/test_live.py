@@ -11,6 +11,7 @@ import torch.nn as nn
 
 import traindoc
 from traindoc.live import session as session_mod
+from traindoc.live.levels import LEVELS
 
 
 def train(steps: int = 30, *, bf16: bool = False) -> tuple[nn.Module, list[float]]:
@@ -114,6 +115,6 @@ def test_level_is_validated() -> None:
 
 
 def test_sampling_schedule() -> None:
-    lv = session_mod.LEVELS["standard"]
+    lv = LEVELS["standard"]
     assert all(lv.sampled(s) for s in range(lv.dense))
     assert not lv.sampled(lv.dense + 1) and lv.sampled(lv.every * 10)

@@ -44,7 +44,7 @@ class Watch:
         argv: list[str] | None = None,
         guard: bool | Mapping[str, object] = False,
     ) -> None:
-        from traindoc.live.session import LEVELS
+        from traindoc.live.levels import LEVELS
 
         if level not in LEVELS:
             raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")

@@ -34,7 +34,7 @@ from torch.autograd.graph import GradientEdge
 
 from traindoc import metrics as api
 from traindoc.events import Event, LossTerm
-from traindoc.live import session as session_mod
+from traindoc.live.objects import user_site
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
@@ -139,7 +139,7 @@ class LossTermsProbe:
         if not leaves or any(type(t.node).__name__ == "AccumulateGrad" for t in terms):
             return  # a parameter added to the loss as is is not a term we can measure
         self._measured += 1
-        self._measure(terms, leaves, step, session_mod.user_site(4))
+        self._measure(terms, leaves, step, user_site(4))
 
     def _measure(self, terms: list[_Term], leaves: list[torch.Tensor], step: int, where: str) -> None:
         rows = []
