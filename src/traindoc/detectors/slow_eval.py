@@ -56,7 +56,10 @@ class SlowEval:
             self._end = event
         else:
             assert isinstance(event, EvalPass)
-            if event.index == 0:  # one per phase (a second model evaluated in it has no time)
+            # One per phase (a second model evaluated in it has no time). A no_grad pass of a
+            # model left in train mode is not taken for an evaluation here: RL rollouts and
+            # data generation look alike, and real evaluations call model.eval().
+            if event.index == 0 and not event.training:
                 self._add(event)
         return iter(())
 

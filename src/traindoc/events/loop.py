@@ -115,6 +115,7 @@ class EvalPass:
     first_diff: str = ""
     where: str = ""
     index: int = 0
+    training: bool = False  # the model was in train mode (no model.eval()): a rollout, maybe
     signal: ClassVar[str] = "eval"
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def _unwrap(m: Any) -> Any:
 class _Pass:
     """One model looked at in an evaluation phase (at its first root forward there)."""
 
-    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where")
+    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training")
 
     def __init__(self) -> None:
         self.model = ""
@@ -74,6 +74,7 @@ class _Pass:
         self.rerun: torch.Tensor | None = None  # [abs diff, max |out|, per-module differs...]
         self.names: list[str] = []
         self.where = ""
+        self.training = True  # the model's own mode (model.eval() called or not)
 
 
 class _Phase:
@@ -224,6 +225,7 @@ class EvalProbes:
         ph.passes.append(one)
         inner = _unwrap(module)
         one.model = type(inner).__name__
+        one.training = bool(inner.training)
         one.where = user_site(4)
         held = _held_params(s)
         owned = any(id(p) in held for p in inner.parameters())
@@ -363,7 +365,8 @@ class EvalProbes:
                 yield EvalPass(step=ph.step, model=one.model, role=one.role,
                                duration_s=duration if i == 0 else 0.0, elapsed_s=elapsed,
                                train_modules=one.train_modules, mode_modules=one.mode_modules,
-                               rerun=rel, rerun_abs=diff, first_diff=first, where=one.where, index=i)
+                               rerun=rel, rerun_abs=diff, first_diff=first, where=one.where, index=i,
+                               training=one.training)
 
         tensors = [one.rerun for one in passes if one.rerun is not None]
         if not tensors:
