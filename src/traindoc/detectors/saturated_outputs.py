@@ -8,9 +8,7 @@ from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import Activation, Event
-
-LOSS_INPUT = "loss input"  # Activation.type of the probabilities a loss function sees
+from traindoc.events import LOSS_INPUT, Activation, Event
 from traindoc.findings import Finding
 
 

@@ -24,7 +24,7 @@ from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTer
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
-    NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
+    LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
     Batch, Cast, Classification, Clip, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
     Scalar, Series, StepBegin, StepEnd,
 )
@@ -147,5 +147,5 @@ __all__ = [
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
-    "scalars", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
+    "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

@@ -168,6 +168,7 @@ class ParamStats:
     signal: ClassVar[str] = "params"
 
 REPLACED = "replaced before the loss"  # Activation.type: non-finite values the loss code replaced
+LOSS_INPUT = "loss input"  # Activation.type: the probabilities a loss function sees
 
 
 @dataclass(frozen=True)

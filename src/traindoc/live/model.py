@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
-from traindoc.events import Activation, Event, Optimizer, ParamGroup, ParamStats
+from traindoc.events import LOSS_INPUT, Activation, Event, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container
 
@@ -206,30 +206,27 @@ class ModelWatch:
         outs = measure.first_float_tensors(output, limit=1)
         if not outs:
             return
-        spread = measure.output_spread(outs[0])
-        step, name = self.s.current_step, self._mnames.get(module, type(module).__name__)
-
-        def decode(vals: list[float]) -> Iterable[Event]:
-            nan, sp, scale, lo, hi = vals
-            if math.isnan(sp):
-                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan), is_output=True)
-            else:
-                yield Activation(step=step, module=name, type=type(module).__name__, nan=bool(nan),
-                                 spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
-
-        self.s.defer(spread, decode)
+        self._defer_output(self._mnames.get(module, type(module).__name__), type(module).__name__,
+                           outs[0], nan_alone=True)
 
     def on_loss_input(self, fn: str, probs: torch.Tensor) -> None:
         """The probabilities a BCE loss sees, judged like a model output (saturated-outputs)."""
         self.s.next_step_begins()
-        spread = measure.output_spread(probs)
+        self._defer_output(fn, LOSS_INPUT, probs, nan_alone=False)
+
+    def _defer_output(self, name: str, type_: str, out: torch.Tensor, *, nan_alone: bool) -> None:
+        """An output's spread across the batch as an ``Activation(is_output=True)``; a
+        one-row batch has no spread: its NaN flag alone goes out when ``nan_alone``."""
+        spread = measure.output_spread(out)
         step = self.s.current_step
 
         def decode(vals: list[float]) -> Iterable[Event]:
             nan, sp, scale, lo, hi = vals
             if not math.isnan(sp):
-                yield Activation(step=step, module=fn, type="loss input", nan=bool(nan),
+                yield Activation(step=step, module=name, type=type_, nan=bool(nan),
                                  spread=sp, scale=scale, lo=lo, hi=hi, is_output=True)
+            elif nan_alone:
+                yield Activation(step=step, module=name, type=type_, nan=bool(nan), is_output=True)
 
         self.s.defer(spread, decode)
 

@@ -22,6 +22,12 @@ def is_user_file(fn: str) -> bool:
     return not (fn.startswith(_STDLIB_DIR) and "site-packages" not in fn)
 
 
+def file_line(fn: str, line: int) -> str:
+    """``file:line`` as the user reads it: relative to the working directory when under it."""
+    rel = os.path.relpath(fn) if not fn.startswith("<") else fn
+    return f"{fn if rel.startswith('..') else rel}:{line}"
+
+
 def is_library_file(fn: str) -> bool:
     """An installed package's file (transformers, lightning, ...), not the user's project."""
     return "site-packages" in fn or "dist-packages" in fn
@@ -37,8 +43,7 @@ def user_site(depth: int = 2) -> str:
     while frame is not None:
         fn = frame.f_code.co_filename
         if is_user_file(fn):
-            rel = os.path.relpath(fn)
-            site = f"{fn if rel.startswith('..') else rel}:{frame.f_lineno}"
+            site = file_line(fn, frame.f_lineno)
             if not is_library_file(fn):
                 return site
             library = library or site

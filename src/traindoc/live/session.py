@@ -133,11 +133,6 @@ class Session:
         """Is the work happening now on a sampled step?"""
         return self.next_sampled if self.round_done else self.sampled
 
-    @property
-    def trained(self) -> bool:
-        """Was any training seen (a backward or an optimizer step)?"""
-        return self._trained
-
     def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) to make events. Probes use this instead of ``.item()``."""
@@ -229,15 +224,15 @@ class Session:
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
         if self._outcomes:
             self._mark_end(begin_next=False)
-        elif self.micro:  # backward ran, no optimizer stepped
-            self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
+        elif self.micro:
+            self._end_dropped(begin_next=False)
         self._flush()
         self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
                          trained=self._trained, exit_code=exit_code,
                          optimizer_steps=sum(self._taken.values())))
         report = self.engine.finish()
+        chosen = report.ran + [id_ for id_, _ in report.not_applicable]
         for probe, error in sorted(self.failed.items()):
-            chosen = report.ran + [id_ for id_, _ in report.not_applicable]
             report.disabled.append((f"probe:{probe}", self._blind(probe, error, chosen)))
         return report
 
@@ -257,18 +252,17 @@ class Session:
             self._failed_at[probe] = self.current_step
             sys.stderr.write(f"traindoc: internal error in probe {probe!r}, disabled it: {exc}\n")
 
-    def _round_outcomes(self) -> list[tuple[int, str, int]]:
-        if self._outcomes:
-            return self._outcomes
-        return [(-1, SKIPPED_BY_SCRIPT, 0)]  # backward ran, no optimizer stepped
+    def _end_dropped(self, begin_next: bool = True) -> None:
+        """End a round in which backward ran and no optimizer stepped (the script dropped it)."""
+        self._pending.append(_RoundEnd(self.step, [(-1, SKIPPED_BY_SCRIPT, 0)]))
+        if begin_next and self._routine:
+            self._pending.append(StepBegin(step=self.step + 1))
 
     def _close_round(self) -> None:
         if self._outcomes:
             self._mark_end()
-        else:  # backward ran and the gradients were dropped: no optimizer stepped
-            self._pending.append(_RoundEnd(self.step, self._round_outcomes()))
-            if self._routine:
-                self._pending.append(StepBegin(step=self.step + 1))
+        else:
+            self._end_dropped()
         if self.sampled or len(self._pending) > 512:
             self._flush()
         for listener in self.round_listeners:
@@ -291,9 +285,9 @@ class Session:
             self._optimizers[opt] = index
             if self._taken:  # another optimizer trained already: a new phase begins
                 self._phase += 1
-                self._pending.append(Phase(step=self.current_step, index=self._phase,
-                                reason=f"a new optimizer ({type(opt).__name__}) after "
-                                       f"{sum(self._taken.values())} optimizer steps"))
+                reason = (f"a new optimizer ({type(opt).__name__}) after "
+                          f"{sum(self._taken.values())} optimizer steps")
+                self._pending.append(Phase(step=self.current_step, index=self._phase, reason=reason))
         self._last_opt_ref = weakref.ref(opt)
         self._last_index = self._optimizers.get(opt, -1)
 
@@ -312,7 +306,6 @@ class Session:
                 self.model.snapshot(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
-
 
     def on_step_post(self, opt: Any) -> None:
         self._end_step(opt, _has_grads(opt))
@@ -351,11 +344,6 @@ class Session:
             self._close_round()
         self.on_optimizer_created(opt)
         self._end_step(opt, None)
-
-
-
-
-
 
     # ---- backward and loss ------------------------------------------------------------------
     def on_backward(self, loss: torch.Tensor) -> None:
@@ -419,12 +407,6 @@ class Session:
 
     def on_cast(self, module: Any, dtype: Any) -> None:
         self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3)))
-
-    # ---- forward (sampled steps only) --------------------------------------------------------
-
-
-
-
 
     # ---- the one batched transfer ------------------------------------------------------------
     def _flush(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from traindoc.events import REPLACED, Activation, Event
+from traindoc.live.objects import file_line
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
@@ -70,14 +71,14 @@ class MaskingProbe:
             out = orig(*args, **kwargs)
             s = probe.s
             if not s.in_model_forward and torch.is_grad_enabled() and not is_compiling():
-                frame = sys._getframe(1)
-                site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
-                probe._guard(probe.name, probe._check, name, site, values(args, kwargs))
+                frame = sys._getframe(1)  # the caller's file and line: one frame, no walk
+                probe._guard(probe.name, probe._check, name, frame.f_code.co_filename, frame.f_lineno,
+                             values(args, kwargs))
             return out
 
         return wrapper
 
-    def _check(self, name: str, site: str, tensors: list[Any]) -> None:
+    def _check(self, name: str, fn: str, line: int, tensors: list[Any]) -> None:
         picked = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad
                   and (t.is_floating_point() or t.is_complex())]
         if not picked:
@@ -86,7 +87,7 @@ class MaskingProbe:
             flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in picked]).any()
         self.s.next_step_begins()
         step = self.s.current_step
-        where = _relative(site)
+        where = file_line(fn, line)
 
         def decode(vals: list[float]) -> Iterable[Event]:
             if vals[0]:
@@ -103,11 +104,3 @@ def _first(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
 def _where_values(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     """torch.where(cond, x, y): the two value tensors (the one-argument form picks nothing)."""
     return list(args[1:3]) if len(args) >= 3 else [kwargs.get("input"), kwargs.get("other")]
-
-
-def _relative(site: str) -> str:
-    import os
-
-    fn, _, line = site.rpartition(":")
-    rel = os.path.relpath(fn) if fn and not fn.startswith("<") else fn
-    return f"{fn if rel.startswith('..') else rel}:{line}"
