@@ -1,0 +1,1 @@
+"""Framework callbacks (Hugging Face Trainer, Lightning), the pytest plugin and tracker export: thin producers of the live events."""
