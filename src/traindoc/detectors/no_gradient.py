@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, names
-from traindoc.events import Event, ParamStats
+from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
 
 
@@ -15,12 +15,20 @@ class NoGradient:
     zero on every sampled step so far, while other parameters did get gradients (steps where
     *every* gradient is zero belong to constant-loss). Steps where the model that ran has
     parameters no optimizer holds belong to optimizer-param-mismatch and are not counted.
+
+    Also: an optimizer whose every parameter is frozen (``requires_grad=False``) on every
+    sampled step, so its ``step()`` can never change anything (a freeze loop that also froze
+    the parameters meant to train). An optimizer holding some frozen parameters beside trained
+    ones (a backbone frozen on purpose) is not judged by this rule.
     """
 
     id: ClassVar[str] = "no-gradient"
     needs: ClassVar[frozenset[str]] = frozenset({"params"})
+    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/detached_branch.py", 0),
+        Example("zoo/finetune_head_frozen_too.py", 0),
+        Example("zoo/healthy_finetune.py", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 
@@ -42,8 +50,15 @@ class NoGradient:
         self._numel: dict[str, int] = {}
         self._first: int | None = None
         self._fired = False
+        self._frozen: dict[int, list[ParamStats]] = {}  # optimizer -> its rows, all frozen so far
+        self._frozen_steps: dict[int, int] = {}
+        self._frozen_fired: set[int] = set()
+        self._cls: dict[int, str] = {}
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Optimizer):
+            self._cls[event.index] = event.cls
+            return
         assert isinstance(event, ParamStats)
         if event.step != self._step:
             yield from self._judge()
@@ -57,7 +72,10 @@ class NoGradient:
 
     def _judge(self) -> Iterator[Finding]:
         rows, self._rows = self._rows, []
-        if not rows or any(r.optimizer < 0 for r in rows):
+        if not rows:
+            return
+        yield from self._judge_frozen(rows)
+        if any(r.optimizer < 0 for r in rows):
             return
         held = [r for r in rows if r.requires_grad and r.has_grad is not None]
         if not any(r.has_grad and r.grad for r in held):
@@ -75,6 +93,48 @@ class NoGradient:
         if not self._fired and self._never and self._counted >= self.config.confirm:
             self._fired = True
             yield self._finding()
+
+    def _judge_frozen(self, rows: list[ParamStats]) -> Iterator[Finding]:
+        by_opt: dict[int, list[ParamStats]] = {}
+        for r in rows:
+            if r.optimizer >= 0:
+                by_opt.setdefault(r.optimizer, []).append(r)
+        for opt, held in by_opt.items():
+            if any(r.requires_grad or r.has_grad for r in held):
+                self._frozen_steps[opt] = -1  # it trains something: never judged again
+                continue
+            if self._frozen_steps.get(opt, 0) < 0:
+                continue
+            self._frozen_steps[opt] = self._frozen_steps.get(opt, 0) + 1
+            self._frozen.setdefault(opt, held)
+            if self._frozen_steps[opt] >= self.config.confirm and opt not in self._frozen_fired:
+                self._frozen_fired.add(opt)
+                yield self._frozen_finding(opt, held)
+
+    def _frozen_finding(self, opt: int, held: list[ParamStats]) -> Finding:
+        first = self._frozen[opt][0].step
+        names_ = [r.name for r in held]
+        cls = self._cls.get(opt, f"Optimizer {opt}")
+        return finding(
+            self.id, step=first,
+            message=(
+                f"{cls} holds {len(held)} parameter(s) ({names(names_)}; "
+                f"{sum(r.numel for r in held)} elements), all with requires_grad=False, on every one "
+                f"of {self._frozen_steps[opt]} sampled steps from step {first}: none of them gets a "
+                "gradient, so its step() can never change anything."
+            ),
+            cause=("The parameters meant to train were frozen with the rest: a freeze loop over "
+                   "model.parameters() that runs after the new head was attached (or a "
+                   "requires_grad_(False) on the whole model), with the optimizer built from the "
+                   "head only. A `loss.requires_grad_(True)` added to silence \"element 0 of "
+                   "tensors does not require grad\" hides the same mistake."),
+            fix=(f"Freeze before attaching the new layers, or set requires_grad=True again on "
+                 f"{names_[0]} and the other parameters the optimizer should train; drop any "
+                 "`loss.requires_grad_(True)`."),
+            evidence={"optimizer": opt, "parameters": names_[:50], "count": len(held),
+                      "sampled_steps": self._frozen_steps[opt], "requires_grad": False},
+            where=names_[:10],
+        )
 
     def _finding(self) -> Finding:
         bad = sorted(self._never, key=lambda n: -self._numel[n])

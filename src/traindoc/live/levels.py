@@ -48,6 +48,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "routers": ("expert_gini", "expert_entropy"),
     "loss_terms": ("loss_terms",),
     "masking": ("activations",),
+    "order": ("eval_order",),
     "decode": tuple(SIGNALS),  # reading measurements back: every measured signal
 }
 

@@ -15,6 +15,7 @@ from traindoc.live.probes.loop import LoopProbes
 from traindoc.live.probes.losses import LossTermsProbe
 from traindoc.live.probes.masking import MaskingProbe
 from traindoc.live.probes.metrics import MetricsProbe
+from traindoc.live.probes.order import OrderProbe
 from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.session import Session
 
@@ -30,6 +31,7 @@ PROBES: tuple[type, ...] = (
     EvalMetricsProbe,  # after core: drops a loss that fed a backward before the round closes
     LossTermsProbe,  # after core: its backward wrapper runs first, before the user's backward
     MaskingProbe,  # reads the core probe's in_model_forward
+    OrderProbe,
 )
 
 
