@@ -22,3 +22,23 @@ class EvalBeforeTrain:
     actual: float
     where: str = ""
     signal: ClassVar[str] = "eval_order"
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """A training batch as the DataLoader collated it (sampled steps): ``drawn`` samples the
+    sampler drew for it (its ``batch_size``; 0 when unknown), the leading dimension of each of
+    its first tensors (``dims``, shapes in ``shapes``), and whether it carries the keys of a
+    packed batch (``position_ids``/``cu_seq_lens``: sequences concatenated on purpose).
+    ``last``: the iterator's last batch (may be partial). ``collate``: the loader's collate
+    function and where it is defined, when the batch looks collapsed."""
+
+    step: int
+    loader: str
+    drawn: int
+    dims: tuple[int, ...]
+    shapes: tuple[str, ...]
+    packed: bool = False
+    last: bool = False
+    collate: str = ""
+    signal: ClassVar[str] = "batch_shape"

@@ -34,7 +34,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "backward": ("backward", "loss"),
     "clip": ("clip", "grad_norm"),
     "forward": ("activations",),
-    "dataloader": ("batch",),
+    "dataloader": ("batch", "batch_shape"),
     "cross_entropy": ("classification",),
     "cast": ("cast",),
     "accumulation": ("accumulation",),

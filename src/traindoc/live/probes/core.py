@@ -21,11 +21,16 @@ import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import dataloader as _dl
 
+from traindoc.events import BatchShape
 from traindoc.live import measure
+from traindoc.live.objects import file_line
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
 _is_compiling = is_compiling
+# Keys of a batch whose sequences are concatenated on purpose (padding-free packing, e.g.
+# transformers' DataCollatorWithFlattening): batch dimension 1 is intended there.
+_PACKED_KEYS = ("position_ids", "cu_seq_lens_q", "cu_seqlens", "seq_idx")
 _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
@@ -139,7 +144,10 @@ class CoreProbes:
             self._iterators += 1
         if not self.s.measuring:
             return
-        tensors = [t for t in _tensors(batch) if t.device.type == "cpu"]
+        every = _tensors(batch)
+        if every and torch.is_grad_enabled():
+            self._batch_shape(it, batch, every, index)
+        tensors = [t for t in every if t.device.type == "cpu"]
         if not tensors:
             return
         sample = measure.strided(tensors[0]).contiguous()
@@ -151,6 +159,22 @@ class CoreProbes:
             length = -1
         dataset = type(getattr(it, "_dataset", it)).__name__
         self.s.on_batch(dataset, length, self._iterators, index, digest.hexdigest())
+
+    def _batch_shape(self, it: Any, batch: Any, tensors: list[torch.Tensor], index: int) -> None:
+        """Shapes are host metadata: no device sync."""
+        sampler = getattr(it, "_index_sampler", None)
+        try:
+            last = index >= len(sampler) - 1  # type: ignore[arg-type]  # guarded below
+        except TypeError:
+            last = False
+        dims = tuple(int(t.shape[0]) if t.ndim else 0 for t in tensors)
+        collate = _describe(getattr(it, "_collate_fn", None)) if all(d == 1 for d in dims) else ""
+        self.s.emit(BatchShape(
+            step=self.s.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
+            drawn=int(getattr(sampler, "batch_size", 0) or 0), dims=dims,
+            shapes=tuple(str(tuple(t.shape)) for t in tensors),
+            packed=isinstance(batch, dict) and any(k in batch for k in _PACKED_KEYS), last=last,
+            collate=collate))
 
     def _wrap_cross_entropy(self, orig: Any) -> Any:
         probes = self
@@ -250,6 +274,15 @@ class CoreProbes:
                 listener(module, output)
             if self._depth == 0 and next(module.parameters(), None) is not None:
                 self._guard("forward", self.s.on_root_forward, module, output)
+
+
+def _describe(fn: Any) -> str:
+    """``name (file:line)`` of a function or callable object, or ""."""
+    code = getattr(fn, "__code__", None) or getattr(getattr(type(fn), "__call__", None), "__code__", None)
+    if code is None:
+        return ""
+    name = getattr(fn, "__qualname__", None) or f"{type(fn).__qualname__}.__call__"
+    return f"{name} ({file_line(code.co_filename, code.co_firstlineno)})"
 
 
 def _tensors(batch: Any) -> list[torch.Tensor]:
