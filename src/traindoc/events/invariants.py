@@ -42,3 +42,22 @@ class BatchShape:
     last: bool = False
     collate: str = ""
     signal: ClassVar[str] = "batch_shape"
+
+
+@dataclass(frozen=True)
+class ScheduleEnd:
+    """An LR scheduler with a known horizon, as the run left it (live, at the end): ``taken``
+    of its ``horizon`` steps (read from ``attribute``: OneCycleLR's total_steps, a cosine's
+    T_max, the num_training_steps of a warmup-decay lambda), group 0's LR now and its peak
+    (``lr_peak``: the base or max LR). ``where``: the scheduler's construction site."""
+
+    step: int
+    scheduler: str
+    optimizer: str
+    taken: int
+    horizon: int
+    attribute: str
+    lr_now: float
+    lr_peak: float
+    where: str = ""
+    signal: ClassVar[str] = "schedule"

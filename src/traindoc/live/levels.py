@@ -49,6 +49,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "loss_terms": ("loss_terms",),
     "masking": ("activations",),
     "order": ("eval_order",),
+    "schedule": ("schedule",),
     "decode": tuple(SIGNALS),  # reading measurements back: every measured signal
 }
 

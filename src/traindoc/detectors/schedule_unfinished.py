@@ -1,0 +1,94 @@
+"""schedule-unfinished: the run ended with its LR schedule far from its end."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, RunEnd, Scalar, ScheduleEnd
+from traindoc.findings import Finding
+
+
+class ScheduleUnfinished:
+    """A run that ended normally (not a crash, not Ctrl-C) with an LR schedule at under
+    ``done`` of its horizon: the loop's step budget and the schedule's were computed
+    differently (floor against ceil with gradient accumulation, per-epoch stepping of a
+    per-step schedule), so training stopped before the LR annealed. When the validation loss
+    had stopped improving for ``patience`` evaluations before the end, the stop looks like the
+    script's own early stopping: said as info, not a warning."""
+
+    id: ClassVar[str] = "schedule-unfinished"
+    needs: ClassVar[frozenset[str]] = frozenset({"schedule"})
+    uses: ClassVar[frozenset[str]] = frozenset({"end", "val_loss"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/schedule_unfinished_accumulation.py", 0),
+        Example("zoo/healthy_accumulation_budget.py", None),
+        Example("zoo/healthy_early_stopping.py", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        done: float = 0.9  # share of the horizon below which a schedule is unfinished
+        patience: int = 3  # evaluations without improvement that look like early stopping
+
+        def __post_init__(self) -> None:
+            if not 0 < self.done <= 1:
+                raise ValueError(f"done must be in (0, 1], got {self.done}")
+            if self.patience < 1:
+                raise ValueError(f"patience must be >= 1, got {self.patience}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._ends: list[ScheduleEnd] = []
+        self._status = ""
+        self._best: float | None = None
+        self._since_best = 0  # evaluations since the best validation loss
+        self._evals = 0
+
+    def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, ScheduleEnd):
+            self._ends.append(event)
+        elif isinstance(event, RunEnd):
+            self._status = event.status
+        elif isinstance(event, Scalar) and event.name == "val_loss":
+            self._evals += 1
+            if self._best is None or event.value < self._best * (1 - 1e-3):
+                self._best, self._since_best = event.value, 0
+            else:
+                self._since_best += 1
+        return iter(())
+
+    def finish(self) -> Iterator[Finding]:
+        if self._status not in ("ok", "exit"):
+            return  # a crash or an interrupt: the run did not end on its own terms
+        for e in self._ends:
+            if e.horizon > 0 and e.taken < self.config.done * e.horizon:
+                yield self._finding(e)
+
+    def _finding(self, e: ScheduleEnd) -> Finding:
+        stopped = self._evals > self.config.patience and self._since_best >= self.config.patience
+        share = e.taken / e.horizon
+        message = (
+            f"The run ended after {e.taken} of the {e.horizon} steps {e.scheduler} "
+            f"(built at {e.where or 'an unknown site'}) was scheduled for ({e.attribute}), "
+            f"{share:.0%} of it: {e.optimizer}'s LR is {fmt(e.lr_now)}, "
+            f"{e.lr_now / e.lr_peak:.0%} of its peak {fmt(e.lr_peak)}, where the schedule "
+            "would have annealed it."
+        )
+        if stopped:
+            message += (f" The validation loss had not improved for the last {self._since_best} "
+                        "evaluations: the script stopped early on purpose.")
+        f = finding(
+            self.id, step=e.step, message=message,
+            fix=(f"Compute the loop's step budget and {e.scheduler}'s {e.attribute} from the same "
+                 "number: the optimizer steps the loop really takes (with gradient accumulation, "
+                 "ceil(len(loader) / accum) per epoch when the last partial window steps too), "
+                 "and step the scheduler once per optimizer step if it was sized in steps."),
+            evidence={"scheduler": e.scheduler, "taken": e.taken, "horizon": e.horizon,
+                      "attribute": e.attribute, "lr_now": e.lr_now, "lr_peak": e.lr_peak,
+                      "early_stopping": stopped},
+            where=[e.where] if e.where else [],
+        )
+        return dataclasses.replace(f, severity="info") if stopped else f
