@@ -51,3 +51,54 @@ def test_legacy_spectral_norm_restored_from_a_checkpoint_is_quiet() -> None:
     restored = _sn_net()
     restored.load_state_dict(trained.state_dict())
     assert "eval-before-train-forward" not in _train(restored, 3, evaluate_first=True)
+
+
+def _fused_mlp(cast_inputs: torch.dtype | None) -> list[traindoc.Finding]:
+    """A fused linear+GELU written as an autograd.Function (LT-725's shape), in bf16 autocast."""
+
+    class FusedLinearGelu(torch.autograd.Function):
+        @staticmethod
+        @torch.amp.custom_fwd(device_type="cpu", cast_inputs=cast_inputs)
+        def forward(ctx, x, weight, bias):  # type: ignore[no-untyped-def]
+            ctx.save_for_backward(x, weight, bias)
+            return F.gelu(F.linear(x, weight, bias))
+
+        @staticmethod
+        @torch.amp.custom_bwd(device_type="cpu")
+        def backward(ctx, grad):  # type: ignore[no-untyped-def]
+            x, weight, bias = ctx.saved_tensors
+            with torch.enable_grad():
+                x_, w_, b_ = (t.detach().requires_grad_() for t in (x, weight, bias))
+                out = F.gelu(F.linear(x_, w_, b_))
+            return torch.autograd.grad(out, (x_, w_, b_), grad)
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(32, 32)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return FusedLinearGelu.apply(x, self.fc.weight, self.fc.bias)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block(), nn.Linear(32, 2))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32), torch.randint(0, 2, (16,))
+    with traindoc.watch(announce=False) as doc:
+        for _ in range(4):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return doc.findings
+
+
+def test_custom_fwd_casting_to_fp32_bypasses_autocast() -> None:
+    found = [f for f in _fused_mlp(torch.float32) if f.id == "autocast-bypassed"]
+    assert found and found[0].evidence["reason"] == "custom_fwd", found
+    assert "FusedLinearGelu(0.fc.weight)" in found[0].evidence["fp32_modules"]
+
+
+def test_custom_fwd_following_the_callers_autocast_is_quiet() -> None:
+    assert "autocast-bypassed" not in [f.id for f in _fused_mlp(None)]

@@ -25,6 +25,11 @@ _CAUSE = {
         "The modules ran in another thread (nn.DataParallel replicas, a thread pool): autocast "
         "state is thread-local, so the worker threads run without it."
     ),
+    "custom_fwd": (
+        "A custom autograd.Function decorated with `@custom_fwd(cast_inputs=torch.float32)` "
+        "turns autocast off inside its forward and casts its inputs and weights to float32: a "
+        "fused kernel written that way runs the layers it covers in float32 (Lightning issue 725)."
+    ),
     "ignored": (
         "Autocast is active for their device, but their op did not go through it: a custom "
         "kernel or extension, or a compiler/graph transform that does not apply autocast to "
@@ -38,6 +43,11 @@ _FIX = {
         "any enabled=False region to the ops that need float32."
     ),
     "device": "Pass the model's device type: torch.autocast(device_type=x.device.type, dtype=...).",
+    "custom_fwd": (
+        "Decorate the Function's forward with `@custom_fwd(device_type=...)` without "
+        "cast_inputs, so its ops follow the caller's autocast, and cast to float32 only inside "
+        "it, around the ops that need it (a reduction, a softmax)."
+    ),
     "thread": (
         "Prefer DistributedDataParallel over nn.DataParallel; otherwise enter autocast inside "
         "the model's forward (decorate forward with torch.autocast(...))."
@@ -110,7 +120,8 @@ class AutocastBypassed:
             context = "a GradScaler in use but no autocast region active in any forward"
         where = {"outside": " outside any autocast region", "thread": " in another thread",
                  "device": f" on {last.device}, where no autocast is active",
-                 "ignored": f" although autocast was active for {last.device}"}[reason]
+                 "ignored": f" although autocast was active for {last.device}",
+                 "custom_fwd": " inside custom_fwd(cast_inputs=torch.float32) Functions"}[reason]
         return finding(
             self.id, step=first.step,
             message=(

@@ -31,6 +31,13 @@ class Patcher:
         self._patched.append((owner, name, orig))
         setattr(owner, name, make(orig))
 
+    def patch_descriptor(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        """Like ``patch`` for an attribute whose descriptor matters (a classmethod): the raw
+        ``owner.__dict__`` entry is handed to ``make`` and put back by ``restore``."""
+        orig = owner.__dict__[name]
+        self._patched.append((owner, name, orig))
+        setattr(owner, name, make(orig))
+
     def replace(self, owner: Any, name: str, new: Any) -> None:
         """Replace ``owner.name`` by ``new`` (one wrapper shared by several owners: the same
         function under two import paths); ``restore`` puts the original back."""

@@ -86,6 +86,7 @@ class AmpProbes:
             wrapped = self._wrap_clip(getattr(clip, fn), fn)  # on top of the core probe's wrapper
             for owner in (clip, torch.nn.utils):
                 self._patcher.replace(owner, fn, wrapped)
+        self._patcher.patch_descriptor(torch.autograd.Function, "apply", self._wrap_apply)
         s = self.s
         s.sampling_listeners.append(self._on_sampling_change)
         s.round_listeners.append(self._on_round)
@@ -351,6 +352,32 @@ class AmpProbes:
         numel = sum(p.numel() for p in module.parameters())
         self._rows.append((step, name, numel, fp32, device, reason))
 
+    def _wrap_apply(self, orig: Any) -> Any:
+        """``autograd.Function.apply``: on sampled steps inside autocast, a Function whose
+        forward is ``custom_fwd(cast_inputs=torch.float32)`` runs its parameters in float32."""
+        probe, apply = self, orig.__func__
+
+        @functools.wraps(apply)
+        def wrapper(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if probe._fwd:  # forward hooks on: a sampled step
+                probe._guard(probe._on_function, cls, args)
+            return apply(cls, *args, **kwargs)
+
+        return classmethod(wrapper)
+
+    def _on_function(self, cls: Any, args: tuple[Any, ...]) -> None:
+        device = _casts_to_fp32(cls)
+        if not device or not torch.is_grad_enabled() or not torch.is_autocast_enabled(device):
+            return
+        params = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
+        if not params:
+            return
+        step = self.s.current_step
+        self._seen.setdefault(step, set()).add(
+            f"{device}:{str(torch.get_autocast_dtype(device)).removeprefix('torch.')}")
+        name = f"{cls.__name__}({self.s.param_name(params[0])})"
+        self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type, "custom_fwd"))
+
     def _on_round(self, step: int) -> None:
         if self._rows or self._scaled:  # every step: nothing to do on most of them
             self._guard(self._emit_autocast, step)
@@ -388,6 +415,28 @@ class AmpProbes:
         for old in [k for k in self._seen if k <= upto]:
             del self._seen[old]
         self._scaled = {k for k in self._scaled if k > upto}
+
+
+_FP32_FUNCTIONS: dict[Any, str] = {}  # Function class -> device of its float32 custom_fwd, or ""
+
+
+def _casts_to_fp32(cls: Any) -> str:
+    """The autocast device of ``cls.forward`` when it is ``custom_fwd(cast_inputs=float32)``
+    (read from the decorator's closure), else ""."""
+    found = _FP32_FUNCTIONS.get(cls)
+    if found is None:
+        fwd = cls.__dict__.get("forward")
+        fwd = getattr(fwd, "__func__", fwd)
+        cells = dict(zip(getattr(getattr(fwd, "__code__", None), "co_freevars", ()), getattr(fwd, "__closure__", None) or ()))
+        try:
+            cast = cells["cast_inputs"].cell_contents if "cast_inputs" in cells else None
+            device = cells["device_type"].cell_contents if "device_type" in cells else ""
+        except ValueError:  # an empty cell
+            cast, device = None, ""
+        found = device if cast is torch.float32 and isinstance(device, str) else ""
+        if len(_FP32_FUNCTIONS) < 256:
+            _FP32_FUNCTIONS[cls] = found
+    return found
 
 
 def _autocast_devices() -> tuple[str, ...]:
