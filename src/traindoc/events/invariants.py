@@ -61,3 +61,20 @@ class ScheduleEnd:
     lr_peak: float
     where: str = ""
     signal: ClassVar[str] = "schedule"
+
+
+@dataclass(frozen=True)
+class InitOverwritten:
+    """A parameter initialised more than once by the user's (or a library's) code while the
+    model was built (before the first optimizer step), whose last initialisation changed its
+    spread: per initialisation in order, the code that ran it (``sites``), the standard
+    deviation it left (``stds``), and how many parameters that code initialised in all
+    (``counts``: a blanket init applied to every Linear vs a targeted one). torch's own default
+    initialisation (``reset_parameters`` of torch.nn modules) is not listed."""
+
+    step: int
+    name: str
+    sites: tuple[str, ...]
+    stds: tuple[float, ...]
+    counts: tuple[int, ...]
+    signal: ClassVar[str] = "init"

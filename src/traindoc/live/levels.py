@@ -50,6 +50,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "masking": ("activations",),
     "order": ("eval_order",),
     "schedule": ("schedule",),
+    "init": ("init",),
     "decode": tuple(SIGNALS),  # reading measurements back: every measured signal
 }
 

@@ -11,12 +11,14 @@ from traindoc.live.probes.core import CoreProbes
 from traindoc.live.probes.data import DataProbes
 from traindoc.live.probes.eval import EvalProbes
 from traindoc.live.probes.eval_metrics import EvalMetricsProbe
+from traindoc.live.probes.inits import InitProbe
 from traindoc.live.probes.loop import LoopProbes
 from traindoc.live.probes.losses import LossTermsProbe
 from traindoc.live.probes.masking import MaskingProbe
 from traindoc.live.probes.metrics import MetricsProbe
 from traindoc.live.probes.order import OrderProbe
 from traindoc.live.probes.routers import RouterProbe
+from traindoc.live.probes.schedule import ScheduleProbe
 from traindoc.live.session import Session
 
 PROBES: tuple[type, ...] = (
@@ -32,6 +34,8 @@ PROBES: tuple[type, ...] = (
     LossTermsProbe,  # after core: its backward wrapper runs first, before the user's backward
     MaskingProbe,  # reads the core probe's in_model_forward
     OrderProbe,
+    ScheduleProbe,
+    InitProbe,
 )
 
 
