@@ -6,19 +6,23 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, fmt, names
-from traindoc.events import Event, Optimizer, ParamStats
+from traindoc.events import Event, FreezeSkipped, Optimizer, ParamStats
 from traindoc.findings import Finding
 
 
 class FrozenParamUpdated:
     """An optimizer step changed a parameter whose requires_grad is False: the freeze does not
-    hold (momentum or weight decay keep moving it through a stale zero gradient)."""
+    hold (momentum or weight decay keep moving it through a stale zero gradient). Also: an
+    optimizer step changed a parameter that a module's ``train()`` override would freeze, when
+    that override never ran before training (``FreezeSkipped``): the freeze never happened."""
 
     id: ClassVar[str] = "frozen-param-updated"
     needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
+    uses: ClassVar[frozenset[str]] = frozenset({"optimizer", "freeze"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/frozen_param_updated.py", 10),
+        Example("zoo/freeze_in_train_never_called.py", 0),
+        Example("zoo/healthy_freeze_in_train.py", None),
         Example("zoo/healthy_finetune.py", None),
     )
 
@@ -30,12 +34,24 @@ class FrozenParamUpdated:
         self.config = config or self.Config()
         self._opt: dict[int, Optimizer] = {}
         self._moved: dict[str, tuple[int, float, int]] = {}
+        self._skipped: dict[str, FreezeSkipped] = {}  # parameter -> the freeze that never ran
+        self._unfrozen: dict[str, tuple[int, float]] = {}  # of those, moved: (step, change)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):
             self._opt[event.index] = event
             return
+        if isinstance(event, FreezeSkipped):
+            for name in event.params:
+                self._skipped.setdefault(name, event)
+            return
         assert isinstance(event, ParamStats)
+        if event.requires_grad and event.name in self._skipped and event.update and event.optimizer >= 0:
+            if event.name not in self._unfrozen:
+                self._unfrozen[event.name] = (event.step, event.update)
+                if len(self._unfrozen) == 1:
+                    yield self._skipped_finding()
+            return
         if event.requires_grad or event.optimizer < 0 or not event.update:
             return
         if event.name not in self._moved:
@@ -43,7 +59,31 @@ class FrozenParamUpdated:
             yield self._finding()
 
     def finish(self) -> Iterator[Finding]:
-        return iter(())
+        if len(self._unfrozen) > 1:
+            yield self._skipped_finding()  # final evidence: every parameter that moved
+
+    def _skipped_finding(self) -> Finding:
+        items = sorted(self._unfrozen.items(), key=lambda kv: kv[1][0])
+        first, (step, change) = items[0]
+        skip = self._skipped[first]
+        return finding(
+            self.id, step=step,
+            message=(
+                f"{skip.cls}.train() ({skip.where}) freezes {len(skip.params)} parameter(s) of "
+                f"{skip.module}, but train() was never called on it before the first optimizer "
+                f"step: {len(items)} of them trained, first at step {step} ({first}: relative "
+                f"change {fmt(change)}): {names([n for n, _ in items])}."
+            ),
+            cause=(f"The freeze lives in {skip.cls}.train() (mmcv's frozen_stages / norm_eval "
+                   "style) and the loop never calls model.train(): modules start in training "
+                   "mode, so nothing else needed it. The parameters meant to stay fixed train."),
+            fix=(f"Call model.train() before the training loop (and after every evaluation), or "
+                 f"freeze in {skip.cls}.__init__ as well, before the optimizer is built."),
+            evidence={"module": skip.module, "class": skip.cls, "override": skip.where,
+                      "would_freeze": list(skip.params[:50]),
+                      "moved": [n for n, _ in items][:50], "first_step": step},
+            where=[skip.where],
+        )
 
     def _finding(self) -> Finding:
         items = sorted(self._moved.items(), key=lambda kv: kv[1][0])

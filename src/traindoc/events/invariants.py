@@ -78,3 +78,19 @@ class InitOverwritten:
     stds: tuple[float, ...]
     counts: tuple[int, ...]
     signal: ClassVar[str] = "init"
+
+
+@dataclass(frozen=True)
+class FreezeSkipped:
+    """A module whose ``train()`` override freezes parameters (``requires_grad = False`` in
+    the override or in a method it calls, e.g. mmcv's ``_freeze_stages``) had not had
+    ``train()`` called when the first optimizer step ran: ``params`` are the parameters that
+    override would freeze (found by running it on a copy of the module; empty when the module
+    is too large to copy), which are trainable now. ``where``: the override's definition."""
+
+    step: int
+    module: str
+    cls: str
+    where: str
+    params: tuple[str, ...] = ()
+    signal: ClassVar[str] = "freeze"

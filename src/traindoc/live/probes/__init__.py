@@ -11,6 +11,7 @@ from traindoc.live.probes.core import CoreProbes
 from traindoc.live.probes.data import DataProbes
 from traindoc.live.probes.eval import EvalProbes
 from traindoc.live.probes.eval_metrics import EvalMetricsProbe
+from traindoc.live.probes.freeze import FreezeProbe
 from traindoc.live.probes.inits import InitProbe
 from traindoc.live.probes.loop import LoopProbes
 from traindoc.live.probes.losses import LossTermsProbe
@@ -36,6 +37,7 @@ PROBES: tuple[type, ...] = (
     OrderProbe,
     ScheduleProbe,
     InitProbe,
+    FreezeProbe,
 )
 
 
