@@ -13,6 +13,7 @@ from typing import NoReturn, Sequence
 
 from traindoc.version import __version__
 from traindoc.errors import UsageError
+from traindoc.report.output import EXIT_CODES, check_outputs
 
 # name -> (module, one-line help). Modules must import fast (no torch at import time).
 FACES: dict[str, tuple[str, str]] = {
@@ -21,8 +22,10 @@ FACES: dict[str, tuple[str, str]] = {
     "logs": ("traindoc.sources.logs.cli", "diagnose a finished run from its logs (CSV, TensorBoard, trainer_state.json, JSONL)"),
     "ckpt": ("traindoc.sources.ckpt.cli", "inspect one checkpoint or diff two"),
     "lint": ("traindoc.lint.cli", "find training mistakes in source code, without running it"),
+    "report": ("traindoc.report.cli", "show a saved JSON report again: as text, --html or --json"),
     "explain": ("traindoc.explain", "print the catalog entry of a failure id"),
     "demo": ("traindoc.demo", "run three zoo cases and show the diagnosis"),
+    "preflight": ("traindoc.preflight.cli", "probe a training script in minutes before the long run (initial loss, gradients, overfit, eval, resume)"),
 }
 
 
@@ -35,7 +38,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="traindoc", description="A training doctor for PyTorch.")
+    parser = _Parser(prog="traindoc", description="A training doctor for PyTorch.", epilog=EXIT_CODES,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"traindoc {__version__}")
     sub = parser.add_subparsers(dest="face", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_) in FACES.items():
@@ -43,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
             mod = importlib.import_module(module)
         except ImportError:  # a face not built into this install
             continue
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, epilog=EXIT_CODES,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
@@ -56,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
+        check_outputs(args)  # a report that cannot be written is refused now, not after the run
         return int(args._run(args))
     except UsageError as exc:
         sys.stderr.write(f"Error: {exc}\n")

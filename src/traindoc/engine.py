@@ -12,6 +12,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
 
+from traindoc.curves import Curve, Curves, ParamValue
 from traindoc.events import SIGNALS, scalars, Event, RunEnd, RunStart, Scalar, Series
 from traindoc.findings import Finding, severity_rank
 
@@ -39,6 +40,9 @@ class Report:
     not_applicable: list[tuple[str, str]]
     disabled: list[tuple[str, str]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per detector
+    # The run's signals downsampled for plots, and each parameter's last measurement (curves.py).
+    series: dict[str, Curve] = field(default_factory=dict)
+    params: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
 
     def worst(self) -> int:
         """severity_rank of the worst finding (3 when there is none)."""
@@ -103,6 +107,7 @@ class Engine:
         self._buffer: dict[str, tuple[list[int], list[float]]] = {}
         self._buffered = 0
         self._sent: dict[int, dict[str, int]] = {}
+        self._curves = Curves()
         self._reroute()
 
     def wants(self, signal: str) -> bool:
@@ -119,6 +124,7 @@ class Engine:
         self._record(finding)
 
     def feed(self, event: Event) -> None:
+        self._curves.feed(event)
         if isinstance(event, Series):
             if self._buffered:  # Scalars that came first go first
                 self._flush_buffer()
@@ -287,6 +293,7 @@ class Engine:
         self._finished = Report(
             run=dict(self._run), findings=findings, ran=ran, not_applicable=not_applicable,
             disabled=sorted(self._disabled.items()), timings=dict(self._time),
+            series=self._curves.series(), params=self._curves.params(),
         )
         return self._finished
 

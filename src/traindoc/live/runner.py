@@ -1,13 +1,16 @@
 """``traindoc run script.py [args]``: run an unmodified script under observation.
 
-The script runs as with ``python script.py args``: same ``sys.argv``, ``__name__ == "__main__"``,
-``sys.path[0]``, stdout/stderr and exit code; the user's exceptions print their own traceback.
+The script runs as with ``python script.py args``: same ``sys.argv`` (``argv[0]`` as typed), an
+absolute ``__file__``, ``__name__ == "__main__"`` and ``sys.modules["__main__"]`` its module,
+``sys.path[0]`` its folder, stdout/stderr and exit code; the user's exceptions print their own
+traceback. ``--fail-on`` decides the exit code only when the script itself succeeded.
 The report goes to stderr at the end, also after an exception, ``sys.exit`` or Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
 import os
 import runpy
 import sys
@@ -79,7 +82,7 @@ def _execute(doc: object, target: str, script_args: list[str], *, is_module: boo
         if is_module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            runpy.run_path(target, run_name="__main__")
+            _run_script(target)
         return 0, "ok"
     except SystemExit as exc:
         return _exit_code(exc.code), "exit"
@@ -96,6 +99,28 @@ def _execute(doc: object, target: str, script_args: list[str], *, is_module: boo
         sys.argv = saved_argv
         if sys.path:
             sys.path[0] = saved_path0
+
+
+def _run_script(path: str) -> None:
+    """What ``python path`` does with a script: a fresh ``__main__`` module in ``sys.modules``
+    whose ``__file__`` (and the code's file name, for tracebacks) is the absolute path.
+    (``runpy.run_path`` keeps the path as given and rewrites ``sys.argv[0]``.)"""
+    from importlib.machinery import SourceFileLoader
+    from types import ModuleType
+
+    absolute = os.path.abspath(path)
+    main = ModuleType("__main__")
+    main.__dict__.update(__file__=absolute, __cached__=None, __builtins__=builtins, __package__=None,
+                         __spec__=None, __loader__=SourceFileLoader("__main__", absolute))
+    with open(absolute, "rb") as f:
+        code = compile(f.read(), absolute, "exec", dont_inherit=True)
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _exit_code(code: object) -> int:
