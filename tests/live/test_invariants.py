@@ -102,3 +102,23 @@ def test_custom_fwd_casting_to_fp32_bypasses_autocast() -> None:
 
 def test_custom_fwd_following_the_callers_autocast_is_quiet() -> None:
     assert "autocast-bypassed" not in [f.id for f in _fused_mlp(None)]
+
+
+def test_a_tied_parameter_keeps_its_first_name() -> None:
+    class TiedLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(16, 8)
+            self.lm_head = nn.Linear(8, 16, bias=False)
+            self.lm_head.weight = self.wte.weight  # weight tying, as GPT-2 does
+
+        def forward(self, idx: torch.Tensor) -> torch.Tensor:
+            return self.lm_head(self.wte(idx))
+
+    model = TiedLM()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    idx = torch.randint(0, 16, (4, 5))
+    with traindoc.watch(announce=False) as doc:
+        F.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
+        opt.step()
+        assert doc.session.param_name(model.wte.weight) == "wte.weight"

@@ -11,6 +11,19 @@ from traindoc.findings import Finding
 
 LOW = ("torch.bfloat16", "torch.float16")
 
+# When a framework made the cast for the user, the fix is that framework's setting.
+_FRAMEWORK_FIX = {
+    "lightning": ('Use `L.Trainer(precision="bf16-mixed")` (or "16-mixed") instead of "bf16-true"/'
+                  '"16-true": Lightning then keeps fp32 weights and runs the forward under autocast.'),
+    "pytorch_lightning": ('Use `Trainer(precision="bf16-mixed")` instead of "bf16-true": Lightning '
+                          'then keeps fp32 weights and runs the forward under autocast.'),
+    "transformers": ("Load the model in float32 (`torch_dtype=torch.float32`, not bfloat16) and "
+                     "set `TrainingArguments(bf16=True)`: the Trainer then runs the forward under "
+                     "autocast and AdamW updates fp32 weights."),
+    "accelerate": ("Keep the model in float32 and use `Accelerator(mixed_precision=\"bf16\")`: "
+                   "Accelerate then runs the forward under autocast."),
+}
+
 
 class Bf16MasterWeights:
     """An optimizer trains parameters stored in bf16/fp16 (the model was cast, e.g.
@@ -57,13 +70,14 @@ class Bf16MasterWeights:
                 f"{event.cls} trains {len(low)} of {len(dtypes)} parameters stored as {dtype}{site}; "
                 "the optimizer has no fp32 copy of them."
             ),
-            fix=(
+            fix=_FRAMEWORK_FIX.get(cast.via if cast else "") or (
                 f"Remove the cast{(' at ' + cast.where) if cast and cast.where else ''} and keep "
                 "fp32 parameters; get the speed with `torch.autocast(device_type, "
                 "dtype=torch.bfloat16)` around the forward pass (and a GradScaler for fp16)."
             ),
             evidence={"optimizer": event.cls, "low_precision_params": len(low), "params": len(dtypes),
-                      "dtype": dtype, "cast_site": cast.where if cast else ""},
+                      "dtype": dtype, "cast_site": cast.where if cast else "",
+                      "cast_by": cast.via if cast else ""},
             where=[cast.where] if cast and cast.where else [],
         )
 

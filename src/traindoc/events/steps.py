@@ -230,11 +230,14 @@ class Classification:
 
 @dataclass(frozen=True)
 class Cast:
-    """A model (or its parameters) cast to a dtype, with the user's call site."""
+    """A model (or its parameters) cast to a dtype, with the user's call site and ``via``, the
+    installed package that made the call for the user (``lightning`` for
+    ``precision="bf16-true"``; empty when the user's code cast it)."""
 
     module: str
     dtype: str
     where: str = ""
+    via: str = ""
     signal: ClassVar[str] = "cast"
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import torch
 from traindoc.events import LOSS_INPUT, Activation, Event, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container
+from traindoc.live.ranks import is_shard  # traindoc-ranks
 
 if TYPE_CHECKING:
     from traindoc.live.session import Session
@@ -65,7 +66,8 @@ class ModelWatch:
             self._name_params(opt)
             self.s.emit(self._optimizer_event(opt, index))
         with torch.no_grad():
-            params = [p for g in opt.param_groups for p in g["params"]]
+            # traindoc-ranks: a shard (FSDP2 DTensor) is one rank's part, not measured as a tensor
+            params = [p for g in opt.param_groups for p in g["params"] if not is_shard(p)]
             for p in params:
                 if p not in self._init:
                     self._init[p] = measure.strided(p).clone()
@@ -197,9 +199,12 @@ class ModelWatch:
         for name, m in model.named_modules():
             if override or m not in self._mnames:
                 self._mnames[m] = name or type(model).__name__
+        named: set[int] = set()
         for name, p in model.named_parameters(remove_duplicate=False):
-            if override or p not in self._pnames:
+            # A tied parameter keeps its first name (transformer.wte.weight, not lm_head.weight)
+            if id(p) not in named and (override or p not in self._pnames):
                 self._pnames[p] = name
+            named.add(id(p))
 
     def on_root_forward(self, module: Any, output: Any) -> None:
         self.adopt_model(module)

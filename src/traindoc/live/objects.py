@@ -51,6 +51,22 @@ def user_site(depth: int = 2) -> str:
     return library
 
 
+def library_caller(depth: int = 2) -> str:
+    """The top-level package of the innermost installed-package frame between here and the
+    user's code (``lightning``, ``transformers``), or "" when the user's code called torch
+    directly."""
+    frame: FrameType | None = sys._getframe(depth)
+    while frame is not None:
+        fn = frame.f_code.co_filename
+        if is_user_file(fn):
+            if not is_library_file(fn):
+                return ""
+            tail = fn.replace("\\", "/").split("-packages/", 1)[-1]
+            return tail.split("/", 1)[0].removesuffix(".py")
+        frame = frame.f_back
+    return ""
+
+
 _MISSING = object()
 
 

@@ -33,6 +33,8 @@ from traindoc.live.session import Session
 _INIT_FUNCTIONS = ("normal_", "trunc_normal_", "uniform_", "xavier_uniform_", "xavier_normal_",
                    "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "zeros_", "ones_", "constant_")
 _TENSOR_METHODS = ("normal_", "uniform_", "zero_", "fill_")
+_WRAPPERS = frozenset(_INIT_FUNCTIONS + _TENSOR_METHODS) | {
+    "_no_grad_normal_", "_no_grad_uniform_", "_no_grad_trunc_normal_", "_no_grad_fill_", "_no_grad_zero_"}
 _MAX_PARAMS = 100_000  # registered parameters followed (bounded memory)
 _SPREAD = 1.5  # a later init that changes the std by more than this overwrote a deliberate one
 
@@ -154,9 +156,13 @@ def _changed(before: float, after: float) -> bool:
 
 
 def _site(frame: Any) -> str:
-    """``function (file:line)`` of the code that called the init, or "" when that is torch
-    itself (a module's default ``reset_parameters``)."""
-    fn = frame.f_code.co_filename
-    if not is_user_file(fn):
+    """``function (file:line)`` of the code that chose the init, or "" when torch itself called
+    it (a module's default ``reset_parameters``). Pass-through wrappers named like the init
+    functions (transformers' ``initialization.normal_``) are skipped: the site is their caller
+    (``_init_weights``), so a blanket init and a targeted one are told apart."""
+    if not is_user_file(frame.f_code.co_filename):
         return ""
-    return f"{frame.f_code.co_name} ({file_line(fn, frame.f_lineno)})"
+    while frame.f_code.co_name in _WRAPPERS and frame.f_back is not None \
+            and is_user_file(frame.f_back.f_code.co_filename):
+        frame = frame.f_back
+    return f"{frame.f_code.co_name} ({file_line(frame.f_code.co_filename, frame.f_lineno)})"
