@@ -160,6 +160,27 @@ def test_pyproject_unknown_id_is_an_error(tmp_path, capsys):
     assert "pyproject.toml" in err and "Did you mean" in err
 
 
+def test_lint_and_the_other_faces_read_the_same_pyproject(tmp_path):
+    """One loader: a sub-package's pyproject.toml without [tool.traindoc] is passed over by
+    lint and by traindoc.config alike, so both read the repository's table."""
+    from traindoc import config as shared
+
+    write(tmp_path / "pyproject.toml", '[tool.traindoc]\nignore = ["masked-nonfinite"]\n')
+    write(tmp_path / "pkg" / "pyproject.toml", '[project]\nname = "pkg"\n')
+    train = write(tmp_path / "pkg" / "train.py", BAD)
+    assert shared.load(train.parent).path == str((tmp_path / "pyproject.toml").resolve())
+    assert config.for_path(train).root == tmp_path.resolve()
+    assert lint_paths([train]).findings == []
+
+
+def test_pyproject_that_does_not_parse_is_one_error_line(tmp_path, capsys):
+    write(tmp_path / "pyproject.toml", "[tool.traindoc\nignore = 1\n")
+    write(tmp_path / "t.py", BAD)
+    assert main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: cannot read ") and err.count("\n") == 1
+
+
 def test_directories_skip_virtualenvs_and_hidden(tmp_path):
     write(tmp_path / ".venv" / "lib" / "bad.py", BAD)
     write(tmp_path / "build" / "bad.py", BAD)

@@ -55,6 +55,9 @@ class BatchCollapse:
             self._fired = True
             yield self._finding()
 
+    def finish(self) -> Iterator[Finding]:
+        return iter(())
+
     def _finding(self) -> Finding:
         first = self._run[0]
         return finding(

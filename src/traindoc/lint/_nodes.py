@@ -172,6 +172,11 @@ def loss_roots(node: ast.AST | None) -> set[str]:
     if isinstance(node, ast.Call):
         if isinstance(node.func, ast.Attribute) and not node.args:
             return loss_roots(node.func.value)  # loss.mean()
+        if isinstance(node.func, ast.Attribute) and node.func.attr in ("clamp", "clip", "clamp_max"):
+            on_torch = isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+            if on_torch and not node.args:
+                return set()
+            return loss_roots(node.args[0] if on_torch else node.func.value)  # torch.clamp(loss, max=c)
         if isinstance(node.func, ast.Name) and node.func.id == "sum":
             return set().union(*(loss_roots(a) for a in node.args)) if node.args else set()
     if isinstance(node, (ast.List, ast.Tuple)):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 from traindoc.lint._nodes import TENSOR_FACTORIES, arg, arith_names, dotted, method, number, unparse
 
 if TYPE_CHECKING:
-    from traindoc.lint._ast import Module
+    from traindoc.lint._flow import Module
 
 
 def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
@@ -28,13 +28,25 @@ def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
             data = node.args[0] if node.args else None
             if last.endswith("_like"):
                 return True
-            return data is None or number(data) is not None or isinstance(data, (ast.Tuple, ast.List))
+            return data is None or _number_value(mod, data, node) or isinstance(data, (ast.Tuple, ast.List))
         if isinstance(node.func, ast.Attribute) and node.func.attr in (
             "new_tensor", "new_zeros", "new_ones", "new_full", "zero_"
         ):
-            return node.func.attr != "new_tensor" or (bool(node.args) and number(node.args[0]) is not None)
+            return True  # x.new_tensor(data) copies the data: never any autograd history
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         return number(node.left) == 0 or number(node.right) == 0
+    return False
+
+
+def _number_value(mod: Module, node: ast.AST, call: ast.Call) -> bool:
+    """A numeric literal, or a name assigned one before ``call`` (in the function of ``call``,
+    else at module level)."""
+    if number(node) is not None:
+        return True
+    if isinstance(node, ast.Name):
+        line = call.lineno
+        value = mod.scope(call).reaching(node.id, line) or mod.scopes[0].reaching(node.id, line)
+        return number(value) is not None
     return False
 
 
@@ -156,7 +168,17 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
 
 
 def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:
-    """Follow a name to the value of its last assignment before ``at`` in the same function."""
+    """Follow a name to the value of its last assignment before ``at`` in the same function; an
+    attribute of ``self`` to its only assignment in the class's methods (``self.path = ...`` in
+    ``__init__``)."""
+    if isinstance(node, ast.Attribute):
+        text, cls = dotted(node), mod.scope(at).cls
+        if text and text.startswith("self.") and cls:
+            values = [
+                v for s in mod.scopes if s.cls == cls
+                for t, _, v in s.assigns if t == text and not isinstance(v, ast.AugAssign)
+            ]
+            return values[0] if len(values) == 1 else node
     while depth and isinstance(node, ast.Name):
         value = mod.scope(at).reaching(node.id, getattr(at, "lineno", 0))
         if value is None:

@@ -1,4 +1,5 @@
-"""``[tool.traindoc]`` in the nearest pyproject.toml above a linted file.
+"""``[tool.traindoc]`` in the nearest pyproject.toml above a linted file that has the table
+(found by ``traindoc.config.find_table``, the loader every face shares).
 
     [tool.traindoc]
     select = ["masked-nonfinite", "constant-loss"]   # only these ids (default: all)
@@ -15,22 +16,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# A flag rather than ``tomllib = None``: the name stays a module to the type checker.
-if sys.version_info >= (3, 11):
-    import tomllib
-
-    _HAVE_TOML = True
-else:  # pragma: no cover - Python 3.10 without tomli reads no config
-    try:
-        import tomli as tomllib
-
-        _HAVE_TOML = True
-    except ImportError:
-        _HAVE_TOML = False
+from traindoc import config as shared
+from traindoc.errors import UsageError
 
 
 class ConfigError(ValueError):
@@ -63,35 +53,21 @@ _cache: dict[Path, Config] = {}
 
 
 def for_path(path: Path) -> Config:
-    """The config that applies to ``path``: the nearest pyproject.toml above it with a
-    ``[tool.traindoc]`` table, or the defaults."""
+    """The config that applies to ``path``: the ``[tool.traindoc]`` table that
+    ``traindoc.config.find_table`` finds for it (the same one every other face reads), or the
+    defaults."""
     start = path.resolve()
     directory = start if start.is_dir() else start.parent
-    if directory in _cache:
-        return _cache[directory]
-    config = Config()
-    for folder in [directory, *directory.parents]:
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            found = _read(candidate)
-            if found is not None:
-                config = found
-                break
-    _cache[directory] = config
-    return config
+    if directory not in _cache:
+        try:
+            found = shared.find_table(directory)
+        except UsageError as e:
+            raise ConfigError(str(e)) from None
+        _cache[directory] = Config() if found is None else _read(*found)
+    return _cache[directory]
 
 
-def _read(path: Path) -> Config | None:
-    if not _HAVE_TOML:
-        return None
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read: {e}") from None
-    table = data.get("tool", {}).get("traindoc")
-    if not isinstance(table, dict):
-        return None
+def _read(path: Path, table: dict[str, object]) -> Config:
     lint = table.get("lint", {})
     if not isinstance(lint, dict):
         raise ConfigError(f"{path}: [tool.traindoc.lint] must be a table")

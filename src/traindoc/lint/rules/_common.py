@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Protocol
 
 if TYPE_CHECKING:
-    from traindoc.lint._ast import Module
+    from traindoc.lint._flow import Module
 
 
 @dataclass(frozen=True)

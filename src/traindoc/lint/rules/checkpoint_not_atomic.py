@@ -17,7 +17,10 @@ class CheckpointNotAtomic:
     read back to resume (``last.pt``, ``ckpt.pt``, ``checkpoint.pt``, or a path this file
     ``torch.load``s to resume), from a loop or a save function, with no ``os.replace`` /
     ``os.rename`` next to it. A crash or preemption mid-write leaves a truncated file and nothing
-    to resume from. Per-epoch names (``ckpt_{epoch}.pt``) and one-off saves at the end of a run
+    to resume from. Also followed: ``with open(path, "wb") as f: torch.save(obj, f)``, a
+    ``pathlib`` write of a buffer ``torch.save`` filled (``path.write_bytes(buf.getvalue())``),
+    and a path kept in an attribute (``self.ckpt_path``) set in another method of the class.
+    Per-epoch names (``ckpt_{epoch}.pt``) and one-off saves at the end of a run
     (``torch.save(model.state_dict(), "checkpoint.pth")``) stay quiet.
     """
 
@@ -60,6 +63,47 @@ class CheckpointNotAtomic:
             """,
             8,
         ),
+        Invalid(
+            """
+            import torch
+
+            def save_checkpoint(model, optimizer, epoch, out_dir):
+                with open(f"{out_dir}/last.pt", "wb") as f:
+                    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, f)
+            """,
+            5,
+        ),
+        Invalid(
+            """
+            import io
+            from pathlib import Path
+            import torch
+
+            ckpt = Path(args.out_dir) / "latest.ckpt"
+            for epoch in range(args.epochs):
+                train_one_epoch(model, optimizer, loader)
+                buffer = io.BytesIO()
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, buffer)
+                ckpt.write_bytes(buffer.getvalue())
+            """,
+            10,
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+
+            class Trainer:
+                def __init__(self, model, optimizer, out_dir):
+                    self.model, self.optimizer = model, optimizer
+                    self.ckpt_path = os.path.join(out_dir, "checkpoint.pt")
+
+                def _save(self, epoch):
+                    state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "epoch": epoch}
+                    torch.save(state, self.ckpt_path)
+            """,
+            11,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -91,6 +135,37 @@ class CheckpointNotAtomic:
         def save_checkpoint(state, path):
             torch.save(state, path)
         """,
+        """
+        import io
+        import os
+        import torch
+
+        def save_checkpoint(state, out_dir):
+            tmp = os.path.join(out_dir, "last.pt.tmp")
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(out_dir, "last.pt"))
+
+        def save_pathlib(state, ckpt):
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            tmp = ckpt.with_suffix(".tmp")
+            tmp.write_bytes(buffer.getvalue())
+            tmp.replace(ckpt)
+        """,
+        """
+        import os
+        import torch
+
+        class Trainer:
+            def __init__(self, out_dir):
+                self.ckpt_dir = out_dir
+
+            def _save(self, state, epoch):
+                torch.save(state, os.path.join(self.ckpt_dir, f"epoch_{epoch:03d}.pt"))
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -98,9 +173,10 @@ class CheckpointNotAtomic:
         if not saves:
             return
         loaded = self._loaded_paths(mod)
-        for call, _, path, inner in saves:
+        for call, _, path, inner in saves + _buffer_writes(mod, saves):
             if path is None and inner is not call:
                 continue
+            path = _opened_path(mod, path, call)
             name = fixed_filename(mod, path, call)
             if not name or any(w in name.lower() for w in TEMP_WORDS):
                 continue
@@ -151,3 +227,43 @@ class CheckpointNotAtomic:
             if resuming:
                 out.add(mod.text(c.args[0], 400))
         return out
+
+
+def _opened_path(mod: Module, path: ast.expr | None, at: ast.AST) -> ast.expr | None:
+    """For ``torch.save(obj, f)`` under ``with open(p, "wb") as f`` (or ``p.open("wb")``): ``p``."""
+    if not isinstance(path, ast.Name):
+        return path
+    for a in mod.ancestors(at):
+        if not isinstance(a, (ast.With, ast.AsyncWith)):
+            continue
+        for item in a.items:
+            opened = item.context_expr
+            if not (isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == path.id):
+                continue
+            if isinstance(opened, ast.Call) and mod.callee(opened) == "open" and opened.args:
+                return opened.args[0]
+            receiver = method(opened, "open")
+            modes_only = isinstance(opened, ast.Call) and all(
+                isinstance(a, ast.Constant) and isinstance(a.value, str) for a in opened.args
+            )
+            if receiver is not None and modes_only:  # Path(p).open("wb"), not fs.open(p, "wb")
+                return receiver
+    return path
+
+
+def _buffer_writes(
+    mod: Module, saves: list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]
+) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """``path.write_bytes(buf.getvalue())`` after ``torch.save(obj, buf)`` in the same function:
+    a save to ``path`` (site, object, path, the torch.save)."""
+    buffers = {(id(mod.scope(c)), p.id): (obj, inner) for c, obj, p, inner in saves if isinstance(p, ast.Name)}
+    out: list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]] = []
+    for call in mod.named("write_bytes"):
+        target = method(call, "write_bytes")
+        given = call.args[0] if call.args else None
+        buffer = dotted(method(given, "getvalue", "getbuffer")) if given is not None else None
+        key = (id(mod.scope(call)), buffer or "")
+        if target is not None and key in buffers:
+            obj, inner = buffers[key]
+            out.append((call, obj, target, inner))
+    return out

@@ -16,7 +16,10 @@ class ClipBeforeUnscale:
     ``scaler.scale(loss).backward()`` and before ``scaler.step(optimizer)`` without
     ``scaler.unscale_(optimizer)`` in between: the threshold is compared with gradients that
     are still multiplied by the loss scale (65536 at the start), so it clips on every step by
-    a huge factor. ``accelerator.clip_grad_norm_`` unscales by itself and stays quiet.
+    a huge factor. The same with Accelerate in fp16 (``Accelerator(mixed_precision="fp16")``,
+    whose ``accelerator.backward`` scales the loss): a raw ``clip_grad_norm_`` after it and
+    before ``optimizer.step()`` without ``accelerator.unscale_gradients()``.
+    ``accelerator.clip_grad_norm_`` unscales by itself and stays quiet, as does bf16.
     """
 
     id: ClassVar[str] = "clip-before-unscale"
@@ -53,6 +56,22 @@ class ClipBeforeUnscale:
             """,
             7,
         ),
+        Invalid(
+            """
+            import torch
+            from accelerate import Accelerator
+
+            accelerator = Accelerator(mixed_precision="fp16")
+            model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+            """,
+            10,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -88,9 +107,36 @@ class ClipBeforeUnscale:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
         """,
+        """
+        import torch
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(mixed_precision="fp16")
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            optimizer.zero_grad()
+            loss = model(**batch).loss
+            accelerator.backward(loss)
+            accelerator.unscale_gradients()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        """,
+        """
+        import torch
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(mixed_precision="bf16")
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        for batch in loader:
+            optimizer.zero_grad()
+            accelerator.backward(model(**batch).loss)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
+        yield from self._accelerate_fp16(mod)
         for scope in mod.scopes:
             scaled = [b for b in scope.backwards if b.via == "scaler" and b.owner]
             if not scaled:
@@ -130,6 +176,34 @@ class ClipBeforeUnscale:
                     f"`{scaler}.step(optimizer)` then knows they are unscaled.",
                 )
 
+    def _accelerate_fp16(self, mod: Module) -> Iterator[Hit]:
+        """A raw clip after ``accelerator.backward`` of an fp16 Accelerator, before the step."""
+        for scope in mod.scopes:
+            scaled = [b for b in scope.backwards if b.via == "wrapper" and b.owner and _fp16_accelerator(mod, b.owner)]
+            if not scaled:
+                continue
+            for call in mod.named_in(scope, *CLIP):
+                before = [b for b in scaled if b.call.lineno < call.lineno]
+                if not self._is_clip(mod, call) or not before:
+                    continue
+                b = before[-1]
+                unscaled = any(
+                    b.call.lineno < c.lineno < call.lineno for c in mod.named_in(scope, "unscale_gradients")
+                )
+                stepped_later = any(o for c, o in mod.optimizer_steps(scope) if c.lineno > call.lineno)
+                if unscaled or not stepped_later:
+                    continue
+                yield Hit(
+                    call,
+                    f"`{mod.text(call)}` (line {call.lineno}) clips gradients that `{b.text()}` "
+                    f"(line {b.call.lineno}) left multiplied by the fp16 loss scale of `{b.owner}`: "
+                    "with a scale of 65536 the threshold clips every step by a huge factor",
+                    cause=f"`{b.owner}` was built with `mixed_precision=\"fp16\"`, so its backward "
+                    "scales the loss; a plain `clip_grad_norm_` does not unscale first.",
+                    fix=f"Use `{b.owner}.clip_grad_norm_(model.parameters(), max_norm)` (it unscales), "
+                    f"or call `{b.owner}.unscale_gradients()` right before this clip.",
+                )
+
     def _is_clip(self, mod: Module, call: ast.Call) -> bool:
         q = mod.callee(call)
         name = q.split(".")[-1]
@@ -138,6 +212,14 @@ class ClipBeforeUnscale:
         head = q.rsplit(".", 1)[0] if "." in q else ""
         # torch.nn.utils.clip_grad_norm_ (through any alias), or a bare imported name
         return head == "" or head == "nn.utils" or q.startswith("torch.nn.utils")
+
+
+def _fp16_accelerator(mod: Module, owner: str) -> bool:
+    for call in mod.built.get(owner, ()):
+        precision = kwarg(call, "mixed_precision")
+        if mod.callee(call).endswith("Accelerator") and isinstance(precision, ast.Constant):
+            return precision.value == "fp16"
+    return False
 
 
 def _disabled(mod: Module, scaler: str) -> bool:

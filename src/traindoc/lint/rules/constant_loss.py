@@ -27,8 +27,10 @@ class ConstantLoss:
     """The loss handed to backward stops depending on the parameters on some steps: it is
     replaced by a constant under a threshold test (``if loss > 1e6: loss = torch.tensor(1e6)``),
     clamped from above (``loss = loss.clamp(max=1e6)``: zero gradient wherever the cap is
-    active), or rebuilt from its value (``torch.tensor(loss.item(), requires_grad=True)``,
-    ``loss.detach().requires_grad_()``). NaN tests are ``masked-nonfinite``'s.
+    active; also ``torch.where(loss > cap, <constant>, loss)`` and a clamp written inside the
+    backward call), or rebuilt from its value (``torch.tensor(loss.item(), requires_grad=True)``,
+    ``loss.detach().requires_grad_()``). The loss is followed through aliases and accumulations
+    (``l = loss``, ``total = total + l``). NaN tests are ``masked-nonfinite``'s.
     """
 
     id: ClassVar[str] = "constant-loss"
@@ -92,6 +94,49 @@ class ConstantLoss:
             """,
             2,
         ),
+        Invalid(
+            """
+            import torch
+
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                torch.clamp(loss, max=50.0).backward()
+                optimizer.step()
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            import torch
+
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss = torch.where(loss > 1e3, loss.new_tensor(1e3), loss)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            5,
+        ),
+        Invalid(
+            """
+            import torch
+
+            for step in range(max_steps):
+                optimizer.zero_grad()
+                total = 0
+                for x, y in micro_batches(step):
+                    loss = criterion(model(x), y) / accum
+                    if loss.item() > 100:
+                        loss = torch.tensor(25.0)
+                    l = loss
+                    total = total + l
+                total.backward()
+                optimizer.step()
+            """,
+            9,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -133,6 +178,23 @@ class ConstantLoss:
             if val_loss > 1e6:
                 val_loss = float("inf")
             return val_loss
+        """,
+        """
+        import torch
+
+        for x, y in loader:
+            margin = 1.0 - model(x) * y
+            loss = torch.where(margin > 0, margin, torch.zeros_like(margin)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """,
+        """
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            (loss / accum).backward()
+            optimizer.step()
         """,
     )
 
@@ -178,9 +240,14 @@ class ConstantLoss:
     def _clamped(self, mod: Module, scope: Scope, losses: set[str]) -> Iterator[Hit]:
         for target, stmt, value in scope.assigns:
             if target in losses and isinstance(value, ast.Call) and not mod.grad_mode(stmt):
-                bound = _upper_bound(mod, value, at=stmt)
+                bound = _upper_bound(mod, value, at=stmt) or _where_cap(mod, value, losses)
                 if bound is not None:
                     yield self._clamp_hit(stmt, target, mod.text(value), bound)
+        for b in scope.backwards:  # torch.clamp(loss, max=50).backward()
+            if isinstance(b.loss, ast.Call) and _clamped_names(b.loss) & losses:
+                bound = _upper_bound(mod, b.loss, at=b.call)
+                if bound is not None:
+                    yield self._clamp_hit(b.call, mod.text(b.loss), mod.text(b.loss), bound)
         for call in mod.named_in(scope, "clamp_", "clip_", "clamp_max_"):
             receiver = method(call, "clamp_", "clip_", "clamp_max_")
             if dotted(receiver) in losses and not mod.grad_mode(call):
@@ -224,6 +291,31 @@ class ConstantLoss:
                     f"call `.item()` only on a copy for logging. If `{name}` did not require "
                     "grad, find the `.detach()`/`no_grad` that cut the graph.",
                 )
+
+
+def _clamped_names(call: ast.Call) -> set[str]:
+    """The names a clamp-like call works on: its receiver or its first argument."""
+    receiver = method(call, "clamp", "clip", "clamp_max")
+    if receiver is not None and not (isinstance(receiver, ast.Name) and receiver.id == "torch"):
+        return arith_names(receiver)
+    return arith_names(call.args[0]) if call.args else set()
+
+
+def _where_cap(mod: Module, call: ast.Call, losses: set[str]) -> str | None:
+    """The cap of ``torch.where(loss > cap, <constant>, loss)`` (or ``loss < cap`` with the
+    constant second) as text: the loss replaced by a constant above a threshold."""
+    if mod.callee(call) != "torch.where" or len(call.args) != 3:
+        return None
+    test, above, below = call.args
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and arith_names(test.left) & losses):
+        return None
+    if isinstance(test.ops[0], (ast.Gt, ast.GtE)):
+        replacement = above
+    elif isinstance(test.ops[0], (ast.Lt, ast.LtE)):
+        replacement = below
+    else:
+        return None
+    return mod.text(test.comparators[0]) if is_constant_value(mod, replacement) else None
 
 
 def _upper_bound(mod: Module, call: ast.Call, at: ast.stmt | ast.expr) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, contains_word, dotted, method
+from traindoc.lint._ast import Module, Scope, contains_word, dotted, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -19,8 +19,12 @@ class EvalInTrainMode:
     """A trained model runs under ``torch.no_grad()`` / ``torch.inference_mode()`` over a
     validation loader (or in a function named like ``evaluate``) while nothing in the file
     ever calls ``.eval()`` or ``.train(False)``: dropout stays active and BatchNorm updates its
-    running statistics with validation data. Any ``.eval()`` call anywhere in the file keeps the
-    rule quiet (it cannot see which module it reaches).
+    running statistics with validation data. Two more shapes are followed when the file does
+    call ``.eval()`` somewhere: validation inlined in the training loop (after the loop's
+    backward and optimizer step) with no ``.eval()`` in the loop before it, and an EMA copy
+    (``ema = copy.deepcopy(model)``, which keeps the model's train mode) evaluated while nothing
+    calls ``ema.eval()``. Otherwise any ``.eval()`` call in the file keeps the rule quiet (it
+    cannot see which module it reaches).
     """
 
     id: ClassVar[str] = "eval-in-train-mode"
@@ -53,6 +57,52 @@ class EvalInTrainMode:
             optimizer = torch.optim.AdamW(model.parameters())
             """,
             4,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def train(model, train_loader, val_loader, optimizer, epochs):
+                for epoch in range(epochs):
+                    model.train()
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss = criterion(model(x), y)
+                        loss.backward()
+                        optimizer.step()
+                    with torch.no_grad():
+                        val_loss = sum(criterion(model(x), y).item() for x, y in val_loader)
+                    print(epoch, val_loss)
+
+            def test(model, test_loader):
+                model.eval()
+                with torch.no_grad():
+                    return sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+            """,
+            11,
+        ),
+        Invalid(
+            """
+            import copy
+            import torch
+
+            ema_model = copy.deepcopy(model)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(epochs):
+                model.train()
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                    with torch.no_grad():
+                        for e, p in zip(ema_model.parameters(), model.parameters()):
+                            e.mul_(0.999).add_(p, alpha=0.001)
+                model.eval()
+                with torch.no_grad():
+                    acc = sum((ema_model(x).argmax(1) == y).sum().item() for x, y in val_loader)
+            """,
+            17,
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
@@ -107,46 +157,130 @@ class EvalInTrainMode:
             def configure_optimizers(self):
                 return torch.optim.AdamW(self.parameters(), lr=1e-3)
         """,
+        """
+        import copy
+        import torch
+
+        ema_model = copy.deepcopy(model).eval()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(epochs):
+            model.train()
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                criterion(model(x), y).backward()
+                optimizer.step()
+            model.eval()
+            with torch.no_grad():
+                val_loss = sum(criterion(model(x), y).item() for x, y in val_loader)
+                ema_acc = sum((ema_model(x).argmax(1) == y).sum().item() for x, y in val_loader)
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
-        if _sets_eval_mode(mod):
-            return
         models = mod.trained_models() - {"self"}  # `self(x)` inside a module is not "the model"
         if not models:
             return
+        switched = _sets_eval_mode(mod)
+        emas = _ema_copies(mod, models)
         for scope in mod.scopes:
             if scope.name in FRAMEWORK_HOOKS:
                 continue  # Lightning / Trainer put the model in eval mode around these
-            blocks: list[tuple[ast.stmt, list[ast.stmt], str]] = []
-            fn = scope.node
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for deco in fn.decorator_list:
-                    mode = mod.with_mode(deco)
-                    if mode in ("no_grad", "inference"):
-                        blocks.append((fn, fn.body, _label(mod, deco)))
-            for w in scope.withs:
-                for item in w.items:
-                    if mod.with_mode(item.context_expr) in ("no_grad", "inference"):
-                        blocks.append((w, w.body, _label(mod, item.context_expr)))
-            for node, body, label in blocks:
+            for node, body, label in _no_grad_blocks(mod, scope):
+                if switched and not emas and not mod.loops_around(node):
+                    continue  # only validation inlined in a loop is judged in such a file
                 loader = _eval_loader(body)
                 if loader is None and not scope.is_eval and not contains_word(scope.name, ("valid",)):
                     continue
-                model = _model_called(body, models)
-                if model is None:
-                    continue
                 over = f" over `{loader}`" if loader else f" in `{scope.name}`"
-                yield Hit(
-                    node,
-                    f"`{model}` runs under `{label}`{over} (line {node.lineno}) in train mode: "
-                    f"nothing in this file calls `{model}.eval()`, so dropout stays active and "
-                    "BatchNorm updates its running statistics with validation batches",
-                    cause="`no_grad` turns off gradients, not training behaviour; only "
-                    "`.eval()` switches dropout and BatchNorm to inference.",
-                    fix=f"Call `{model}.eval()` before the evaluation loop and `{model}.train()` "
-                    "after it.",
-                )
+                model = _model_called(body, models)
+                if model is not None and (not switched or (loader and _inline_in_train_mode(mod, scope, node))):
+                    yield Hit(
+                        node,
+                        f"`{model}` runs under `{label}`{over} (line {node.lineno}) in train mode: "
+                        + (f"nothing in this file calls `{model}.eval()`" if not switched else
+                           "the training loop around it calls no `.eval()` before it")
+                        + ", so dropout stays active and BatchNorm updates its running statistics "
+                        "with validation batches",
+                        cause="`no_grad` turns off gradients, not training behaviour; only "
+                        "`.eval()` switches dropout and BatchNorm to inference.",
+                        fix=f"Call `{model}.eval()` before the evaluation loop and `{model}.train()` "
+                        "after it.",
+                    )
+                    continue
+                ema = _model_called(body, set(emas))
+                if ema is not None:
+                    source, built = emas[ema]
+                    yield Hit(
+                        node,
+                        f"`{ema}` runs under `{label}`{over} (line {node.lineno}) in train mode: it "
+                        f"is a copy of `{source}` (line {built.lineno}), which keeps the mode "
+                        f"`{source}` had when copied, and nothing calls `{ema}.eval()`, so dropout "
+                        "stays active and BatchNorm updates its running statistics with validation "
+                        "batches",
+                        cause="`copy.deepcopy` copies the `training` flag; `.eval()` on the live "
+                        "model does not reach the copy.",
+                        fix=f"Call `{ema}.eval()` once after copying it (`{ema} = "
+                        f"copy.deepcopy({source}).eval()`).",
+                    )
+
+
+def _no_grad_blocks(mod: Module, scope: Scope) -> list[tuple[ast.stmt, list[ast.stmt], str]]:
+    """The ``no_grad`` / ``inference_mode`` blocks of ``scope``: (node, body, label); a function
+    decorated with one is a block of its own."""
+    blocks: list[tuple[ast.stmt, list[ast.stmt], str]] = []
+    fn = scope.node
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for deco in fn.decorator_list:
+            if mod.with_mode(deco) in ("no_grad", "inference"):
+                blocks.append((fn, fn.body, _label(mod, deco)))
+    for w in scope.withs:
+        for item in w.items:
+            if mod.with_mode(item.context_expr) in ("no_grad", "inference"):
+                blocks.append((w, w.body, _label(mod, item.context_expr)))
+    return blocks
+
+
+def _inline_in_train_mode(mod: Module, scope: Scope, block: ast.stmt) -> bool:
+    """``block`` sits in a loop of ``scope`` that runs backward and an optimizer step before it,
+    and nothing switches to eval mode in that loop before (or inside) ``block``, while the
+    model is in train mode there (``.train()`` in the loop, or no ``.eval()`` before it)."""
+    for loop in mod.loops_around(block):
+        trained = [s for s, _ in mod.backwards_in(scope, loop) if s.lineno < block.lineno]
+        stepped = [s for s, _, _ in mod.steps_in(scope, loop) if s.lineno < block.lineno]
+        if not (trained and stepped):
+            continue
+        end = block.end_lineno or block.lineno
+        calls = [c for c in mod.calls_in(scope, loop) if c.lineno <= end]
+        if any(_switches_to_eval(mod, c) for c in calls):
+            return False
+        if any(_switches_to_eval(mod, c) for _, h in mod.helpers(scope, loop) for c in h.calls):
+            return False
+        in_loop_train = any(method(c, "train") is not None and not c.args for c in calls)
+        eval_before = any(_switches_to_eval(mod, c) and c.lineno < loop.lineno for c in scope.calls)
+        return in_loop_train or not eval_before
+    return False
+
+
+def _switches_to_eval(mod: Module, call: ast.Call) -> bool:
+    if method(call, "eval") is not None and not call.args:
+        return True
+    return method(call, "train") is not None and bool(call.args or call.keywords)
+
+
+def _ema_copies(mod: Module, models: set[str]) -> dict[str, tuple[str, ast.Call]]:
+    """Copies of a trained model that nothing puts in eval mode: ``ema = copy.deepcopy(model)``
+    with no ``ema.eval()`` / ``ema.train(False)`` in the file; name -> (model, the copy call)."""
+    out: dict[str, tuple[str, ast.Call]] = {}
+    for name, calls in mod.built.items():
+        for call in calls:
+            source = dotted(call.args[0]) if call.args else None
+            if mod.callee(call) in ("copy.deepcopy", "deepcopy") and source in models:
+                out[name] = (source, call)
+    for call in mod.named("eval", "train") if out else ():
+        receiver = dotted(method(call, "eval", "train"))
+        if receiver in out and _switches_to_eval(mod, call):
+            del out[receiver]
+    return out
 
 
 def _sets_eval_mode(mod: Module) -> bool:

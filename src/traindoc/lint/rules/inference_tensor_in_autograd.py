@@ -14,8 +14,10 @@ class InferenceTensorInAutograd:
     distillation) is later used, through assignments in the same function, to compute the loss
     handed to backward. Inference tensors cannot be saved for backward: the step fails, or, with
     a learnable temperature dividing the teacher's logits, the temperature cannot be trained
-    (seed 003). Quiet for ``torch.no_grad()`` and when the value is ``.clone()``d outside the
-    block.
+    (seed 003). The value may also come from a function or method of this file that runs
+    under ``inference_mode`` (decorated with it, or returning from inside the block), e.g.
+    teacher features that reach a learnable adapter. Quiet for ``torch.no_grad()`` and when the
+    value is ``.clone()``d outside the block.
     """
 
     id: ClassVar[str] = "inference-tensor-in-autograd"
@@ -52,6 +54,45 @@ class InferenceTensorInAutograd:
                     return loss
             """,
             5,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            @torch.inference_mode()
+            def teacher_features(teacher, x):
+                return teacher(x)
+
+            adapter = torch.nn.Linear(768, 384)
+            optimizer = torch.optim.AdamW([*student.parameters(), *adapter.parameters()], lr=1e-4)
+            for x in loader:
+                feats = teacher_features(teacher, x)
+                loss = F.mse_loss(student(x), adapter(feats))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            11,
+        ),
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+            from transformers import Trainer
+
+            class DistillTrainer(Trainer):
+                def _teacher_hidden(self, inputs):
+                    with torch.inference_mode():
+                        return self.teacher(**inputs).last_hidden_state
+
+                def compute_loss(self, model, inputs, return_outputs=False):
+                    hidden = self._teacher_hidden(inputs)
+                    outputs = model(**inputs)
+                    loss = F.mse_loss(outputs.last_hidden_state, self.proj(hidden))
+                    return loss
+            """,
+            11,
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
@@ -93,6 +134,26 @@ class InferenceTensorInAutograd:
                 val_logits = model(val_x)
             acc = (val_logits.argmax(-1) == val_y).float().mean()
         """,
+        """
+        import torch
+        import torch.nn.functional as F
+
+        @torch.no_grad()
+        def teacher_features(teacher, x):
+            return teacher(x)
+
+        @torch.inference_mode()
+        def embed_for_retrieval(encoder, x):
+            return encoder(x)
+
+        for x in loader:
+            feats = teacher_features(teacher, x)
+            index.add(embed_for_retrieval(student, x))
+            loss = F.mse_loss(student(x), adapter(feats))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -104,9 +165,15 @@ class InferenceTensorInAutograd:
                 for w in scope.withs
                 if any(mod.with_mode(i.context_expr) == "inference" for i in w.items)
             ]
-            if not blocks:
+            from_helpers = [
+                (t, stmt, h) for t, stmt, v in scope.assigns
+                if "." not in t and isinstance(v, ast.Call)
+                and (h := mod.callee_scope(v)) is not None and _under_inference(mod, h)
+            ]
+            if not blocks and not from_helpers:
                 continue
             feeding = mod.depends(scope, scope.trained)
+            yield from self._from_helpers(mod, scope, feeding, from_helpers)
             for block in blocks:
                 end = block.end_lineno or block.lineno
                 for name in self._produced(scope, block, end):
@@ -126,6 +193,27 @@ class InferenceTensorInAutograd:
                         f"`{name} = {name}.clone()` after the block.",
                     )
                     break
+
+    def _from_helpers(
+        self, mod: Module, scope: Scope, feeding: set[str], found: list[tuple[str, ast.stmt, Scope]]
+    ) -> Iterator[Hit]:
+        """``name = helper(...)`` where ``helper`` runs under ``inference_mode``."""
+        for target, stmt, helper in found:
+            if target not in feeding or self._cloned_after(scope, target, stmt.lineno):
+                continue
+            yield Hit(
+                stmt,
+                f"`{target}` is returned by `{helper.name}` (line {getattr(helper.node, 'lineno', 1)}), which "
+                f"runs under `torch.inference_mode()`, and then used to compute the loss handed "
+                f"to backward ({self._use(mod, scope)}): inference tensors cannot be saved for "
+                "backward, so the step fails or a learnable parameter it meets (an adapter, a "
+                "temperature) cannot train",
+                cause="`inference_mode` marks its outputs as inference tensors, which autograd "
+                "refuses to record; `no_grad` gives normal tensors with no history, which is what "
+                "a frozen teacher needs.",
+                fix=f"Use `torch.no_grad()` instead of `torch.inference_mode()` in `{helper.name}`, "
+                f"or `{target} = {target}.clone()` after the call.",
+            )
 
     def _produced(self, scope: Scope, block: ast.With | ast.AsyncWith, end: int) -> list[str]:
         start = block.lineno
@@ -149,3 +237,15 @@ class InferenceTensorInAutograd:
             if ret.value is not None:
                 return f"`return {mod.text(ret.value)}`, line {ret.lineno}"
         return "its backward"
+
+
+def _under_inference(mod: Module, scope: Scope) -> bool:
+    """The function runs under ``inference_mode``: decorated with it, or every value it returns
+    is computed inside an ``inference_mode`` block."""
+    fn = scope.node
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if any(mod.with_mode(deco) == "inference" for deco in fn.decorator_list):
+        return True
+    returns = [r for r in scope.returns if r.value is not None]
+    return bool(returns) and all(mod.grad_mode(r) == "inference" for r in returns)

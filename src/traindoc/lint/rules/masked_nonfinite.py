@@ -25,8 +25,12 @@ class MaskedNonfinite:
     """The loss (or a trained model's output) is made finite by force, or the error it causes
     is swallowed: ``if torch.isnan(loss): loss = <constant>``, ``torch.nan_to_num(loss)``,
     ``torch.where(torch.isnan(loss), 0, loss)``, or a ``try``/``except`` around backward that
-    catches a broad error and neither re-raises nor reports the traceback. Skipping the step
-    explicitly (``continue``) or raising is fine and stays quiet.
+    catches a broad error and neither re-raises nor reports the traceback; or a ``continue``
+    after backward on a non-finite loss that skips the iteration's ``zero_grad()`` (its NaN
+    gradients stay in ``.grad`` and join the next batch's). The loss is followed through aliases
+    and accumulations (``l = loss``, ``total = total + l``). Skipping the step explicitly
+    (``continue`` before backward, or after clearing the gradients) or raising is fine and stays
+    quiet.
     """
 
     id: ClassVar[str] = "masked-nonfinite"
@@ -98,6 +102,65 @@ class MaskedNonfinite:
             """,
             7,
         ),
+        Invalid(
+            """
+            import torch
+
+            FALLBACK = 10.0
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                if not torch.isfinite(loss):
+                    loss = loss.new_tensor(FALLBACK)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+            7,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def training_step(model, batch):
+                loss = model(**batch).loss
+                bad = ~torch.isfinite(loss)
+                loss = torch.where(bad, torch.zeros_like(loss), loss)
+                return loss
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            import math
+
+            for step in range(max_steps):
+                optimizer.zero_grad(set_to_none=True)
+                total = 0.0
+                for micro in range(grad_accum):
+                    l = model(next(batches)) / grad_accum
+                    if math.isnan(l.item()):
+                        l = l * 0
+                    total = total + l
+                total.backward()
+                optimizer.step()
+            """,
+            9,
+        ),
+        Invalid(
+            """
+            import torch
+
+            for x, y in loader:
+                loss = criterion(model(x), y)
+                loss.backward()
+                if not torch.isfinite(loss):
+                    print("skipping a non-finite batch")
+                    continue
+                optimizer.step()
+                optimizer.zero_grad()
+            """,
+            8,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -157,6 +220,43 @@ class MaskedNonfinite:
                 continue
             optimizer.step()
         """,
+        """
+        import torch
+
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            loss.backward()
+            if not torch.isfinite(loss):
+                optimizer.zero_grad(set_to_none=True)
+                continue
+            optimizer.step()
+            optimizer.zero_grad()
+        """,
+        """
+        import torch
+
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = criterion(model(x), y)
+            loss.backward()
+            if not torch.isfinite(loss):
+                continue
+            optimizer.step()
+        """,
+        """
+        import torch
+
+        running_loss = 0.0
+        for x, y in loader:
+            loss = criterion(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            l = loss.detach()
+            if torch.isnan(l):
+                l = torch.zeros(())
+            running_loss = running_loss + l
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -173,6 +273,8 @@ class MaskedNonfinite:
             if losses or outputs:
                 yield from self._filtered(mod, scope, losses | outputs)
             yield from self._swallowed(mod, scope)
+            if losses:
+                yield from self._skipped_with_grads(mod, scope, losses)
 
     def _replaced(self, mod: Module, scope: Scope, losses: set[str]) -> Iterator[Hit]:
         for branch in scope.ifs:
@@ -239,9 +341,39 @@ class MaskedNonfinite:
         if q == "torch.nan_to_num" or method(value, "nan_to_num") is not None:
             return "nan_to_num"
         if (q == "torch.where" or method(value, "masked_fill") is not None) and value.args:
-            if nonfinite_checked(mod, value.args[0]):
+            test: ast.AST | None = value.args[0]
+            if isinstance(test, ast.Name):  # bad = ~torch.isfinite(loss); torch.where(bad, ...)
+                test = mod.scope(value).reaching(test.id, value.lineno)
+            if test is not None and nonfinite_checked(mod, test):
                 return "torch.where" if q == "torch.where" else "masked_fill"
         return None
+
+    def _skipped_with_grads(self, mod: Module, scope: Scope, losses: set[str]) -> Iterator[Hit]:
+        """``continue`` under a NaN test of the loss, after its backward, while this iteration
+        clears gradients only after that point: the NaN gradients are added to the next batch's."""
+        for branch in scope.ifs:
+            skip = next((s for s in branch.body if isinstance(s, ast.Continue)), None)
+            if skip is None or not nonfinite_checked(mod, branch.test) & losses:
+                continue
+            loop = next(iter(mod.loops_around(branch)), None)
+            if loop is None or _clears(mod, scope, branch, branch.lineno, skip.lineno):
+                continue
+            done = [(site, b) for site, b in mod.backwards_in(scope, loop) if site.lineno < branch.lineno]
+            if not done or _clears(mod, scope, loop, loop.lineno, done[0][0].lineno):
+                continue  # no backward before the test, or the next pass clears before its own
+            b = done[-1][1]
+            yield Hit(
+                skip,
+                f"`continue` (line {skip.lineno}) skips this batch when `{mod.text(branch.test)}` "
+                f"(line {branch.lineno}), after `{b.text()}` (line {b.call.lineno}) and before "
+                "any `zero_grad()`: its NaN/Inf gradients stay in `.grad` and are added to the "
+                "next batch's, so the next step applies them",
+                cause="The skip avoids the optimizer step but not the gradients already "
+                "accumulated; the loop clears gradients only after the point it skips to.",
+                fix="Clear the gradients before skipping (`optimizer.zero_grad(set_to_none=True)` "
+                "then `continue`), or check the loss before backward, or move `zero_grad()` to "
+                "the top of the loop.",
+            )
 
     def _swallowed(self, mod: Module, scope: Scope) -> Iterator[Hit]:
         for block in scope.trys:
@@ -268,6 +400,22 @@ class MaskedNonfinite:
                     "re-raise everything else (`except SomeError as e: ... raise`); if bad "
                     "batches must be skipped, count them and stop past a small share.",
                 )
+
+
+def _clears(mod: Module, scope: Scope, node: ast.AST, start: int, end: int) -> bool:
+    """Gradients are cleared inside ``node`` between lines ``start`` and ``end`` (there, or in a
+    function of this file called there)."""
+    for call in mod.calls_in(scope, node):
+        if not start <= call.lineno <= end:
+            continue
+        target = mod.callee_scope(call)
+        reached = mod.reached(target) if target is not None else []
+        if any("zero_grad" in (dotted(c.func) or "") for c in [call, *(c for s in reached for c in s.calls)]):
+            return True
+    return any(
+        start <= stmt.lineno <= end and t.endswith(".grad") and mod.inside(stmt, node)
+        for t, stmt, _ in scope.assigns
+    )
 
 
 def _broad(node: ast.expr | None) -> str | None:

@@ -10,10 +10,14 @@ from traindoc.lint.rules._common import Hit, Invalid
 
 
 class MissingZeroGrad:
-    """A loop calls backward and ``optimizer.step()`` while nothing in the file clears
-    gradients: no ``zero_grad()`` on any object, no ``p.grad = None``, no ``p.grad.zero_()``.
-    Each step then adds this batch's gradient to every previous one. Quiet for engines that
-    clear gradients themselves (``engine.backward(loss); engine.step()`` in DeepSpeed).
+    """A loop calls backward and ``optimizer.step()`` (directly, or in functions and methods of
+    this file it calls) while no path through the loop clears gradients: no ``zero_grad()`` on
+    any object, no ``p.grad = None``, no ``p.grad.zero_()``, there or in what it calls. Each step
+    then adds this batch's gradient to every previous one. Quiet when the only clearing sits in
+    a function this file never calls itself (a hook or closure something else may run), for
+    engines that clear gradients themselves (``engine.backward(loss); engine.step()`` in
+    DeepSpeed), and for RPC training (``dist_autograd.backward(ctx, ...)``: every context starts
+    with fresh gradients).
     """
 
     id: ClassVar[str] = "missing-zero-grad"
@@ -41,6 +45,57 @@ class MissingZeroGrad:
                     scaler.scale(loss).backward()
                     scaler.step(opt)
                     scaler.update()
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            import torch
+
+            class Trainer:
+                def __init__(self, model, loader):
+                    self.model, self.loader = model, loader
+                    self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+                def _step(self, x, y):
+                    loss = torch.nn.functional.mse_loss(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+
+                def fit(self, epochs):
+                    self.optimizer.zero_grad()
+                    for _ in range(epochs):
+                        for x, y in self.loader:
+                            self._step(x, y)
+            """,
+            11,
+        ),
+        Invalid(
+            """
+            import torch
+
+            def train_step(model, batch, opt):
+                loss = model(*batch)
+                loss.backward()
+                opt.step()
+                return loss.item()
+
+            opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            opt.zero_grad(set_to_none=True)
+            for epoch in range(epochs):
+                for batch in loader:
+                    train_step(model, batch, opt)
+            """,
+            6,
+        ),
+        Invalid(
+            """
+            for epoch in range(epochs):
+                optimizer.zero_grad()
+                for x, y in loader:
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    optimizer.step()
             """,
             6,
         ),
@@ -77,34 +132,125 @@ class MissingZeroGrad:
         for _ in range(20):
             optimizer.step(closure)
         """,
+        """
+        import torch.distributed.autograd as dist_autograd
+        from torch.distributed.optim import DistributedOptimizer
+
+        opt = DistributedOptimizer(torch.optim.SGD, model.parameter_rrefs(), lr=0.05)
+        for data, target in loader:
+            with dist_autograd.context() as context_id:
+                loss = criterion(model(data), target)
+                dist_autograd.backward(context_id, [loss])
+                opt.step(context_id)
+        """,
+        """
+        class Trainer:
+            def fit(self):
+                for i, batch in enumerate(self.loader):
+                    loss = self.model(batch).mean() / self.accum
+                    loss.backward()
+                    if (i + 1) % self.accum == 0:
+                        self._optimizer_step()
+
+            def _optimizer_step(self):
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        """,
+        """
+        for step in range(max_steps):
+            for micro in range(grad_accum):
+                loss = model(next(batches)) / grad_accum
+                loss.backward()
+                if micro == grad_accum - 1:
+                    optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        """,
+        """
+        class Trainer(BaseTrainer):
+            def on_train_batch_start(self):
+                self.optimizer.zero_grad()
+
+            def train_loop(self):
+                for batch in self.loader:
+                    self.call_hook("on_train_batch_start")
+                    loss = self.model(batch)
+                    loss.backward()
+                    self.optimizer.step()
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
-        if not any(scope.backwards for scope in mod.scopes) or _clears_gradients(mod):
+        if not any(scope.backwards for scope in mod.scopes):
             return
-        for scope in mod.scopes:
-            if not scope.backwards:
+        judged = [(scope, loop) for scope in mod.scopes for loop in _step_loops(mod, scope)]
+        if not judged:
+            return
+        clears = _clearing_sites(mod)
+        callers = _callers(mod) if clears else {}
+        unseen = {id(s) for _, s in clears if _out_of_sight(mod, s, callers)}
+        reported: set[int] = set()
+        for scope, loop in judged:
+            if any(s is scope and mod.inside(n, loop) for n, s in clears) or any(
+                s is helper for _, helper in mod.helpers(scope, loop) for _, s in clears
+            ) or unseen - {id(scope)}:
+                continue  # cleared in the loop, or maybe by something this file does not call
+            site, call, opt = next(
+                (s, c, o) for s, c, o in mod.steps_in(scope, loop) if not _built_inside(mod, scope, o, loop)
+            )
+            b_site, b = mod.backwards_in(scope, loop)[0]
+            if id(call) in reported:
                 continue
-            steps = mod.optimizer_steps(scope)
-            for loop in scope.loops:
-                inside_b = [b for b in scope.backwards if mod.inside(b.call, loop) and b.via != "wrapper"]
-                inside_s = [
-                    (c, o) for c, o in steps if mod.inside(c, loop) and not _built_inside(mod, scope, o, loop)
-                ]
-                if inside_b and inside_s:
-                    call, opt = inside_s[0]
-                    b = inside_b[0]
-                    yield Hit(
-                        call,
-                        f"`{opt}` steps (line {call.lineno}) after `{b.text()}` (line "
-                        f"{b.call.lineno}) in a loop, and nothing in this file clears the "
-                        "gradients: every step adds this batch's gradient to all previous ones",
-                        cause="Without `zero_grad()` the `.grad` tensors accumulate across "
-                        "steps; the update grows step after step and follows old batches.",
-                        fix=f"Call `{opt}.zero_grad(set_to_none=True)` once per step, before the "
-                        "forward pass or right after the optimizer step.",
-                    )
-                    break  # one finding per scope: the outer loop holds the inner one
+            reported.add(id(call))
+            where = "" if site is call else f", run by `{mod.text(site)}` at line {site.lineno}"
+            b_where = "" if b_site is b.call else f", run by `{mod.text(b_site)}`"
+            if clears:  # name the clearing nearest to this loop
+                node = min(clears, key=lambda c: (c[1] is not scope, abs(getattr(c[0], "lineno", 0) - loop.lineno)))[0]
+                cleared = (f"gradients are cleared only outside this loop (`{mod.text(node, 50)}`, "
+                           f"line {getattr(node, 'lineno', 0)})")
+            else:
+                cleared = "nothing in this file clears the gradients"
+            yield Hit(
+                call,
+                f"`{opt}` steps (line {call.lineno}{where}) after `{b.text()}` (line "
+                f"{b.call.lineno}{b_where}) in a loop, and {cleared}: "
+                "every step adds this batch's gradient to all previous ones",
+                cause="Without `zero_grad()` on every pass of the loop the `.grad` tensors "
+                "accumulate across steps; the update grows step after step and follows old batches.",
+                fix=f"Call `{opt}.zero_grad(set_to_none=True)` once per step, before the "
+                "forward pass or right after the optimizer step.",
+            )
+
+
+def _step_loops(mod: Module, scope: Scope) -> list[ast.stmt]:
+    """The loops of ``scope`` to judge: each runs a backward and an optimizer step (directly or
+    in helpers) whose optimizer is not built afresh inside it. The innermost such loop when it
+    steps on every pass; when its step is conditional (``if (i + 1) % accum == 0``, or the last
+    micro-batch) the outermost one around it, since the clearing may follow the inner loop."""
+    found = []
+    for loop in scope.loops:
+        backwards = mod.backwards_in(scope, loop)
+        steps = [s for s, _, o in mod.steps_in(scope, loop) if not _built_inside(mod, scope, o, loop)]
+        if steps and backwards and all(b.via in ("tensor", "scaler", "autograd") for _, b in backwards):
+            found.append((loop, steps))
+    judged: list[ast.stmt] = []
+    for loop, steps in found:
+        if any(other is not loop and mod.inside(other, loop) for other, _ in found):
+            continue  # not innermost
+        if not any(_every_pass(mod, site, loop) for site in steps):
+            loop = next((outer for outer, _ in found if mod.inside(loop, outer)), loop)
+        if all(j is not loop for j in judged):
+            judged.append(loop)
+    return judged
+
+
+def _every_pass(mod: Module, site: ast.AST, loop: ast.AST) -> bool:
+    """``site`` runs on every pass of ``loop``: no ``if`` between them."""
+    for a in mod.ancestors(site):
+        if a is loop:
+            return True
+        if isinstance(a, (ast.If, ast.IfExp, ast.Match)):
+            return False
+    return True
 
 
 def _built_inside(mod: Module, scope: Scope, opt: str, loop: ast.AST) -> bool:
@@ -113,15 +259,41 @@ def _built_inside(mod: Module, scope: Scope, opt: str, loop: ast.AST) -> bool:
     return any(mod.inside(stmt, loop) for stmt, _ in scope.values_of(opt))
 
 
-def _clears_gradients(mod: Module) -> bool:
-    if any("zero_grad" in name for name in mod.by_name):
-        return True
+def _clearing_sites(mod: Module) -> list[tuple[ast.AST, Scope]]:
+    """Every place that clears gradients, with its scope: ``zero_grad()`` on anything,
+    ``p.grad.zero_()`` (and ``detach_``/``fill_``/``mul_``), ``p.grad = None``."""
+    out: list[tuple[ast.AST, Scope]] = []
+    for name, calls in mod.by_name.items():
+        if "zero_grad" in name:
+            out += [(c, mod.scope(c)) for c in calls]
     for call in mod.named("zero_", "detach_", "fill_", "mul_"):
         receiver = method(call, "zero_", "detach_", "fill_", "mul_")
-        if isinstance(receiver, ast.Attribute) and receiver.attr == "grad":
-            return True
         if isinstance(receiver, ast.Attribute) and receiver.attr == "data":
-            inner = receiver.value
-            if isinstance(inner, ast.Attribute) and inner.attr == "grad":
-                return True
-    return any(t.endswith(".grad") for scope in mod.scopes for t, _, _ in scope.assigns)
+            receiver = receiver.value
+        if isinstance(receiver, ast.Attribute) and receiver.attr == "grad":
+            out.append((call, mod.scope(call)))
+    for scope in mod.scopes:
+        out += [(stmt, scope) for t, stmt, _ in scope.assigns if t.endswith(".grad")]
+    return out
+
+
+def _callers(mod: Module) -> dict[int, list[Scope]]:
+    """For each function of this file, the scopes that call it directly."""
+    out: dict[int, list[Scope]] = {}
+    for call in mod.calls:
+        target = mod.callee_scope(call)
+        if target is not None:
+            out.setdefault(id(target), []).append(mod.scope(call))
+    return out
+
+
+def _out_of_sight(mod: Module, scope: Scope, callers: dict[int, list[Scope]], depth: int = 3) -> bool:
+    """``scope`` may run without this file calling it: a function nothing here calls (a hook, a
+    closure handed to ``optimizer.step``, a method a framework runs), or one only such
+    functions call."""
+    if scope is mod.scopes[0]:
+        return False
+    found = callers.get(id(scope), [])
+    if not found:
+        return True
+    return depth > 0 and all(c is not scope and _out_of_sight(mod, c, callers, depth - 1) for c in found)

@@ -1,0 +1,266 @@
+"""The training flow of a file, on top of its index: what is handed to backward and which names
+that loss is built from, which calls step an optimizer, which modules are trained.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from traindoc.lint._index import IndexedFile
+from traindoc.lint._nodes import arith_names, contains_word, dotted, loss_roots, method, names_in, returned_names
+from traindoc.lint._scope import AssignValue, Backward, Scope
+
+
+class Module(IndexedFile):
+    """One parsed source file and everything the rules ask about it."""
+
+    def __init__(self, source: str, path: str = "<string>") -> None:
+        super().__init__(source, path)
+        self._trained: set[str] | None = None  # trained_models, computed once
+        self._loss_names_of: dict[int, set[str]] = {}
+        self._targets: dict[int, Scope | None] = {}  # callee_scope, per call
+        self._reach: dict[int, list[Scope]] = {}  # reached, per scope
+        self._helpers: dict[tuple[int, int], list[tuple[ast.Call, Scope]]] = {}  # helpers, per (scope, node)
+        self._find_backwards()
+        self._find_trained()
+
+    def _find_backwards(self) -> None:
+        for call in self.named("backward", "manual_backward"):
+            b = self.backward_of(call)
+            if b is not None:
+                b.shown = self.text(call)
+                self.scope(call).backwards.append(b)
+
+    def backward_of(self, call: ast.Call) -> Backward | None:
+        func = call.func
+        q = self.callee(call)
+        if q == "torch.autograd.backward" and call.args:
+            return Backward(call, call.args[0], "autograd")
+        if q == "torch.distributed.autograd.backward" and len(call.args) >= 2:
+            # RPC training: gradients live in the context (the first argument), fresh each time
+            return Backward(call, call.args[1], "dist_autograd", dotted(call.args[0]))
+        if not isinstance(func, ast.Attribute) or func.attr not in ("backward", "manual_backward"):
+            return None
+        receiver = func.value
+        owner = dotted(receiver)
+        if func.attr == "manual_backward" or (
+            call.args and owner and self.role(owner) in ("accelerator", "optimizer")  # fairseq, apex
+        ) or (call.args and owner and contains_word(owner.split(".")[-1], ("engine", "fabric"))):
+            if not call.args:
+                return None
+            return Backward(call, call.args[0], "wrapper", owner)
+        scaled = method(receiver, "scale")
+        if scaled is not None and isinstance(receiver, ast.Call) and len(receiver.args) == 1:
+            return Backward(call, receiver.args[0], "scaler", dotted(scaled))
+        if isinstance(receiver, ast.Call) and not isinstance(receiver.func, ast.Attribute):
+            return None  # f(x).backward(): not a name we can follow
+        return Backward(call, receiver, "tensor")
+
+    # -- calls into this file's own functions ---------------------------------------------------
+
+    def callee_scope(self, call: ast.Call) -> Scope | None:
+        """The function or method defined in this file that ``call`` runs: ``train_step(...)``
+        (the only function of that name, not shadowed by an import) or ``self._step(...)`` (the
+        only method of that name in the caller's class). None for anything else: the callee is
+        never guessed."""
+        key = id(call)
+        if key not in self._targets:
+            self._targets[key] = self._callee_scope(call)
+        return self._targets[key]
+
+    def _callee_scope(self, call: ast.Call) -> Scope | None:
+        func = call.func
+        if isinstance(func, ast.Name):
+            if func.id in self.aliases:
+                return None
+            found = [s for s in self.functions.get(func.id, ()) if s.cls is None and s.name != "<lambda>"]
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            cls = self.scope(call).cls
+            found = [s for s in self.functions.get(func.attr, ()) if cls is not None and s.cls == cls]
+        else:
+            return None
+        return found[0] if len(found) == 1 else None
+
+    def calls_in(self, scope: Scope, node: ast.AST | None = None) -> list[ast.Call]:
+        """The calls of ``scope`` (in source order), only those inside ``node`` when given."""
+        if node is None:
+            return scope.calls
+        start, end = getattr(node, "lineno", 0), getattr(node, "end_lineno", None) or 10**9
+        return [c for c in scope.calls if start <= c.lineno <= end and (c.lineno > start or self.inside(c, node))]
+
+    def helpers(self, scope: Scope, node: ast.AST | None = None) -> list[tuple[ast.Call, Scope]]:
+        """The functions of this file that run when ``node`` (default: all of ``scope``) runs,
+        each with the call in ``scope`` that leads to it; followed three calls deep."""
+        key = (id(scope), id(node))
+        if key in self._helpers:
+            return self._helpers[key]
+        out: list[tuple[ast.Call, Scope]] = []
+        for call in self.calls_in(scope, node):
+            target = self.callee_scope(call)
+            if target is not None and target is not scope:
+                out += [(call, s) for s in self.reached(target)]
+        self._helpers[key] = out
+        return out
+
+    def reached(self, scope: Scope) -> list[Scope]:
+        """``scope`` and the functions of this file it calls, three calls deep."""
+        key = id(scope)
+        if key not in self._reach:
+            found, seen, level = [scope], {key}, [scope]
+            for _ in range(3):
+                deeper: list[Scope] = []
+                for caller in level:
+                    for call in caller.calls:
+                        target = self.callee_scope(call)
+                        if target is not None and id(target) not in seen:
+                            seen.add(id(target))
+                            deeper.append(target)
+                found += deeper
+                level = deeper
+            self._reach[key] = found
+        return self._reach[key]
+
+    def backwards_in(self, scope: Scope, node: ast.AST | None = None) -> list[tuple[ast.Call, Backward]]:
+        """Backward passes that run inside ``node``: (the call site in ``scope``, the backward);
+        the site is the backward's own call when it is written there."""
+        out = [(b.call, b) for b in scope.backwards if node is None or self.inside(b.call, node)]
+        for site, helper in self.helpers(scope, node):
+            out += [(site, b) for b in helper.backwards]
+        return out
+
+    def steps_in(self, scope: Scope, node: ast.AST | None = None) -> list[tuple[ast.Call, ast.Call, str]]:
+        """Optimizer steps that run inside ``node``: (the call site in ``scope``, the step call,
+        the optimizer's name)."""
+        out = [(c, c, o) for c, o in self.optimizer_steps(scope) if node is None or self.inside(c, node)]
+        for site, helper in self.helpers(scope, node):
+            out += [(site, c, o) for c, o in self.optimizer_steps(helper)]
+        return out
+
+    def _find_trained(self) -> None:
+        """Names handed to backward in each scope, plus what loss functions return.
+
+        A loss function is one whose result is handed to backward in this file, one named
+        ``training_step`` / ``compute_loss`` (the framework does the backward), one named like
+        a loss (``focal_loss``), or ``forward`` of a class named ``*Loss``.
+        """
+        for scope in self.scopes:
+            for b in scope.backwards:
+                scope.trained |= loss_roots(b.loss)
+        loss_fns: set[int] = set()
+        for scope in self.scopes:
+            name = scope.name
+            if name in ("training_step", "compute_loss") or (
+                "loss" in name.lower() and not scope.is_eval
+            ) or (name == "forward" and (scope.cls or "").endswith("Loss")):
+                loss_fns.add(id(scope))
+        for _ in range(3):  # a loss function may call another loss function
+            changed = False
+            for scope in self.scopes:
+                for target, stmt, value in scope.assigns:
+                    if target not in scope.trained or not isinstance(value, ast.Call):
+                        continue
+                    callee = dotted(value.func) or ""
+                    short = callee[5:] if callee.startswith("self.") else callee
+                    for fn in self.functions.get(short, ()):
+                        if id(fn) not in loss_fns:
+                            loss_fns.add(id(fn))
+                            changed = True
+            for scope in self.scopes:
+                if id(scope) in loss_fns:
+                    before = len(scope.trained)
+                    for ret in scope.returns:
+                        scope.trained |= returned_names(ret.value)
+                    changed |= len(scope.trained) != before
+            if not changed:
+                break
+
+    def loss_names(self, scope: Scope) -> set[str]:
+        """The trained names and, through arithmetic, the loss terms they are summed from."""
+        key = id(scope)
+        if key not in self._loss_names_of:
+            self._loss_names_of[key] = self._loss_names(scope)
+        return self._loss_names_of[key]
+
+    def _loss_names(self, scope: Scope) -> set[str]:
+        out = set(scope.trained)
+        todo = list(out)
+        while todo:
+            name = todo.pop()
+            for _, value in scope.values_of(name):
+                for n in _loss_terms(name, value):
+                    if n not in out:
+                        out.add(n)
+                        todo.append(n)
+        return out
+
+    def depends(self, scope: Scope, names: set[str]) -> set[str]:
+        """Every name the values of ``names`` are computed from in ``scope`` (any expression)."""
+        out = set(names)
+        todo = list(names)
+        while todo:
+            name = todo.pop()
+            for _, value in scope.values_of(name):
+                for n in names_in(value):
+                    if n not in out:
+                        out.add(n)
+                        todo.append(n)
+        return out
+
+    def optimizer_steps(self, scope: Scope) -> list[tuple[ast.Call, str]]:
+        """``opt.step()`` and ``scaler.step(opt)`` calls in ``scope``, with the optimizer's name."""
+        out = []
+        for call in self.named_in(scope, "step"):
+            receiver = method(call, "step")
+            owner = dotted(receiver)
+            if owner is None:
+                continue
+            role = self.role(owner)
+            if role == "optimizer":
+                out.append((call, owner))
+            elif role == "scaler" and call.args:
+                out.append((call, dotted(call.args[0]) or owner))
+        return out
+
+    def trained_models(self) -> set[str]:
+        """Names of modules being trained: their ``.parameters()`` go to an optimizer, or they
+        are put in train mode with ``.train()``."""
+        if self._trained is None:
+            self._trained = self._trained_models()
+        return self._trained
+
+    def _trained_models(self) -> set[str]:
+        out: set[str] = set()
+        for call in self.constructors():
+            if self.kind_of_call(call) == "optimizer":
+                for n in ast.walk(call):
+                    receiver = method(n, "parameters", "named_parameters")
+                    name = dotted(receiver)
+                    if name:
+                        out.add(name)
+        for call in self.named("train"):
+            name = dotted(method(call, "train"))
+            if name and not call.args:
+                out.add(name)
+        return out
+
+
+
+# Names with "loss" in them that scale a loss rather than hold one (``loss_weight``).
+FACTOR_WORDS = ("weight", "scale", "coef", "factor", "mask", "lambda")
+
+
+def _loss_terms(name: str, value: AssignValue) -> set[str]:
+    """The names the loss ``name`` is made of through ``value``: the name of an alias
+    (``total = l``) and every name of an accumulation (``total = total + l``, ``total += l``);
+    otherwise only the names that say they are a loss (``loss = ce_loss + w * aux_loss`` gives
+    ``ce_loss`` and ``aux_loss``, not ``w``)."""
+    expr = value.value if isinstance(value, ast.AugAssign) else value
+    if contains_word(name, FACTOR_WORDS):
+        return {n for n in arith_names(expr) if "loss" in n.lower()}  # a weight, not a loss
+    if isinstance(expr, ast.Name):
+        return {expr.id}
+    if isinstance(value, ast.AugAssign) and isinstance(value.op, (ast.Add, ast.Sub)):
+        return arith_names(expr)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add) and name in arith_names(expr):
+        return arith_names(expr)
+    return {n for n in arith_names(expr) if "loss" in n.lower()}

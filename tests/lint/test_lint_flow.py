@@ -1,0 +1,107 @@
+"""How far lint follows calls: into functions and methods of the same file when the callee is
+unambiguous, three calls deep, never into imports or other classes."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from traindoc.lint._ast import Module
+
+
+def module(code: str) -> Module:
+    return Module(textwrap.dedent(code).lstrip("\n"))
+
+
+def call_named(mod: Module, name: str) -> ast.Call:
+    return next(c for c in mod.calls if (ast.unparse(c.func)) == name)
+
+
+def test_a_function_and_a_method_of_the_callers_class_are_followed():
+    mod = module(
+        """
+        def train_step(batch):
+            return batch
+
+        class Trainer:
+            def _step(self, batch):
+                return batch
+
+            def fit(self):
+                self._step(1)
+                train_step(2)
+
+        class Other:
+            def _step(self, batch):
+                return batch
+        """
+    )
+    assert mod.callee_scope(call_named(mod, "train_step")).name == "train_step"
+    step = mod.callee_scope(call_named(mod, "self._step"))
+    assert step is not None and step.cls == "Trainer"
+
+
+def test_ambiguous_imported_and_foreign_callees_are_not_followed():
+    mod = module(
+        """
+        from utils import train_step
+
+        if fast:
+            def step(batch):
+                return batch
+        else:
+            def step(batch):
+                return batch * 2
+
+        step(1)
+        train_step(2)
+        trainer.fit()
+        """
+    )
+    assert mod.callee_scope(call_named(mod, "step")) is None  # two definitions
+    assert mod.callee_scope(call_named(mod, "train_step")) is None  # imported
+    assert mod.callee_scope(call_named(mod, "trainer.fit")) is None  # another object
+
+
+def test_reached_goes_three_calls_deep_and_survives_recursion():
+    mod = module(
+        """
+        def a():
+            b()
+
+        def b():
+            c()
+
+        def c():
+            d()
+            c()
+
+        def d():
+            e()
+
+        def e():
+            pass
+        """
+    )
+    a = mod.functions["a"][0]
+    assert [s.name for s in mod.reached(a)] == ["a", "b", "c", "d"]
+
+
+def test_backwards_and_steps_in_a_loop_include_those_of_its_helpers():
+    mod = module(
+        """
+        def train_step(model, batch, opt):
+            loss = model(batch)
+            loss.backward()
+            opt.step()
+
+        for batch in loader:
+            train_step(model, batch, opt)
+        """
+    )
+    top = mod.scopes[0]
+    loop = top.loops[0]
+    [(site, b)] = mod.backwards_in(top, loop)
+    [(site2, step, opt)] = mod.steps_in(top, loop)
+    assert site is site2 and site.lineno == 7
+    assert b.call.lineno == 3 and step.lineno == 4 and opt == "opt"
