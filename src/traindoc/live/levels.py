@@ -51,6 +51,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "order": ("eval_order",),
     "schedule": ("schedule",),
     "init": ("init",),
+    "manual": ("params", "optimizer", "accumulation"),
     "freeze": ("freeze",),
     "decode": tuple(SIGNALS),  # reading measurements back: every measured signal
 }

@@ -80,6 +80,7 @@ class ModelWatch:
         tracked: list[torch.Tensor] = []
         grads: list[torch.Tensor] = []
         stats: list[torch.Tensor] = []
+        pre = getattr(opt, "grad_norms", None)
         with torch.no_grad():
             for gi, group in enumerate(opt.param_groups):
                 lr = float(group.get("lr", 0.0))
@@ -87,9 +88,14 @@ class ModelWatch:
                     snap = self._snap.pop(p, None)
                     if snap is None:
                         continue
-                    has_grad = p.grad is not None
-                    if has_grad:
-                        grads.append(p.grad)
+                    if pre is not None:  # a hand-written update: gradients as they were before it
+                        has_grad = id(p) in pre
+                        if has_grad:
+                            grads.append(pre[id(p)])
+                    else:
+                        has_grad = p.grad is not None
+                        if has_grad:
+                            grads.append(p.grad)
                     stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
                     tracked.append(p.detach())
                     adam = measure.is_adam_family(opt, p)
@@ -163,6 +169,13 @@ class ModelWatch:
                 weight_decay=float(g.get("weight_decay", 0.0)), momentum=float(beta or 0.0),
             ))
         return Optimizer(step=self.s.step, index=index, cls=type(opt).__name__, groups=tuple(groups))
+
+    def name_tensors(self, names: list[tuple[Any, str]]) -> None:
+        """Name parameters no module holds (raw tensors trained by hand) as the script calls
+        them; a module's name wins."""
+        for p, name in names:
+            if p not in self._pnames:
+                self._pnames[p] = name
 
     def param_name(self, p: Any) -> str:
         return self._pnames.get(p) or f"param{tuple(p.shape)}"

@@ -41,7 +41,8 @@ from traindoc.findings import Finding
 from traindoc.live import measure
 from traindoc.live.levels import LEVELS, PROBE_SIGNALS
 from traindoc.live.model import ModelWatch
-from traindoc.live.objects import ObjectMap, user_site
+from traindoc.live.manual import ManualSteps, ManualUpdate
+from traindoc.live.objects import ObjectMap, library_caller, user_site
 
 Decoder = Callable[[list[float]], Iterable[Event]]
 
@@ -101,6 +102,7 @@ class Session:
         self._last_opt_ref: Callable[[], Any] = lambda: None
         self._last_index = -1
         self.model = ModelWatch(self)  # names and sampled measurements of the model
+        self.manual = ManualSteps(self)  # steps written by hand, without torch.optim
         self._clipped: set[int] = set()
         self.grad_sq: dict[int, float] = {}  # step -> sum of squared gradient norms measured
         self.failed: dict[str, str] = {}
@@ -136,12 +138,16 @@ class Session:
     def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) to make events. Probes use this instead of ``.item()``."""
+        if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):  # traindoc-ranks: a
+            tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
         self._pending.append((tensor, decode))
 
     def next_step_begins(self) -> None:
         """The next step's work begins (a model's forward, a loss call) while this round is
         done: end this round in the stream first, so that the next step's measurements never
         overtake this step's end (the backward that closes the round comes later)."""
+        if not self.round_done and self.micro:
+            self.manual.step_ended()  # a hand-written update ends the round (post-step hooks)
         if self.round_done:
             self._mark_end()
 
@@ -222,6 +228,8 @@ class Session:
         self.emit(StepBegin(step=0))
 
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
+        if not self.round_done and self.micro:
+            self.manual.step_ended()  # the last round's hand-written update
         if self._outcomes:
             self._mark_end(begin_next=False)
         elif self.micro:
@@ -281,6 +289,8 @@ class Session:
         if opt is self._last_opt_ref():  # the common case, every step: no weak-map lookup
             return
         if opt not in self._optimizers:
+            if opt is not self.manual.update:
+                self.manual.off = True  # a torch.optim optimizer: no stand-in needed
             index = len(self._optimizers)
             self._optimizers[opt] = index
             if self._taken:  # another optimizer trained already: a new phase begins
@@ -406,7 +416,8 @@ class Session:
         self.defer(value.detach(), decode)
 
     def on_cast(self, module: Any, dtype: Any) -> None:
-        self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3)))
+        self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3),
+                       via=library_caller(3)))
 
     # ---- the one batched transfer ------------------------------------------------------------
     def _flush(self) -> None:
@@ -467,5 +478,8 @@ class Session:
 
 def _has_grads(opt: Any) -> bool:
     """Does any parameter ``opt`` holds have a gradient? (stops at the first one: O(1) in a
-    normal step, a full scan only when nothing has one)"""
+    normal step, a full scan only when nothing has one). A hand-written update clears them:
+    the stand-in says whether they were there before it."""
+    if isinstance(opt, ManualUpdate):
+        return opt.had_grads
     return any(p.grad is not None for g in opt.param_groups for p in g["params"])

@@ -14,6 +14,7 @@ from traindoc.live.probes.eval_metrics import EvalMetricsProbe
 from traindoc.live.probes.freeze import FreezeProbe
 from traindoc.live.probes.inits import InitProbe
 from traindoc.live.probes.loop import LoopProbes
+from traindoc.live.probes.manual import ManualStepProbe
 from traindoc.live.probes.losses import LossTermsProbe
 from traindoc.live.probes.masking import MaskingProbe
 from traindoc.live.probes.metrics import MetricsProbe
@@ -38,6 +39,7 @@ PROBES: tuple[type, ...] = (
     ScheduleProbe,
     InitProbe,
     FreezeProbe,
+    ManualStepProbe,  # last: its backward check runs before every other probe's
 )
 
 
