@@ -30,7 +30,7 @@ def test_inspect_prints_the_summary_then_the_report(made: Made, capsys: pytest.C
 
 
 def test_inspect_bare_weights_says_resume_checks_do_not_apply(made: Made, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(capsys, "inspect", str(made.safetensors))
+    code, _, err = _run(capsys, "inspect", "--verbose", str(made.safetensors))  # --verbose lists them
     assert code == 0
     assert "weights only" in err and "resume checks do not apply" in err and "bfloat16" in err
     assert "checkpoint-incomplete: this run showed no train_state" in err

@@ -16,6 +16,8 @@ EFFECT = {
     "step": "the step/epoch counter restarts (schedules, logging and data position)",
     "scaler": "the fp16 GradScaler restarts at 65536 and skips the first steps",
     "rng": "data order, dropout and augmentation differ from an uninterrupted run",
+    "buffers": "BatchNorm running statistics restart at mean 0 / var 1, so the resumed or "
+               "evaluated model normalizes with statistics that do not describe the data",
 }
 OPTIONAL = ("scaler", "rng")
 # Why an optional part that is absent does not fire by itself.
@@ -31,6 +33,8 @@ ENTRY = {
     "step": "'step': step",
     "scaler": "'scaler': scaler.state_dict()",
     "rng": "'rng': torch.get_rng_state()",
+    "buffers": "'model': model.state_dict() (it holds every parameter, frozen ones included, and "
+               "the buffers; named_parameters() filtered on requires_grad holds neither)",
 }
 
 
@@ -53,7 +57,15 @@ class CheckpointIncomplete:
     absent but never fire alone: without them a resume draws other random numbers, which
     changes no result; name them in ``required`` when resumes must be bit-exact. Bare weights
     files (a state_dict, ``model.safetensors``) are not resume checkpoints: the detector is
-    reported not applicable to them. Checkpoints are judged at the end, when all is known."""
+    reported not applicable to them, unless the file's name says it is the one to resume from
+    (``last_checkpoint.pt``, ``checkpoint_epoch_5.pt``): then it is a training checkpoint that
+    holds nothing but the model.
+
+    A state built from ``named_parameters()`` filtered on ``requires_grad`` instead of
+    ``state_dict()`` loses the frozen parameters and every buffer. Where the reader can tell
+    (``Checkpoint.lost_buffers``: BatchNorm-named modules with weight and bias, and no running
+    statistics anywhere in the file), the buffers count as missing whatever ``required`` says.
+    Checkpoints are judged at the end, when all is known."""
 
     id: ClassVar[str] = "checkpoint-incomplete"
     needs: ClassVar[frozenset[str]] = frozenset({"train_state"})
@@ -76,9 +88,10 @@ class CheckpointIncomplete:
 
         def __post_init__(self) -> None:
             object.__setattr__(self, "required", tuple(self.required))  # a TOML list is fine too
-            unknown = [r for r in self.required if r not in EFFECT]
+            unknown = [r for r in self.required if r not in EFFECT or r == "buffers"]
             if unknown:
-                raise ValueError(f"required must name parts among {', '.join(EFFECT)}, got {unknown}")
+                parts = ", ".join(p for p in EFFECT if p != "buffers")
+                raise ValueError(f"required must name parts among {parts}, got {unknown}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
@@ -103,11 +116,13 @@ class CheckpointIncomplete:
         required = self.config.required + (("scaler",) if self._scaler and "scaler" not in self.config.required else ())
         missing = []
         for part in required:
-            if part in ck.has or (part == "step" and ck.path in counted):
+            if part == "buffers" or part in ck.has or (part == "step" and ck.path in counted):
                 continue
             if part == "scheduler" and not self._has_scheduler(ck):
                 continue  # no scheduler object: nothing to restore
             missing.append(part)
+        if ck.lost_buffers:
+            missing.append("buffers")
         return missing
 
     def _has_scheduler(self, ck: Checkpoint) -> bool:
@@ -134,14 +149,18 @@ class CheckpointIncomplete:
                      else " Its optimizer groups carry initial_lr, so an LR scheduler was in use.")
         if "scaler" in missing and self._scaler:
             note += " This run steps an AMP GradScaler, so its state is needed too."
+        if "buffers" in missing:
+            shown = ", ".join(ck.lost_buffers[:4]) + (" ..." if len(ck.lost_buffers) > 4 else "")
+            note += (f" Its BatchNorm modules ({shown}) have weight and bias but no running_mean/"
+                     "running_var, and no buffer at all is saved: the state was built from "
+                     "named_parameters(), which also drops frozen parameters.")
         also = "".join(f" Also absent: {p} ({ABSENT_NOTE[p]})." for p in absent)
         more = f" {len(bad) - 1} more checkpoint(s) are incomplete too." if len(bad) > 1 else ""
         entries = ", ".join(ENTRY[m] for m in missing)
         yield finding(
             self.id, step=ck.step,
             message=(
-                f"{ck.path}{at} is a training checkpoint holding {', '.join(ck.has)} but no "
-                f"{', '.join(missing)}: {why}.{note}{also}{more}"
+                f"{ck.path}{at} is {_what(ck, missing)}: {why}.{note}{also}{more}"
             ),
             cause=(
                 "The save call stores only some of the objects the training loop needs back: "
@@ -150,12 +169,14 @@ class CheckpointIncomplete:
                 + _format_cause(ck.format)
             ),
             fix=(
-                f"Add {entries} to the saved dict and restore {'them' if len(missing) > 1 else 'it'} "
-                "on resume (load_state_dict, and the step counter)."
-                + _format_fix(ck.format)
+                (f"Save a dict instead of the bare state_dict: torch.save({{'model': model.state_dict(), "
+                 f"{entries}}}, path)" if ck.format == "state-dict" else f"Add {entries} to the saved dict")
+                + f" and restore {'them' if len(missing) > 1 else 'it'} on resume (load_state_dict, and the "
+                "step counter)." + _format_fix(ck.format)
             ),
             evidence={"path": ck.path, "format": ck.format, "present": list(ck.has),
                       "missing": missing, "also_absent": absent, "step": ck.step,
+                      "lost_buffers": list(ck.lost_buffers),
                       "optimizer_steps": ck.optimizer_steps,
                       "schedulers": sorted(self._schedulers),
                       "incomplete_checkpoints": [c.path for c, _ in bad]},
@@ -167,6 +188,13 @@ class CheckpointIncomplete:
             return (f"{EFFECT['step']}; no integer in it matches the optimizer's own "
                     f"{ck.optimizer_steps} steps or grows between saves")
         return EFFECT[part]
+
+
+def _what(ck: Checkpoint, missing: list[str]) -> str:
+    if ck.format == "state-dict":  # bare weights judged for resuming: the reader went by its name
+        return ("named as the checkpoint to resume from, but holds only the model's state_dict "
+                f"(no {', '.join(missing)})")
+    return f"a training checkpoint holding {', '.join(ck.has)} but no {', '.join(missing)}"
 
 
 def _format_cause(kind: str) -> str:

@@ -18,6 +18,9 @@ USUAL_LR = {
     "RAdam": "1e-4 to 3e-3", "SGD": "1e-3 to 1e-1", "Muon": "1e-3 to 2e-2 (torch.optim.Muon's default is 1e-3)",
     "RMSprop": "1e-4 to 1e-2", "Adagrad": "1e-3 to 1e-1", "Adafactor": "1e-3 to 1e-2",
 }
+# The low end of each USUAL_LR range: an LR under a tenth of it is far too low.
+USUAL_LOW = {"Adam": 1e-4, "AdamW": 1e-4, "Adamax": 1e-4, "NAdam": 1e-4, "RAdam": 1e-4, "SGD": 1e-3,
+             "Muon": 1e-3, "RMSprop": 1e-4, "Adagrad": 1e-3, "Adafactor": 1e-3}
 _ENDS = 10  # losses (and cross-entropy values) at each end of the run compared for progress
 
 
@@ -37,9 +40,13 @@ class TinyUpdates:
     from scratch, one that loaded optimizer state (a resume) or whose cross-entropy started
     below ``trained`` times its chance level ln(classes) (trained weights: a resume, a
     fine-tune), is not judged by its loss progress: its loss is flat because it converged, and
-    only ``far`` applies. Groups whose LR is exactly 0 at every sampled step and parameters
-    that never moved belong to frozen-parameters (a warmup that starts at 0 does not make a
-    group's LR 0). Judged at the end."""
+    only ``far`` applies. Between two checkpoints (no loss to judge progress by) an update
+    below ``floor`` also fires when the stored LR is under a tenth of the low end of the
+    optimizer family's usual LR: SGD at 1e-5 moved a small model's weights about 4e-5 of their
+    norm per step, above ``far``, and the stored LR is the second witness. Groups whose LR is
+    exactly 0 at every sampled step and parameters that never moved belong to
+    frozen-parameters (a warmup that starts at 0 does not make a group's LR 0). Judged at the
+    end."""
 
     id: ClassVar[str] = "tiny-updates"
     needs: ClassVar[frozenset[str]] = frozenset({"params", "optimizer"})
@@ -175,7 +182,10 @@ class TinyUpdates:
             if not scaled:
                 continue
             ratio = median(scaled)
-            if ratio < cfg.far or (ratio < cfg.floor and stuck):
+            stored_lr = peak if peak is not None else self._lr.get(key)
+            lr_low = (progress is None and self._span.get(key, 1) > 1  # a diff without a loss
+                      and _far_below_usual(self._opt.get(key[0]), stored_lr))
+            if ratio < cfg.far or (ratio < cfg.floor and (stuck or lr_low)):
                 late = [lr for s, _, lr in series if s >= half and lr]
                 low.append((key, ratio, steps[0], peak or math.nan, min(late) if late else None))
         if not low:
@@ -188,9 +198,13 @@ class TinyUpdates:
             shown.append(lr)
             decayed = (f" (updates at the lower LRs of its schedule, down to {fmt(lowest)}, scaled up to it)"
                        if lowest is not None and lowest < 0.9 * lr else "")
+            family = _family(cls)
+            usual = USUAL_LR[family] if family else "see its documentation"
+            if progress is None and _far_below_usual(opt, lr):
+                decayed += f"; the LR is under a tenth of {cls}'s usual {usual}"
             parts.append(f"{cls} group {gi} (lr {fmt(lr)} at its peak): median ||dw||/||w|| {fmt(ratio)} "
                          f"per step at that LR{decayed}")
-            fixes.append(f"{cls}: usual LR {USUAL_LR.get(cls, 'see its documentation')}, you have {fmt(lr)}")
+            fixes.append(f"{cls}: usual LR {usual}, you have {fmt(lr)}")
         why = ""
         if progress is not None:
             why = (f"; the loss improved by only {progress:.1%}" if stuck else
@@ -208,3 +222,19 @@ class TinyUpdates:
                       "floor": cfg.floor, "far": cfg.far, "loss_improvement": progress,
                       "started_trained": trained},
         )
+
+
+def _far_below_usual(opt: Optimizer | None, lr: float | None) -> bool:
+    """The LR is under a tenth of the low end of the optimizer family's usual LR."""
+    if opt is None or lr is None or not lr > 0:
+        return False
+    family = _family(opt.cls)
+    return family is not None and lr < USUAL_LOW[family] / 10
+
+
+def _family(cls: str) -> str | None:
+    """The USUAL_LR key of an optimizer class: its own name, or the family a checkpoint names
+    ("Adam-family", "SGD-family")."""
+    if cls in USUAL_LR:
+        return cls
+    return next((k for k in USUAL_LR if cls.startswith(k + "-")), None)

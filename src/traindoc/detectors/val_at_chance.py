@@ -22,7 +22,9 @@ class ValAtChance:
     is within ``infer_margin`` of 1/C for a whole number C is read as chance (0.1% for 1000
     classes, 50% for 2), and the message asks for C.
 
-    Accuracies in percent (any value above 1) are handled.
+    Accuracies in percent are handled: ``percent`` says which unit the source logged (the logs
+    face tells it from the whole log's accuracy columns); left None, any value above 1 seen so
+    far means percent.
     """
 
     id: ClassVar[str] = "val-at-chance"
@@ -48,6 +50,7 @@ class ValAtChance:
         min_evals: int = 3
         train_gap: float = 0.1  # training accuracy this far above the band (absolute)
         loss_drop: float = 0.3  # or the training loss this share below its start
+        percent: bool | None = None  # accuracies logged in percent; None: told from the values
 
         def __post_init__(self) -> None:
             if self.classes is not None and self.classes < 2:
@@ -59,7 +62,7 @@ class ValAtChance:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._percent = False
+        self._percent = bool(self.config.percent)
         self._train: float | None = None  # latest training accuracy (as logged)
         self._train_best: float | None = None
         self._loss_first: list[float] = []
@@ -87,7 +90,7 @@ class ValAtChance:
                 self._loss_first.append(x)
             self._loss_last.append(x)
             return ()
-        if x > 1.0:
+        if x > 1.0 and self.config.percent is None:
             self._percent = True
         if name == "train_acc":
             self._train = x

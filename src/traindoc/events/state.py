@@ -39,6 +39,7 @@ class Checkpoint:
     nbytes: int = 0
     role: str = ""
     where: str = ""  # live: file:line of the torch.save call
+    lost_buffers: tuple[str, ...] = ()  # BatchNorm modules saved with weights but no running stats
 
     @property
     def signal(self) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import platform
+import re
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -287,6 +288,11 @@ def _summary(ck: Ckpt, opts: Sequence[Opt], step: int | None) -> Summary:
                                      dtypes=", ".join(kinds) or "no state yet"))
     s.sched_last_lrs = _sched(ck, "_last_lr")
     s.sched_base_lrs = _sched(ck, "base_lrs")
+    lost = lost_buffers(ck.model) if ck.model is not None else []
+    if lost:
+        shown = ", ".join(lost[:4]) + (f" and {len(lost) - 4} more" if len(lost) > 4 else "")
+        s.notes.append(f"BatchNorm modules {shown} hold weight and bias but no running_mean/running_var "
+                       "(no buffer at all is saved): built from named_parameters(), not state_dict()?")
     return s
 
 
@@ -310,6 +316,7 @@ def _checkpoint_event(ck: Ckpt, opts: Sequence[Opt], step: int | None, s: Summar
         max_lrs=tuple(peaks) if len(peaks) == len(groups) else (),
         sched_base_lrs=tuple(s.sched_base_lrs), sched_last_lrs=tuple(s.sched_last_lrs),
         optimizer_steps=s.optimizer_steps, epoch=ck.epoch,
+        lost_buffers=tuple(lost_buffers(ck.model)) if ck.model else (),
         tensors=len(ck.model.names()) if ck.model else 0,
         numel=sum(ck.model.info(n).numel for n in ck.model.names()) if ck.model else 0,
         nbytes=sum(ck.model.info(n).nbytes for n in ck.model.names()) if ck.model else 0,
@@ -387,6 +394,30 @@ def _bn_modules(store: Store) -> list[str]:
     names = set(store.names())
     return [n[: -len("running_mean")] for n in store.names()
             if n.endswith("running_mean") and n[: -len("running_mean")] + "running_var" in names]
+
+
+_BN_NAME = re.compile(r"(?:^|_)(?:bn|batch_?norm)\d*(?:$|_)|^(?:bn|batch_?norm)", re.IGNORECASE)
+
+
+def lost_buffers(store: Store) -> list[str]:
+    """BatchNorm modules whose affine weight and bias were saved without their running
+    statistics: a state built from ``named_parameters()`` (which holds no buffers) instead of
+    ``state_dict()``. Told only where it can be: the module's name says BatchNorm (``bn1``,
+    ``conv_bn``, ``batchnorm``) and the state holds no running statistics at all (a model with
+    BatchNorm(track_running_stats=False) everywhere keeps none legitimately; it is rare)."""
+    names = store.names()
+    if any(n.endswith(("running_mean", "running_var", "num_batches_tracked")) for n in names):
+        return []
+    present = set(names)
+    out = []
+    for n in names:
+        if not n.endswith(".weight"):
+            continue
+        prefix = n[: -len("weight")]
+        leaf = prefix.rstrip(".").rsplit(".", 1)[-1]
+        if _BN_NAME.search(leaf) and prefix + "bias" in present and len(store.info(n).shape) == 1:
+            out.append(prefix.rstrip("."))
+    return out
 
 
 def _bn_events(store: Store | None, old: Store | None, step: int | None, role: str) -> Iterable[BatchNormState]:

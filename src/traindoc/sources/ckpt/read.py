@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Mapping, TypeGuard, TypeVar
 
 from traindoc.errors import UsageError
 from traindoc.sources.ckpt._load import check_file, torch_load
+from traindoc.sources.ckpt.names import no_checkpoint_hint, resume_name
 from traindoc.sources.ckpt._tensors import MultiStore, SafetensorsStore, Store, TorchStore
 
 if TYPE_CHECKING:
@@ -91,6 +92,12 @@ def open_checkpoint(path: str | Path, *, trust: bool = False) -> Ckpt:
         obj, mapped = torch_load(path, trust=trust)
         ck = from_object(obj, path, trust=trust, mapped=mapped)
         ck.file_bytes = size
+        if ck.format == "state-dict" and resume_name(path.name):
+            # Saved where a resume reads from, so it is meant to resume training: judge it as a
+            # training checkpoint (it holds the model and nothing else).
+            ck.training = True
+            ck.notes.append(f"{path.name} is named like a checkpoint to resume from, but holds only "
+                            "the model's weights")
     finish_reading(ck)
     sibling = path.parent / "trainer_state.json"
     if path.name in _HF_WEIGHTS + ("optimizer.pt", "scheduler.pt") and sibling.is_file():
@@ -117,6 +124,11 @@ def _looks_like_safetensors(path: Path) -> bool:
 def _safetensors(path: Path) -> SafetensorsStore:
     check_file(path)
     try:
+        import safetensors  # noqa: F401 - an optional dependency; absent, the file is not at fault
+    except ImportError:
+        raise UsageError(f"{path} is a safetensors file, and reading one needs the safetensors "
+                         "package: pip install safetensors") from None
+    try:
         store = SafetensorsStore(path)
         for name in store.names():
             store.info(name)  # validates every header entry now, not halfway through the report
@@ -139,7 +151,7 @@ def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
     rng = sorted(n for n in files if n.startswith(("rng_state", "random_states")))
     state_json = files.get("trainer_state.json")
     if weights is None and opt is None and state_json is None:
-        raise UsageError(_no_checkpoint_hint(folder, files))
+        raise UsageError(no_checkpoint_hint(folder, files))
     if "optimizer.bin" in files or any(n.startswith("random_states") for n in files):
         ck.format = "accelerate-folder"
     if weights is not None:
@@ -207,25 +219,6 @@ def _weights_file(path: Path, *, trust: bool) -> Store:
     if not (isinstance(obj, Mapping) and _is_state_dict(obj)):
         raise UsageError(f"{path}: expected a state_dict of tensors, found a {type(obj).__name__}")
     return TorchStore(_tensors_of(obj), mapped=mapped)
-
-
-def _no_checkpoint_hint(folder: Path, files: Mapping[str, Path]) -> str:
-    subs = sorted((p for p in folder.iterdir() if p.is_dir()), key=_natural)
-    ckpt_dirs = [p.name for p in subs if p.name.startswith(("checkpoint", "ckpt", "step", "global_step"))]
-    if ckpt_dirs:
-        return (f"{folder} holds no checkpoint itself but {len(ckpt_dirs)} checkpoint folders; "
-                f"pick one, e.g. {folder / ckpt_dirs[-1]}")
-    cands = sorted(n for n in files if n.endswith((".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar")))
-    if cands:
-        shown = ", ".join(cands[:5]) + (" ..." if len(cands) > 5 else "")
-        return f"{folder} is a folder, not one checkpoint; pass one of its files: {shown}"
-    return (f"{folder}: no checkpoint found (expected model.safetensors, pytorch_model.bin, "
-            "optimizer.pt or a .pt/.ckpt/.safetensors file); pass the checkpoint file itself")
-
-
-def _natural(p: Path) -> tuple[int, str]:
-    digits = "".join(ch for ch in p.name if ch.isdigit())
-    return (int(digits) if digits else -1, p.name)
 
 
 # --- objects from torch.load ----------------------------------------------------------------

@@ -92,6 +92,9 @@ def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
         raise UsageError(f"--map: column(s) {', '.join(bad)} hold text, not numbers")
     m = mapping.resolve(columns, overrides)
     m.unmapped.extend(c for c in table.non_numeric if c not in m.unmapped)
+    mapping.infer_units(m, {col: peak for col, sig in m.signal_of.items()
+                            if sig in mapping.ACCURACY_SIGNALS
+                            and (peak := table.series[col].finite_max()) is not None})
     if not m.signal_of:
         shown = ", ".join(columns[:12] + table.non_numeric[:4]) or "none"
         raise UsageError(

@@ -8,8 +8,8 @@ digits are, so a group's mantissas are one small matrix product (digit values ti
 ten, exact integers) and its values one division (or product) by a power of ten. That step is
 correctly rounded (Clinger's fast path: an exact mantissa below 2**53 and an exact power of
 ten up to 10**22), so every value is bit for bit what ``float()`` returns. Cells outside that
-case (``nan``, ``inf``, 16+ digits, spaces, ``1_000``, far exponents) go through
-``float()``/``int()`` one by one.
+case (16+ digits, spaces, ``1_000``, far exponents) go through ``float()``/``int()`` one by
+one; cells without a digit (``nan``, ``inf``) are one text per template, converted once.
 
 ``split`` returns None, and the caller takes the general path, for any file this module does
 not read exactly as the general path does: quotes, blank or ragged lines, a repeated header,
@@ -145,8 +145,16 @@ def numbers(grid: Grid, j: int, want_ints: bool = False) -> Numbers | None:
             if not len(rows):
                 continue
         words = [grid.words[at + 8 * w] for w in range(nwords)]  # word w of each cell
-        for group, spec in _templates(words, length):
+        for group, spec, template in _templates(words, length):
             at = rows[group]
+            if spec is None and b"0" not in template:
+                # No digit: every cell of the group is this text (nan, inf, a word): one float().
+                try:
+                    values[at] = float(template.decode("ascii"))
+                except ValueError:
+                    return None  # a text cell
+                all_ints = False
+                continue
             if spec is None:
                 slow.append(at)
                 continue
@@ -222,17 +230,18 @@ def _spec(template: bytes) -> _Spec | None:
                  not dot and exp is None)
 
 
-def _templates(words: list[np.ndarray], length: int) -> list[tuple[np.ndarray, _Spec | None]]:
-    """The cells of ``length`` bytes (``words[w]``: their word w) grouped by template."""
+def _templates(words: list[np.ndarray], length: int) -> list[tuple[np.ndarray, _Spec | None, bytes]]:
+    """The cells of ``length`` bytes (``words[w]``: their word w) grouped by template: each
+    group with its template's spec and the template itself."""
     keep = np.zeros(len(words) * 8, np.uint8)
     keep[:length] = 0xFF
     keys = [_template(word) & mask for word, mask in zip(words, keep.view("<u8"))]
-    out: list[tuple[np.ndarray, _Spec | None]] = []
+    out: list[tuple[np.ndarray, _Spec | None, bytes]] = []
     left: np.ndarray | None = None  # cells not grouped yet; None: all (no gathers the first round)
     while left is None or len(left):
         first = 0 if left is None else int(left[0])
         if len(out) == _MAX_TEMPLATES and left is not None:  # left is None in the first round only
-            out.append((left, None))
+            out.append((left, None, b"0"))  # mixed templates: cell by cell
             break
         same = (keys[0] if left is None else keys[0][left]) == keys[0][first]
         for key in keys[1:]:
@@ -242,7 +251,7 @@ def _templates(words: list[np.ndarray], length: int) -> list[tuple[np.ndarray, _
         else:
             group, left = left[same], left[~same]
         template = b"".join(int(key[first]).to_bytes(8, "little") for key in keys)[:length]
-        out.append((group, _spec(template)))
+        out.append((group, _spec(template), template))
     return out
 
 

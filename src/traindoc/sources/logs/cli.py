@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, TextIO
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO, TypeVar
 
 from traindoc import config
 from traindoc.errors import UsageError
@@ -16,6 +17,8 @@ from traindoc.report import output
 
 if TYPE_CHECKING:
     from traindoc.sources.logs import Log
+
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _one_blas_thread()
     from traindoc.analyze import analyze
     from traindoc.sources import logs
     from traindoc.sources.logs import mapping
@@ -59,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     detectors = {k: dict(v) for k, v in settings.detectors.items()}
     if args.num_classes is not None:
         detectors.setdefault("val-at-chance", {})["classes"] = args.num_classes
+    if log.map.units:  # the unit told from the whole log, not from the first values seen
+        detectors.setdefault("val-at-chance", {}).setdefault("percent", "percent" in log.map.units.values())
     watch = [s for s in log.signals() if _error_like(s)]
     if watch:
         detectors.setdefault("metric-divergence", {}).setdefault("watch", tuple(watch))
@@ -75,9 +81,23 @@ def run(args: argparse.Namespace) -> int:
             "format": t.format, "files": list(t.files), "x_column": t.x_column,
             "mapping": {sig: col for col, sig in log.map.signal_of.items()},
             "unmapped": list(log.map.unmapped), "ignored": list(log.map.ignored),
+            "explicit": list(log.map.explicit), "units": dict(log.map.units),
             "notes": list(t.notes) + list(log.map.notes),
         }
     return output.emit(report, args, settings)
+
+
+def _one_blas_thread() -> None:
+    """numpy's BLAS (OpenBLAS, MKL) starts a worker thread per core for a matrix product. The
+    CSV reader's products are thin (a million rows by 8 digits by 3 columns), and on a busy
+    machine (a training job on every core) the workers make one 150x slower: 60 ms instead of
+    0.4, several seconds over a log. Nothing in this command is large enough to gain from them,
+    so it keeps one thread unless the user chose otherwise. Effective only before numpy is
+    imported, as here (the CLI imports it when a log is read); the command starts no process."""
+    if "numpy" in sys.modules:
+        return
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 
 def describe(log: Log, out: TextIO) -> None:
@@ -97,9 +117,13 @@ def _describe(log: Log) -> Iterator[str]:
     points = sum(len(s) for s in t.series.values())
     axis = f"x = {t.x_column}" if t.x_column else "x = row number"
     yield f"traindoc logs: {files} ({t.format}, {points} points, {axis}, {t.x}s)"
-    canon = [f"{sig}={col}" for col, sig in m.signal_of.items() if "." not in sig]
-    terms = [col for col, sig in m.signal_of.items() if sig.startswith("loss_term.")]
-    metrics = [col for col, sig in m.signal_of.items() if sig.startswith("metric.")]
+    def shown(col: str, text: str) -> str:
+        tags = [t for t, on in (("--map", col in m.explicit), (m.units.get(col, ""), col in m.units)) if on]
+        return f"{text} ({', '.join(tags)})" if tags else text
+
+    canon = [shown(col, f"{sig}={col}") for col, sig in m.signal_of.items() if "." not in sig]
+    terms = [shown(col, col) for col, sig in m.signal_of.items() if sig.startswith("loss_term.")]
+    metrics = [shown(col, col) for col, sig in m.signal_of.items() if sig.startswith("metric.")]
     parts = []
     if canon:
         parts.append(", ".join(canon))
@@ -107,7 +131,10 @@ def _describe(log: Log) -> Iterator[str]:
         parts.append("loss terms: " + ", ".join(terms))
     if metrics:
         parts.append("metrics: " + ", ".join(metrics))
-    yield f"mapped: {'; '.join(parts)}"
+    how = "by name, case and separators ignored" + (", and by --map" if m.explicit else "")
+    yield f"mapped ({how}): {'; '.join(parts)}"
+    if m.units:
+        yield "units: " + "; ".join(f"{col} in {u} ({m.unit_why[col]})" for col, u in m.units.items())
     if m.unmapped:
         yield f"unmapped columns: {', '.join(m.unmapped)} (use --map signal=column)"
     for note in list(t.notes) + list(m.notes):
@@ -131,5 +158,11 @@ def _with_clips(events: Iterator[Event], max_norm: float) -> Iterator[Event]:
     for ev in events:
         yield ev
         if isinstance(ev, Series) and ev.name == "grad_norm":
-            for step, norm in zip(ev.steps, ev.values):
+            for step, norm in zip(_plain(ev.steps), _plain(ev.values)):  # Python numbers for JSON
                 yield Clip(step=step, norm=norm, max_norm=max_norm, where=where)
+
+
+def _plain(seq: Sequence[T]) -> list[T]:
+    """A column as a list of Python numbers (a bulk reader's columns are numpy arrays)."""
+    tolist: Callable[[], list[T]] | None = getattr(seq, "tolist", None)
+    return tolist() if tolist is not None else list(seq)

@@ -240,20 +240,21 @@ def _build_numbers(path: Path, table: Table, header: list[str], lower: list[str]
                 xs = np.where(valid, xs - 1, -1)
                 table.notes.append(f"{path.name}: {header[xi]} starts at 1; shown 0-based (epoch 1 is step 0)")
     keep_all = xs.min() >= 0
-    shared: list[int] | None = None  # the steps list of every full column, made once
+    xs = xs.astype(np.int64, copy=False)
+    xs_ordered: bool | None = None  # whether the steps every full column shares are in order
     for j, name in enumerate(header):
         if j == xi:
             continue
         col = columns[j]
         if col.empty is None and keep_all:
-            if shared is None:
-                shared, shared_ordered = xs.tolist(), in_order(xs)
-            table.series[name] = Series(shared, col.values.tolist(), ordered=shared_ordered)
+            if xs_ordered is None:
+                xs_ordered = in_order(xs)
+            table.series[name] = Series(arrays=(xs, col.values), ordered=xs_ordered)
             continue
         keep = xs >= 0 if col.empty is None else (xs >= 0) & ~col.empty
         if keep.any():
             steps = xs[keep]
-            table.series[name] = Series(steps.tolist(), col.values[keep].tolist(), ordered=in_order(steps))
+            table.series[name] = Series(arrays=(steps, col.values[keep]), ordered=in_order(steps))
     return table
 
 

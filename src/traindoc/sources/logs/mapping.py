@@ -154,12 +154,17 @@ def guess(name: str) -> Guess:
 
 @dataclass
 class Mapping:
-    """The resolved mapping of one log: column -> signal, and what was left out."""
+    """The resolved mapping of one log: column -> signal, and what was left out. ``explicit``:
+    the columns mapped by --map; ``units``: column -> "percent" or "fraction" for accuracies,
+    with ``unit_why`` saying how each was told."""
 
     signal_of: dict[str, str] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    explicit: list[str] = field(default_factory=list)
+    units: dict[str, str] = field(default_factory=dict)
+    unit_why: dict[str, str] = field(default_factory=dict)
 
     def column_of(self, signal: str) -> str | None:
         for col, sig in self.signal_of.items():
@@ -216,6 +221,7 @@ def resolve(columns: list[str], overrides: dict[str, str] | None = None) -> Mapp
             continue
         if col in explicit:
             m.signal_of[col] = explicit[col]
+            m.explicit.append(col)
             continue
         g = guess(col)
         if g.bookkeeping:
@@ -276,3 +282,25 @@ def _loss_terms(columns: list[str], m: Mapping) -> None:
         if len(cw) == 2 and cw[0] == prefix and len(cw[1]) >= 2:
             m.unmapped.remove(col)
             m.signal_of[col] = f"loss_term.{cw[1]}"
+
+
+ACCURACY_SIGNALS = ("train_acc", "val_acc")
+
+
+def infer_units(m: Mapping, peaks: dict[str, float]) -> None:
+    """Tell percent from fraction for the accuracy columns, from their range: a column whose
+    largest value is above 1 is in percent. A column that never exceeds 1 is in percent too
+    when another accuracy column of the same log is (one logger writes one unit; seed 004's
+    validation accuracy stuck at 0.10 meant 0.1%, next to a training accuracy of 69), and a
+    fraction otherwise. ``peaks``: column -> its largest finite value."""
+    cols = [c for c, sig in m.signal_of.items() if sig in ACCURACY_SIGNALS and c in peaks]
+    over = [c for c in cols if peaks[c] > 1.0]
+    for col in cols:
+        peak = f"{peaks[col]:.4g}"
+        if col in over:
+            m.units[col], m.unit_why[col] = "percent", f"values up to {peak}"
+        elif over:
+            m.units[col] = "percent"
+            m.unit_why[col] = f"up to {peak}, read as {over[0]}, which reaches {peaks[over[0]]:.4g}"
+        else:
+            m.units[col], m.unit_why[col] = "fraction", f"values up to {peak}"

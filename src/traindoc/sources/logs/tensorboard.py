@@ -171,9 +171,14 @@ def _collect(bulk: _tb_fast.Scalars, runs: list[tuple[int, int]],
     for tag in sorted(first, key=first.__getitem__):
         rows = in_bulk.get(tag)
         slow = lists.get(tag, [])
+        name = tag.decode("utf-8", "replace")
         if rows is not None and not slow:
-            steps_a = bulk.steps[rows]
-            steps, values, ordered = steps_a.tolist(), bulk.values[rows].tolist(), in_order(steps_a)
+            steps_a = bulk.steps[rows].astype(np.int64, copy=False)
+            values_a = bulk.values[rows].astype(np.float64, copy=False)
+            if name not in out:  # kept as arrays: see Series
+                out[name] = Series(arrays=(steps_a, values_a), ordered=in_order(steps_a))
+                continue
+            steps, values, ordered = steps_a.tolist(), values_a.tolist(), False
         else:
             if rows is None:
                 rows = np.empty(0, np.int64)
@@ -184,7 +189,6 @@ def _collect(bulk: _tb_fast.Scalars, runs: list[tuple[int, int]],
             all_steps = [p[2] for p in slow] + bulk.steps[rows].tolist()
             all_values = [p[3] for p in slow] + bulk.values[rows].tolist()
             steps, values, ordered = [all_steps[i] for i in order], [all_values[i] for i in order], False
-        name = tag.decode("utf-8", "replace")
         old = out.get(name)
         if old is None:
             out[name] = Series(steps, values, ordered=ordered)
