@@ -26,4 +26,16 @@ else:
 # One-line calls for what zero-code capture cannot see (traindoc/metrics.py: no torch import).
 from traindoc.metrics import log, loss_terms, watch_router  # noqa: E402
 
+if TYPE_CHECKING:
+    from traindoc import hf, lightning
+else:
+    def __getattr__(name):
+        """``traindoc.hf`` and ``traindoc.lightning`` (the framework callbacks) are imported on
+        first use: each imports its framework, which ``import traindoc`` must not."""
+        if name in ("hf", "lightning"):
+            import importlib
+
+            return importlib.import_module(f"traindoc.{name}")
+        raise AttributeError(f"module 'traindoc' has no attribute {name!r}")
+
 __all__ = ["__version__", "watch", "log", "loss_terms", "watch_router"]

@@ -1,0 +1,125 @@
+"""``TRAINDOC=1 python train.py``: the live doctor with no code change and no ``-m traindoc run``,
+for launchers where that cannot be inserted (SLURM scripts, ``mp.spawn``, ``accelerate launch``).
+
+The package installs ``traindoc-autostart.pth`` (setup.py), whose one line Python runs at every
+start-up: it reads one environment variable and, only when ``TRAINDOC`` is set (and not 0),
+imports this module and calls ``install()``. Unset, the cost is that one dictionary lookup.
+
+``install()`` waits for ``torch``: the session opens right after the script's own ``import torch``
+finished, so a Python process that never imports torch (pip, a tokenizer helper) pays nothing,
+and the probes are in place before any model or optimizer exists. At exit the report goes to
+stderr, as with ``traindoc run``, from each process that trained (a launcher or a DataLoader
+worker that never trained says nothing); under torchrun only rank 0 reports.
+
+Options, from the environment: ``TRAINDOC_JSON``, ``TRAINDOC_HTML`` (report files),
+``TRAINDOC_LEVEL`` (cheap | standard | thorough). The ``traindoc`` command itself never
+autostarts (it opens its own session), and a framework callback joins the session opened here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+_OFF = ("", "0", "false", "no", "off")
+_watch: Any = None
+_installed = False
+
+
+def enabled() -> bool:
+    """Is ``TRAINDOC`` set to something that means on?"""
+    return os.environ.get("TRAINDOC", "").strip().lower() not in _OFF
+
+
+def install() -> None:
+    """Open the session once torch is imported (now, if it already is)."""
+    global _installed
+    if _installed or not enabled():
+        return
+    _installed = True
+    if "torch" in sys.modules:
+        _start()
+    else:
+        sys.meta_path.insert(0, _AfterImport("torch", _start))
+
+
+def _is_traindoc_cli() -> bool:
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(argv0)
+    return name in ("traindoc", "traindoc.exe") or (
+        name == "__main__.py" and os.path.basename(os.path.dirname(argv0)) == "traindoc")
+
+
+def _start() -> None:
+    global _watch
+    # A multiprocessing spawn child (mp.spawn's ranks, DataLoader workers) inherits TRAINDOC:
+    # the parent's session follows the ranks itself (live/spawn.py) and workers never train.
+    if _watch is not None or _is_traindoc_cli() or "--multiprocessing-fork" in sys.orig_argv:
+        return
+    try:
+        from traindoc.live.watch import Watch
+
+        level = os.environ.get("TRAINDOC_LEVEL", "standard")
+        _watch = Watch(level=level)
+        _watch.__enter__()
+    except Exception as exc:  # a bad option or an internal error: one line, training goes on
+        _watch = None
+        sys.stderr.write(f"traindoc: TRAINDOC=1 could not start: {type(exc).__name__}: {exc}\n")
+        return
+    import atexit
+    import multiprocessing.util
+
+    atexit.register(_finish)
+    # A multiprocessing child (mp.spawn's training processes) leaves through os._exit, which
+    # skips atexit; multiprocessing runs its own finalizers first.
+    multiprocessing.util.Finalize(None, _finish, exitpriority=0)
+
+
+def _finish() -> None:
+    global _watch
+    doc, _watch = _watch, None
+    if doc is None:
+        return
+    status = "exception" if getattr(sys, "last_value", None) is not None else "ok"
+    report = doc.close(status)
+    if report.run.get("trained") is False or int(os.environ.get("RANK", "0")) != 0:
+        return
+    import argparse
+
+    from traindoc.report import output
+
+    args = argparse.Namespace(json=os.environ.get("TRAINDOC_JSON") or None,
+                              html=os.environ.get("TRAINDOC_HTML") or None, fail_on=None)
+    output.emit(report, args)
+
+
+class _AfterImport:
+    """A meta-path finder that loads nothing itself: it lets the other finders find ``name``
+    and calls ``then()`` once that module has executed, then steps aside."""
+
+    def __init__(self, name: str, then: Any) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            from importlib.util import find_spec
+
+            spec = find_spec(fullname)
+            loader = spec.loader if spec is not None else None
+            exec_module = getattr(loader, "exec_module", None)
+            if exec_module is None:
+                return spec
+            then = self.then
+
+            def exec_then_start(module: Any) -> None:
+                exec_module(module)
+                then()
+
+            loader.exec_module = exec_then_start  # type: ignore[union-attr, method-assign]  # this one import's loader
+            return spec
+        except Exception:  # never break the user's import
+            return None

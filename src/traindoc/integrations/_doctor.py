@@ -1,0 +1,153 @@
+"""What the framework callbacks share: one live session, the report options of ``traindoc run``,
+the trackers a first finding is sent to, and the report when training ends.
+
+A callback is a thin producer: it starts the same ``Watch`` (the same probes, engine and
+detectors) that ``traindoc run`` starts, or joins the one already watching this process
+(``traindoc run train.py``, ``traindoc.watch()``, ``TRAINDOC=1``), so the probes are never
+installed twice. A session it joined belongs to whoever opened it: that owner writes the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import sys
+from typing import Any, Iterable, Mapping, Sequence
+
+from traindoc import config
+from traindoc.engine import Report
+from traindoc.findings import Finding
+from traindoc.integrations import trackers
+from traindoc.integrations._options import TrainingFindings, at_or_above, check_options
+
+
+class Doctor:
+    """One callback's session: ``start`` when training starts, ``poll`` after each step,
+    ``finish`` when it ends."""
+
+    def __init__(
+        self,
+        *,
+        json: str | None = None,
+        html: str | None = None,
+        fail_on: str | None = None,
+        level: str = "standard",
+        select: Sequence[str] | None = None,
+        ignore: Sequence[str] = (),
+        export: bool | Sequence[object] = False,
+    ) -> None:
+        check_options(level, fail_on, [*(select or ()), *ignore])
+        self.json, self.html, self.fail_on, self.level = json, html, fail_on, level
+        self.select = tuple(select) if select is not None else None
+        self.ignore = tuple(ignore)
+        self.export = export
+        self.watch: Any = None
+        self.owned = False
+        self.report: Report | None = None
+        self.trackers: list[trackers.Tracker] = []
+        self._sent: set[str] = set()
+        self._restored: list[Finding] = []
+
+    @property
+    def running(self) -> bool:
+        return self.watch is not None and self.report is None
+
+    def start(self, model: Any = None, optimizer: Any = None,
+              framework_trackers: Sequence[object] = (), tensorboard_dir: str | None = None) -> None:
+        """Observe from now on: join the watch already open in this process, or open one."""
+        from traindoc.live.watch import Watch, active
+
+        if self.running:
+            return
+        self.report = None
+        self._sent = set()
+        self.trackers = trackers.resolve(self.export, framework_trackers, tensorboard_dir)
+        joined = active()
+        if joined is not None:
+            self.watch, self.owned = joined, False
+            if optimizer is not None:
+                joined.session.on_optimizer_created(optimizer)
+            if model is not None:
+                joined.session.adopt_model(model)
+        else:
+            settings = config.load()
+            select = self.select if self.select is not None else settings.select
+            ignore = self.ignore + tuple(settings.ignore)
+            self.watch = Watch(model, optimizer, level=self.level, select=select, ignore=ignore,
+                               settings=settings)
+            self.watch.__enter__()
+            self.owned = True
+            # Training that stops without the framework's end hook (an exception out of
+            # trainer.train()) still gets its probes removed and its report at exit.
+            atexit.register(self._at_exit)
+        for f in self._restored:
+            self.watch.session.engine.add(f)
+        self._restored = []
+
+    def publish(self, channel: str, values: Mapping[str, object]) -> None:
+        """Values the framework computed and logged itself (HF's logs, Lightning's logged
+        metrics), read as the live face reads a script's own logging: the same Scalars."""
+        from traindoc import metrics
+
+        if self.running and values:
+            for sink in list(metrics.log_sinks):
+                sink(channel, values)
+
+    @property
+    def findings(self) -> list[Finding]:
+        if self.report is not None:
+            return list(self.report.findings)
+        return list(self.watch.findings) if self.watch is not None else list(self._restored)
+
+    def poll(self) -> None:
+        """Send each finding that fired since the last poll to the trackers (once per id)."""
+        if self.trackers and self.running:
+            self._send(self.watch.findings)
+
+    def _send(self, found: list[Finding]) -> None:
+        for f in found:
+            if f.id not in self._sent:
+                self._sent.add(f.id)
+                trackers.send_finding(self.trackers, f, found)
+
+    def restore(self, findings: Iterable[Finding]) -> None:
+        """Findings of the run before a resume: they stay in this run's report."""
+        if self.running:
+            for f in findings:
+                self.watch.session.engine.add(f)
+        else:
+            self._restored.extend(findings)
+
+    def finish(self, status: str = "ok") -> Report | None:
+        """Training ended: the report (an owned session) and the trackers' copy of it. Raises
+        TrainingFindings when ``fail_on`` is set and a finding is at or above it."""
+        if not self.running:
+            return self.report
+        self.poll()
+        if not self.owned:  # the session's owner reports; this callback only stops here
+            self.watch = None
+            return None
+        atexit.unregister(self._at_exit)
+        self.report = report = self.watch.close(status)
+        if int(os.environ.get("RANK", "0")) != 0:  # each rank observes itself; rank 0 reports
+            return report
+        from traindoc.report import output
+
+        args = argparse.Namespace(json=self.json, html=self.html, fail_on=None)
+        output.emit(report, args)
+        if self.trackers:
+            from traindoc.report import json as json_report
+
+            self._send(report.findings)  # those judged at the end of the run
+            trackers.send_report(self.trackers, report, json_report.dumps(report))
+        if self.fail_on is not None and status == "ok":
+            failing = at_or_above(report.findings, self.fail_on)
+            if failing:
+                raise TrainingFindings(failing, self.fail_on)
+        return report
+
+    def _at_exit(self) -> None:
+        if self.running:
+            sys.stderr.write("traindoc: training stopped before its end hook; the report follows\n")
+            self.finish("exception")

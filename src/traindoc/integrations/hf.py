@@ -1,0 +1,84 @@
+"""The Hugging Face ``Trainer`` callback (TRL's trainers are Trainers too).
+
+    Trainer(..., callbacks=[traindoc.hf.TraindocCallback(json="report.json")])
+
+gives what ``traindoc run --json report.json train.py`` gives: the same probes, detectors and
+report. The session starts in ``on_train_begin``, where Trainer has already built its optimizer
+inside ``train()`` (the callback hands it, unwrapped from Accelerate, to the session), and the
+report is written in ``on_train_end``. ``on_log`` hands what Trainer logs (its pre-clip
+``grad_norm``, the loss its ``logging_nan_inf_filter`` may have smoothed, the evaluation
+metrics) to the live face as a script's own logging is read: as ``metric.*`` beside the values
+measured live, and the evaluation metrics as their signals (``eval_loss`` -> ``val_loss``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from traindoc.engine import Report
+from traindoc.findings import Finding
+from traindoc.integrations._doctor import Doctor
+from traindoc.integrations._options import TrainingFindings
+
+__all__ = ["TraindocCallback", "TrainingFindings"]
+
+
+class TraindocCallback(TrainerCallback):
+    """Observe a Trainer's training; write the report when it ends.
+
+    ``json``/``html``: report files; ``fail_on``: raise ``TrainingFindings`` at the end of a
+    training with findings at or above this severity ("error", "warning", "info");
+    ``level``: "cheap" | "standard" | "thorough"; ``select``/``ignore``: failure ids;
+    ``export``: True sends each finding when it first fires to the trackers in
+    ``args.report_to`` (W&B, MLflow, TensorBoard), or a list of names/tracker objects.
+    """
+
+    def __init__(
+        self,
+        *,
+        json: str | None = None,
+        html: str | None = None,
+        fail_on: str | None = None,
+        level: str = "standard",
+        select: Sequence[str] | None = None,
+        ignore: Sequence[str] = (),
+        export: bool | Sequence[object] = False,
+    ) -> None:
+        self.doctor = Doctor(json=json, html=html, fail_on=fail_on, level=level, select=select,
+                             ignore=ignore, export=export)
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The findings so far (all of them once training ended)."""
+        return self.doctor.findings
+
+    @property
+    def report(self) -> Report | None:
+        """The report, once training ended (None before, or when another session owns it)."""
+        return self.doctor.report
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: Any = None, optimizer: Any = None, **kwargs: Any) -> None:
+        inner = getattr(optimizer, "optimizer", optimizer)  # Accelerate's AcceleratedOptimizer
+        names = [args.report_to] if isinstance(args.report_to, str) else list(args.report_to or [])
+        report_to = [n for n in names if n in ("wandb", "mlflow", "tensorboard")]
+        tb_dir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(args.output_dir or ".", "runs", "traindoc")
+        self.doctor.start(model, inner, report_to, tensorboard_dir=tb_dir)
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
+        self.doctor.poll()
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+               logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if logs:
+            self.doctor.publish("hf-trainer", {k: v for k, v in logs.items() if k != "epoch"})
+            self.doctor.poll()
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
+        self.doctor.finish("ok")
+
