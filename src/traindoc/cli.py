@@ -25,7 +25,7 @@ FACES: dict[str, tuple[str, str]] = {
     "report": ("traindoc.report.cli", "show a saved JSON report again: as text, --html or --json"),
     "explain": ("traindoc.explain", "print the catalog entry of a failure id"),
     "demo": ("traindoc.demo", "run three zoo cases and show the diagnosis"),
-    "preflight": ("traindoc.preflight.cli", "probe a training script in minutes before the long run (initial loss, gradients, overfit, eval, resume)"),
+    "preflight": ("traindoc.preflight.cli", "probe a training script in minutes before the long run (initial loss, gradients, overfit, eval, resume, LR)"),
 }
 
 

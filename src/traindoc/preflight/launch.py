@@ -1,0 +1,474 @@
+"""One launch of the user's script under preflight's control.
+
+The script runs as with ``python script.py args`` (``runpy``, ``__name__ == "__main__"``,
+``sys.argv``, ``sys.path[0]``), but with the working directory in a sandbox folder, so that the
+checkpoints and logs it writes under relative paths land there, and with the global RNGs reset
+to the state they had when preflight started, so that every launch draws the same numbers.
+Our hooks record, per optimizer step: the loss handed to ``backward()``, a fingerprint of the
+first model input, and a snapshot of the training state just before the step (weights, the
+optimizer's moments, LRs, schedulers, GradScaler, RNGs). A launch ends after ``steps``
+optimizer steps, after ``seconds``, or right after the script's first checkpoint (``stop_after_save``):
+our hooks raise ``Stop``, a BaseException that a script's ``except Exception`` lets through.
+
+Only the first optimizer the script steps counts steps (a GAN's second optimizer steps within
+the same step). Everything torch-side is imported lazily by the caller's process: this module
+is imported only once preflight runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import math
+import os
+import random
+import runpy
+import sys
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch.utils.data import dataloader as _dl
+
+from traindoc.live.objects import frame_modules, largest_container
+from traindoc.preflight.files import Outside
+from traindoc.preflight.state import LossCall, RngState, clone, grad_table, loss_call, numpy_rng_hash
+
+
+class Stop(BaseException):
+    """Raised by preflight's hooks to end a launch (never an error of the script)."""
+
+
+@dataclass
+class Snapshot:
+    """The training state just before one optimizer step, reduced to comparable numbers."""
+
+    weights: list[float]  # per parameter of the optimizers: sum of values
+    moments: list[float]  # per optimizer state tensor: sum of values
+    opt_steps: list[float]  # per parameter state: its 'step' counter
+    lrs: list[float]
+    schedulers: list[int]  # last_epoch of every LR scheduler
+    scales: list[float]  # GradScaler scales
+    rng: bytes  # torch's global RNG state
+    py_rng: int  # hash of Python's and numpy's RNG states
+
+
+@dataclass
+class Result:
+    """What one launch recorded."""
+
+    steps: int = 0
+    losses: list[float] = field(default_factory=list)  # per step: the sum of its backward losses
+    fingerprints: list[tuple[float, ...]] = field(default_factory=list)  # per step: first model input
+    snapshots: list[Snapshot] = field(default_factory=list)  # per step, before the step
+    loss_call: LossCall | None = None
+    grads: list[dict[str, tuple[bool, float, bool]]] = field(default_factory=list)  # per early step
+    lrs: list[tuple[str, float]] = field(default_factory=list)  # (optimizer class, lr) at step 0
+    saved: list[str] = field(default_factory=list)  # files torch.save wrote in the sandbox
+    saved_at: int = 0  # the steps done when the first of them was written
+    loaded: list[str] = field(default_factory=list)  # files torch.load read from the sandbox
+    restored_rng: bool = False  # the script called torch.set_rng_state
+    status: str = "ok"  # ok, stopped, timeout, exit, error
+    error: str = ""
+    seconds: float = 0.0
+    first_input: Any = None  # (root module, cloned args) of the first training forward
+    report: Any = None  # the live report, for a launch run under traindoc.watch
+    owner: Any = None  # the largest model in the script's frames holding the first module
+    repeated: str = ""  # how the batch was repeated: "loader", "rng" or ""
+    moved: float = math.nan  # share of parameter elements changed from step 0 to the end
+
+    @property
+    def repeat_start(self) -> int:
+        """The first step that trains on the repeated batch. With the RNGs rewound after each
+        step from step 1 on, step 1 may still train on a batch drawn before (a loop that draws
+        the next batch before ``optimizer.step()``, as nanoGPT does): from step 2 on."""
+        return 2 if self.repeated == "rng" else 0
+
+    def batch_repeated(self) -> bool:
+        """Did every step from ``repeat_start`` on see the same model input?"""
+        prints = [p for p in self.fingerprints[self.repeat_start:] if p]
+        return bool(self.repeated) and len(set(prints)) <= 1
+
+
+GRAD_STEPS = 3  # early steps whose gradients are kept for the gradient probe
+
+
+class Launch:
+    def __init__(self, script: Path, argv: list[str], sandbox: Path, *, steps: int, seconds: float,
+                 rng: RngState, stop_after_save: bool = False, repeat_batch: bool = False,
+                 snapshots: bool = False, keep_input: bool = False, watch: Any = None,
+                 after_save: int = 0, outside: Outside | None = None, stop_below: float = 0.0,
+                 lr_scale: float = 1.0) -> None:
+        self.script, self.argv, self.sandbox = script, argv, sandbox
+        self.max_steps, self.seconds, self.rng = steps, seconds, rng
+        self.stop_after_save, self.repeat_batch = stop_after_save, repeat_batch
+        self.want_snapshots, self.keep_input = snapshots, keep_input
+        self.watch = watch  # a traindoc.watch.Watch: the live probes observe this launch
+        # > 0: once the script saved a checkpoint at step K, end at step K + after_save instead
+        self.after_save = after_save
+        self.outside = outside or Outside(sandbox / ".traindoc-backup")
+        # > 0: with a repeated batch, end once the loss fell to this share of its first value
+        self.stop_below = stop_below
+        # != 1: every optimizer step runs with its groups' LR times this (put back after the
+        # step, so the script's schedule and its own LR writes go on as usual)
+        self.lr_scale = lr_scale
+        self._lrs: dict[int, list[Any]] = {}
+        self.r = Result()
+        self._first_opt: Callable[[], Any] = lambda: None
+        self._optimizers: list[weakref.ref[Any]] = []
+        self._schedulers: list[weakref.ref[Any]] = []
+        self._scalers: list[weakref.ref[Any]] = []
+        self._step_loss = 0.0
+        self._scaled: dict[int, float] = {}  # id of a loss scaled by a GradScaler -> the scale
+        self._seen_input = False
+        self._batch: Any = None
+        self._dataset: Any = None  # a weak reference to the data set of the repeated batch
+        self._rng_after_first: RngState | None = None
+        self._generators: list[tuple[torch.Generator, torch.Tensor]] = []  # the script's own, and their states
+        self._weights0: list[torch.Tensor] = []
+        self._undo: list[Callable[[], None]] = []
+        self._t0 = 0.0
+
+    # ---- running -----------------------------------------------------------------------------
+    def run(self) -> Result:
+        saved_argv, saved_path0, saved_cwd = sys.argv[:], sys.path[0] if sys.path else "", os.getcwd()
+        sys.argv = [str(self.script), *self.argv]
+        if sys.path:
+            sys.path[0] = str(self.script.parent)
+        os.chdir(self.sandbox)
+        self.rng.restore()
+        self._install()  # before the live probes: a hook of theirs may remove itself mid-iteration
+        if self.watch is not None:
+            self.watch.__enter__()
+        self._t0 = time.perf_counter()
+        had_group = _process_group()
+        output = io.StringIO()  # the script's own prints, kept out of preflight's report
+        try:
+            with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+                runpy.run_path(str(self.script), run_name="__main__")
+        except Stop:
+            pass
+        except SystemExit as exc:
+            self.r.status = "exit" if exc.code not in (None, 0) else self.r.status
+            self.r.error = f"the script exited with {exc.code!r}" if self.r.status == "exit" else ""
+        except Exception as exc:  # the script's own error: the probes say they could not run
+            self.r.status, self.r.error = "error", f"{type(exc).__name__}: {exc}{_user_line(exc, self.script)}"
+        finally:
+            _end_process_group(had_group)
+            if self.watch is not None:
+                status = {"ok": "ok", "exit": "exit", "error": "exception"}.get(self.r.status, "stopped")
+                self.r.report = self.watch.close(status)
+            self._uninstall()
+            os.chdir(saved_cwd)
+            sys.argv = saved_argv
+            if sys.path:
+                sys.path[0] = saved_path0
+            self.r.seconds = time.perf_counter() - self._t0
+        self._finish_moved()
+        return self.r
+
+    def _stop(self, why: str) -> None:
+        if self.r.status == "ok":
+            self.r.status = why
+        raise Stop()
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def _install(self) -> None:
+        pre = register_optimizer_step_pre_hook(lambda opt, a, k: self._pre_step(opt))
+        post = register_optimizer_step_post_hook(lambda opt, a, k: self._post_step(opt))
+        fwd = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre)
+        self._undo += [pre.remove, post.remove, fwd.remove]
+        self._patch(torch.Tensor, "backward", self._wrap_backward)
+        for owner in (torch, torch.serialization):
+            self._patch(owner, "save", self._wrap_save)
+            self._patch(owner, "load", self._wrap_load)
+        self._patch(torch, "set_rng_state", self._wrap_set_rng)
+        for name in ("replace", "rename"):
+            self._patch(os, name, self._wrap_move)
+        for name in ("cross_entropy", "mse_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy"):
+            self._patch(F, name, functools.partial(self._wrap_loss, name))
+        self._patch(torch.optim.lr_scheduler.LRScheduler, "__init__", functools.partial(self._wrap_init, self._schedulers))
+        self._patch(torch.amp.GradScaler, "__init__", functools.partial(self._wrap_init, self._scalers))
+        self._patch(torch.amp.GradScaler, "scale", self._wrap_scale)
+        if self.repeat_batch:
+            self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+
+    def _uninstall(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+
+    def _patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        orig = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
+        setattr(owner, name, make(orig))
+        self._undo.append(lambda: setattr(owner, name, orig))
+
+    def _wrap_init(self, bucket: list[weakref.ref[Any]], orig: Any) -> Any:
+        @functools.wraps(orig)
+        def __init__(obj: Any, *args: Any, **kwargs: Any) -> None:
+            orig(obj, *args, **kwargs)
+            bucket.append(weakref.ref(obj))
+        return __init__
+
+    def _wrap_scale(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def scale(scaler: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(scaler, outputs, *args, **kwargs)
+            if isinstance(out, torch.Tensor) and out is not outputs and out.numel() == 1:
+                launch._scaled = {id(out): float(scaler.get_scale())}
+            return out
+        return scale
+
+    def _wrap_backward(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if launch.stop_after_save and launch.r.saved and launch.r.steps > 0:
+                launch._stop("stopped")  # the checkpoint is on disk (and moved into place)
+            if tensor.numel() == 1:
+                scale = launch._scaled.pop(id(tensor), 1.0)  # scaler.scale(loss): the user's loss
+                launch._step_loss += float(tensor.detach().float()) / scale  # preflight may sync
+            return orig(tensor, *args, **kwargs)
+        return backward
+
+    def _wrap_save(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            path = _inside(f, launch.sandbox)
+            if not path and isinstance(f, (str, os.PathLike)):
+                launch.outside.before_write(os.path.realpath(os.fspath(f)))
+            out = orig(obj, f, *args, **kwargs)
+            if path and launch.r.steps > 0:
+                if not launch.r.saved:
+                    launch.r.saved_at = launch.r.steps
+                    if launch.after_save:
+                        launch.max_steps = min(launch.max_steps, launch.r.steps + launch.after_save)
+                launch.r.saved.append(path)
+            return out
+        return save
+
+    def _wrap_move(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(dst, (str, os.PathLike)):
+                target = _inside(dst, launch.sandbox)
+                if not target:
+                    launch.outside.before_write(os.path.realpath(os.fspath(dst)))
+                elif launch.r.saved and _inside(src, launch.sandbox) == launch.r.saved[-1]:
+                    launch.r.saved[-1] = target  # the checkpoint moved into place (tmp -> final)
+            return orig(src, dst, *args, **kwargs)
+        return move
+
+    def _wrap_load(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+            path = _inside(f, launch.sandbox)
+            if path:
+                launch.r.loaded.append(path)
+            return orig(f, *args, **kwargs)
+        return load
+
+    def _wrap_set_rng(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def set_rng_state(*args: Any, **kwargs: Any) -> Any:
+            launch.r.restored_rng = True
+            return orig(*args, **kwargs)
+        return set_rng_state
+
+    def _wrap_loss(self, name: str, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def loss_fn(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(input, target, *args, **kwargs)
+            if launch.r.loss_call is None and launch.r.steps == 0 and torch.is_grad_enabled():
+                launch.r.loss_call = loss_call(name, input, target, out, args, kwargs)
+            return out
+        return loss_fn
+
+    def _wrap_next(self, orig: Any) -> Any:
+        launch = self
+
+        @functools.wraps(orig)
+        def __next__(it: Any) -> Any:
+            # Only training batches repeat: an evaluation loop (under no_grad) or another data
+            # set's loader iterates as usual, and ends.
+            if not torch.is_grad_enabled() or launch.r.steps > 0 and launch._batch is None:
+                return orig(it)
+            dataset = getattr(it, "_dataset", None)
+            if launch._batch is None:
+                launch._batch, launch._dataset = orig(it), weakref.ref(dataset) if dataset is not None else None
+                launch.r.repeated = "loader"
+            elif launch._dataset is None or launch._dataset() is not dataset:
+                return orig(it)
+            return clone(launch._batch)  # a fresh copy: the script may change it in place
+        return __next__
+
+    def _forward_pre(self, module: Any, args: Any) -> None:
+        if self._seen_input or not torch.is_grad_enabled():
+            return
+        self._seen_input = True
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is not None:
+            t = first.detach().float()
+            self.r.fingerprints.append((float(t.sum()), float(t.abs().sum()), float(t.numel())))
+        if self.keep_input and self.r.first_input is None:
+            self.r.first_input = (module, clone(args))
+            # the model that holds this module (``model.backbone(x)`` called directly)
+            self.r.owner = largest_container(module, frame_modules(sys._getframe(1)))
+
+    def _pre_step(self, opt: Any) -> None:
+        if self.lr_scale != 1.0:
+            self._lrs[id(opt)] = [g["lr"] for g in opt.param_groups]
+            for g in opt.param_groups:
+                g["lr"] = g["lr"] * self.lr_scale
+        if self._first_opt() is None:
+            self._first_opt = weakref.ref(opt)
+            self.r.lrs = [(type(opt).__name__, float(g["lr"])) for g in opt.param_groups]
+            self._weights0 = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+        if all(r() is not opt for r in self._optimizers):
+            self._optimizers.append(weakref.ref(opt))
+        if opt is not self._first_opt():
+            return
+        if self.r.steps < GRAD_STEPS:
+            self.r.grads.append(grad_table(opt))
+        if self.want_snapshots:
+            self.r.snapshots.append(self._snapshot())
+
+    def _post_step(self, opt: Any) -> None:
+        for g, lr in zip(opt.param_groups, self._lrs.pop(id(opt), ())):
+            g["lr"] = lr
+        if opt is not self._first_opt():
+            return
+        self.r.steps += 1
+        self.r.losses.append(self._step_loss)
+        self._step_loss = 0.0
+        if len(self.r.fingerprints) < self.r.steps:  # no forward seen: keep the lists aligned
+            self.r.fingerprints.append(())
+        self._seen_input = False
+        if self.repeat_batch and not self.r.repeated == "loader":
+            # No DataLoader: draw the same numbers again, so a sampler of random indices
+            # (torch.randint, random.sample, or a torch.Generator the script holds in a
+            # variable) picks the batch of step 1 on every later step.
+            if self._rng_after_first is None:
+                self._rng_after_first = RngState.capture()
+                self._generators = [(g, g.get_state()) for g in _frame_generators(sys._getframe(1))]
+            else:
+                self._rng_after_first.restore()
+                for g, state in self._generators:
+                    g.set_state(state)
+                self.r.repeated = "rng"
+        if self.r.steps >= self.max_steps:
+            self._stop("stopped")
+        start = self.r.repeat_start
+        if self.stop_below and len(self.r.losses) > start + 1 and \
+                self.r.losses[-1] <= self.stop_below * self.r.losses[start]:
+            self._stop("stopped")
+        if time.perf_counter() - self._t0 > self.seconds:
+            self._stop("timeout")
+
+    def _snapshot(self) -> Snapshot:
+        opts = [o for r in self._optimizers if (o := r()) is not None]
+        params = [p for o in opts for g in o.param_groups for p in g["params"]]
+        moments: list[float] = []
+        opt_steps: list[float] = []
+        for o in opts:
+            for p in (p for g in o.param_groups for p in g["params"]):
+                for key, value in sorted(o.state.get(p, {}).items()):
+                    if not isinstance(value, torch.Tensor):
+                        continue
+                    if key == "step":
+                        opt_steps.append(float(value))
+                    else:
+                        moments.append(float(value.detach().float().sum()))
+        scheds = [s for r in self._schedulers if (s := r()) is not None]
+        scalers = [s for r in self._scalers if (s := r()) is not None and s.is_enabled()]
+        return Snapshot(
+            weights=[float(p.detach().float().sum()) for p in params],
+            moments=moments, opt_steps=opt_steps,
+            lrs=[float(g["lr"]) for o in opts for g in o.param_groups],
+            schedulers=[int(s.last_epoch) for s in scheds],
+            scales=[float(s.get_scale()) for s in scalers],
+            rng=bytes(torch.get_rng_state().numpy().tobytes()),
+            py_rng=hash(repr(random.getstate())) ^ numpy_rng_hash(),
+        )
+
+    def _finish_moved(self) -> None:
+        opt = self._first_opt()
+        if opt is None or not self._weights0:
+            return
+        now = [p.detach() for g in opt.param_groups for p in g["params"]]
+        if len(now) != len(self._weights0):
+            return
+        changed = sum(int((a != b).sum()) for a, b in zip(self._weights0, now) if a.shape == b.shape)
+        total = sum(a.numel() for a in self._weights0) or 1
+        self.r.moved = changed / total
+
+
+def _frame_generators(frame: Any) -> list[torch.Generator]:
+    """The torch.Generator objects in the variables of ``frame`` and its callers (the script's
+    ``gen = torch.Generator().manual_seed(0)``); generators are not tracked by ``gc``."""
+    found: list[torch.Generator] = []
+    while frame is not None:
+        for scope in (frame.f_locals, frame.f_globals):
+            for value in list(scope.values()):
+                if isinstance(value, torch.Generator) and all(value is not g for g in found):
+                    found.append(value)
+        frame = frame.f_back
+    return found
+
+
+def _process_group() -> bool:
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _end_process_group(had: bool) -> None:
+    """A process group the script created ends with its launch, so the next launch can create it."""
+    if not had and _process_group():
+        torch.distributed.destroy_process_group()
+
+
+def _user_line(exc: BaseException, script: Path) -> str:
+    """`` (at train.py:42)``: the last frame of the exception in the script's folder."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if Path(fn).resolve().parent == script.parent:
+            where = f" (at {Path(fn).name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return where
+
+
+def _inside(f: Any, sandbox: Path) -> str:
+    """The path of ``f`` relative to the sandbox, "" for a file elsewhere or a buffer."""
+    if not isinstance(f, (str, os.PathLike)):
+        return ""
+    path = Path(os.path.abspath(os.fspath(f)))
+    try:
+        return str(path.relative_to(sandbox.resolve()))
+    except ValueError:
+        try:
+            return str(path.relative_to(sandbox))
+        except ValueError:
+            return ""
+
+

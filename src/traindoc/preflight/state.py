@@ -1,0 +1,103 @@
+"""What a launch measures, as plain values: the RNG states, the first loss call, gradients."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class LossCall:
+    """The first loss function call of the run: which one, its value and what it implies."""
+
+    fn: str  # cross_entropy, mse_loss, binary_cross_entropy_with_logits, ...
+    value: float
+    classes: int = 0  # cross-entropy: the size of the class dimension
+    target_sq: float = math.nan  # mse: mean of target**2 (the loss of predicting 0)
+    output_std: float = math.nan  # the std of the loss's input (logits / predictions)
+    output_mean: float = math.nan  # and its mean
+    judged: bool = True  # False when the call's options change its reference (weights, sum)
+
+
+class RngState:
+    """The global RNGs (torch CPU and CUDA, Python, numpy), captured and restored."""
+
+    def __init__(self, torch_state: torch.Tensor, cuda: list[torch.Tensor] | None, py: Any, np_state: Any) -> None:
+        self.torch_state, self.cuda, self.py, self.np_state = torch_state, cuda, py, np_state
+
+    @classmethod
+    def capture(cls) -> "RngState":
+        cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        np = sys.modules.get("numpy")
+        return cls(torch.get_rng_state(), cuda, random.getstate(),
+                   np.random.get_state() if np is not None else None)
+
+    def restore(self) -> None:
+        torch.set_rng_state(self.torch_state)
+        if self.cuda is not None:
+            torch.cuda.set_rng_state_all(self.cuda)
+        random.setstate(self.py)
+        np = sys.modules.get("numpy")
+        if np is not None and self.np_state is not None:
+            np.random.set_state(self.np_state)
+
+
+def numpy_rng_hash() -> int:
+    np = sys.modules.get("numpy")
+    if np is None:
+        return 0
+    state = np.random.get_state()
+    return hash((state[0], bytes(state[1].tobytes()), state[2]))
+
+
+def clone(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
+        return type(obj)(*(clone(o) for o in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(clone(o) for o in obj)
+    if isinstance(obj, dict):
+        return {k: clone(v) for k, v in obj.items()}
+    return obj
+
+
+def grad_table(opt: Any) -> dict[str, tuple[bool, float, bool]]:
+    """Per parameter (by id, named later): (has a gradient, its norm, all values finite)."""
+    table: dict[str, tuple[bool, float, bool]] = {}
+    for g in opt.param_groups:
+        for p in g["params"]:
+            if not p.requires_grad:
+                continue
+            if p.grad is None:
+                table[str(id(p))] = (False, 0.0, True)
+                continue
+            grad = p.grad.detach().float()
+            finite = bool(torch.isfinite(grad).all())
+            norm = float(grad.norm()) if finite else math.inf
+            table[str(id(p))] = (True, norm, finite)
+    return table
+
+
+def loss_call(name: str, input: Any, target: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> LossCall | None:
+    if not isinstance(input, torch.Tensor) or not isinstance(out, torch.Tensor) or out.numel() != 1:
+        return None
+    value = float(out.detach().float())
+    std = float(input.detach().float().std()) if input.numel() > 1 else math.nan
+    mean = float(input.detach().float().mean())
+    # The nn loss modules pass their options (weight=None ...) positionally or by keyword:
+    # only the defaults keep the reference value.
+    judged = kwargs.get("reduction", "mean") == "mean" and all(a is None for a in args) and \
+        kwargs.get("weight") is None and kwargs.get("pos_weight") is None
+    if name == "cross_entropy":
+        classes = int(input.shape[1] if input.dim() >= 2 else input.shape[0])
+        return LossCall(name, value, classes=classes, output_std=std, output_mean=mean, judged=judged)
+    if name == "mse_loss" and isinstance(target, torch.Tensor):
+        sq = float(target.detach().float().pow(2).mean())
+        return LossCall(name, value, target_sq=sq, output_std=std, output_mean=mean, judged=judged)
+    return LossCall(name, value, classes=2, output_std=std, output_mean=mean, judged=judged)
