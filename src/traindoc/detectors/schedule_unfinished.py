@@ -23,7 +23,7 @@ class ScheduleUnfinished:
     needs: ClassVar[frozenset[str]] = frozenset({"schedule"})
     uses: ClassVar[frozenset[str]] = frozenset({"end", "val_loss"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/schedule_unfinished_accumulation.py", 0),
+        Example("zoo/schedule_unfinished_accumulation.py", 16),
         Example("zoo/healthy_accumulation_budget.py", None),
         Example("zoo/healthy_early_stopping.py", None),
     )
