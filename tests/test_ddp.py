@@ -1,4 +1,4 @@
-"""torchrun: each rank observes itself, rank 0 reports."""
+"""torchrun: each rank observes itself, rank 0 reports for the job (tests/distributed/ has the rest)."""
 
 from __future__ import annotations
 
@@ -21,5 +21,7 @@ def test_torchrun_two_ranks(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(report.read_text())
     assert data["run"]["ranks"] == 2 and data["run"]["steps"] == 30
+    assert data["run"]["backend"] == "gloo" and data["run"]["rank_steps"] == [30, 30]
+    assert "rank-divergence" in data["ran"] and data["disabled"] == []
     assert [f["id"] for f in data["findings"] if f["severity"] != "info"] == []
     assert out.stderr.count("traindoc report") == 1  # only rank 0 reports

@@ -54,6 +54,15 @@ from traindoc.detectors.missing_zero_grad import MissingZeroGrad
 from traindoc.detectors.nondeterministic_eval import NondeterministicEval
 from traindoc.detectors.slow_eval import SlowEval
 from traindoc.detectors.unscaled_grad_accumulation import UnscaledGradAccumulation
+# several ranks (live, torch.distributed)
+from traindoc.detectors.autograd_collective import AutogradCollective
+from traindoc.detectors.rank_divergence import RankDivergence
+from traindoc.detectors.straggler_rank import StragglerRank
+# built-in invariants (live)
+from traindoc.detectors.batch_collapse import BatchCollapse
+from traindoc.detectors.eval_before_train_forward import EvalBeforeTrainForward
+from traindoc.detectors.repeated_init import RepeatedInit
+from traindoc.detectors.schedule_unfinished import ScheduleUnfinished
 
 __all__ = ["DETECTORS", "Detector", "Finishing", "ObservingSeries", "Stateful", "build", "by_id"]
 
@@ -108,6 +117,15 @@ DETECTORS: tuple[type[Detector], ...] = (
     NondeterministicEval,
     SlowEval,
     DataStarvation,
+    # built-in invariants (live)
+    EvalBeforeTrainForward,
+    BatchCollapse,
+    ScheduleUnfinished,
+    RepeatedInit,
+    # several ranks (live, torch.distributed)
+    RankDivergence,
+    AutogradCollective,
+    StragglerRank,
 )
 
 

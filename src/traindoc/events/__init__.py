@@ -20,8 +20,10 @@ from typing import Union
 
 # The classes live in small modules by theme; everyone imports them from here.
 from traindoc.events.columns import scalars
+from traindoc.events.invariants import BatchShape, EvalBeforeTrain, FreezeSkipped, InitOverwritten, ScheduleEnd
 from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTerm, SchedulerStep
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
+from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankParams, RankTime
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
@@ -57,6 +59,15 @@ SIGNALS: dict[str, str] = {
     "lifecycle": "where each training step begins and how each optimizer step ended (stepped, skipped by a GradScaler, ...; live)",
     "step_skipped": "optimizer steps that did not take effect: skipped by a GradScaler or by the script, or run with no gradients (live)",
     "phase": "training phases: a new optimizer or model after training began (live)",
+    "rank_params": "fingerprints of the replicated parameters of every rank on sampled steps (live, several ranks)",
+    "rank_time": "each rank's compute and collective-wait time on sampled steps (live, several ranks)",
+    "rank_end": "how many steps each rank took and how it ended (live, several ranks)",
+    "batch_shape": "the samples drawn for each training batch and the batch dimension they were collated into (live, sampled steps)",
+    "schedule": "LR schedulers with a known horizon and how many of its steps the run took (live, at the end)",
+    "init": "parameters initialised several times while the model was built, the code that did it and the spread each left (live, from the script's start)",
+    "freeze": "modules whose train() override freezes parameters but was never called before training (live)",
+    "eval_order": "modules evaluated in eval mode before the training-mode forward their state needs (legacy spectral_norm; live)",
+    "collective": "torch.distributed collectives called on tensors inside the autograd graph (live)",
 }
 
 
@@ -65,6 +76,7 @@ Event = Union[
     Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
+    RankParams, RankTime, RankEnd, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -95,6 +107,15 @@ EVENT_TYPES: dict[str, type] = {
     "step_begin": StepBegin,
     "step_end": StepEnd,
     "phase": Phase,
+    "rank_params": RankParams,
+    "rank_time": RankTime,
+    "rank_end": RankEnd,
+    "collective_in_graph": CollectiveInGraph,
+    "eval_before_train": EvalBeforeTrain,
+    "batch_shape": BatchShape,
+    "schedule_end": ScheduleEnd,
+    "init_overwritten": InitOverwritten,
+    "freeze_skipped": FreezeSkipped,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 
@@ -147,5 +168,6 @@ __all__ = [
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
+    "RankParams", "RankTime", "RankEnd", "CollectiveInGraph", "EvalBeforeTrain", "BatchShape", "ScheduleEnd", "InitOverwritten", "FreezeSkipped",
     "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

@@ -30,6 +30,11 @@ What it does, after every ``optimizer.step()``:
 
 The data loader is not rewound: the batches between the good state and the trigger are not
 replayed. Off by default; when off, nothing here is installed.
+
+One process only: in data-parallel training each rank would roll back on its own loss and the
+replicas would diverge, so the guard refuses a job of several ranks: before the run when a
+launcher says so (``WORLD_SIZE``, ``mp.spawn`` with several processes: ``refuse_ranks``), and
+at the first optimizer step when the script joined a process group of two or more ranks.
 """
 
 from __future__ import annotations
@@ -56,6 +61,20 @@ _LR_KEYS = ("lr", "initial_lr", "max_lr", "min_lr")
 
 class GuardStop(BaseException):
     """Raised from ``optimizer.step()`` when the guard gives up after its rollbacks."""
+
+
+def refusal(ranks: int) -> str:
+    return (f"--guard works on one process only, and this job has {ranks} ranks: each rank would roll "
+            "back on its own loss and the model replicas would diverge. Run without --guard.")
+
+
+def refuse_ranks() -> None:
+    """UsageError when a launcher started several ranks (torchrun sets WORLD_SIZE)."""
+    from traindoc.errors import UsageError
+    from traindoc.live.ranks import launched_ranks
+
+    if launched_ranks() > 1:
+        raise UsageError(refusal(launched_ranks()))
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,12 @@ class Guard:
     def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._broken or self._snaps:
             return
+        from traindoc.live.ranks import world
+
+        joined = world()
+        if joined is not None:  # a process group of several ranks, joined without a launcher
+            self._broken = "several ranks"
+            raise GuardStop(f"traindoc {refusal(joined[1])}")
         try:
             self._opts[opt] = True
             self._snaps.append(self._take(-1))  # the state before the first update

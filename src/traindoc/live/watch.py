@@ -19,6 +19,17 @@ from traindoc.engine import Report
 from traindoc.findings import Finding
 
 
+# The watches now open in this process, innermost last: a framework callback joins the open one
+# instead of installing the probes a second time (``active()``).
+_open: list["Watch"] = []
+
+
+def active() -> "Watch | None":
+    """The watch observing this process now (``traindoc run``, ``traindoc.watch()``, the
+    autostart), or None."""
+    return _open[-1] if _open else None
+
+
 def _announce(f: Finding) -> None:
     from traindoc.report.text import live_line
 
@@ -60,6 +71,11 @@ class Watch:
         # The rollback guard (opt-in; live/guard.py): True, or GuardConfig fields as a mapping.
         self._guard_options = guard
         self._guard: Any = None
+        self.ranks: Any = None  # traindoc-ranks (issue 13): live/ranks.py, the cross-rank part
+        if guard:  # traindoc-ranks: one rank rolling back alone would make the replicas diverge
+            from traindoc.live.guard import refuse_ranks
+
+            refuse_ranks()
 
     def __enter__(self) -> "Watch":
         from traindoc.live.probes import Probes
@@ -78,6 +94,11 @@ class Watch:
             self.session.adopt_model(self._model)
         self._probes = Probes(self.session)
         self._probes.install()
+        from traindoc.live.ranks import Ranks  # traindoc-ranks: cross-rank checks, mp.spawn children
+
+        self.ranks = Ranks(self.session, dict(self._options, record=self._record, script=self._script,
+                                              argv=self._argv, guard=bool(self._guard_options)), self._recorder)
+        self.ranks.install()
         if self._guard_options:
             from traindoc.live.guard import Guard, GuardConfig
 
@@ -86,6 +107,7 @@ class Watch:
                                 detector_config=(self._options["settings"] or config.Settings()).detectors,  # type: ignore[union-attr]
                                 announce=self._announce)
             self._guard.install()
+        _open.append(self)
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
@@ -95,10 +117,14 @@ class Watch:
         """Remove the probes and finish the report (idempotent). Fail-open like the probes: an
         error while finishing is one line on stderr and a report of what was found so far."""
         if self._report is None:
+            if self in _open:
+                _open.remove(self)
             for part, action in (("the guard", self._guard.uninstall if self._guard else None),
                                  ("the probes", self._probes.uninstall)):
                 if action is not None:
                     _safely(f"removing {part}", action)
+            if self.ranks is not None:  # traindoc-ranks: rank 0 hears the others first
+                _safely("waiting for the other ranks", self.ranks.before_finish)
             try:
                 self._report = self.session.finish(status, exit_code)
             except Exception as exc:  # never lose the report, never change the exit code
@@ -106,6 +132,8 @@ class Watch:
                                  f"{type(exc).__name__}: {exc}\n")
                 self._report = self.session.engine.finish()
                 self._report.disabled.append(("finish", f"{type(exc).__name__}: {exc}"))
+            if self.ranks is not None:  # traindoc-ranks: one report for the job
+                self._report = self.ranks.after_finish(self._report, status)
             if self._recorder is not None:
                 _safely("closing the event record", self._recorder.close)
         return self._report

@@ -1,0 +1,87 @@
+"""straggler-rank: one rank's own work per step is far longer than the others'."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import ClassVar, Iterator
+
+from traindoc.detectors._common import Example, finding, fmt
+from traindoc.events import Event, RankTime
+from traindoc.findings import Finding
+
+
+class StragglerRank:
+    """``RankTime`` gives, per rank and sampled step, the median over the steps before it (steps
+    free of traindoc's own sampled work) of the rank's own work (data loading and forward: no
+    collective runs there in DDP) and of its backward and optimizer step, where DDP's all-reduce
+    waits for the slowest rank. Fires at the end of the run when one rank was the slowest in at
+    least ``share`` of the windows every rank reported (at least ``min_windows``) and its own
+    work exceeds the others' by ``factor`` and by ``min_fraction`` of its step time. The cost
+    is that excess: every other rank waits for it in each step's all-reduce."""
+
+    id: ClassVar[str] = "straggler-rank"
+    needs: ClassVar[frozenset[str]] = frozenset({"rank_time"})
+    examples: ClassVar[tuple[Example, ...]] = (
+        Example("zoo/ddp_straggler_uneven.py", -1),
+        Example("zoo/healthy_ddp_ema.py", None),
+        Example("golden/straggler_rank.jsonl", -1),
+        Example("golden/healthy_ranks.jsonl", None),
+    )
+
+    @dataclass(frozen=True)
+    class Config:
+        factor: float = 1.5  # slow rank's own work / the others'
+        share: float = 0.8  # of the windows in which it was the slowest
+        min_fraction: float = 0.1  # its excess, of its whole step time
+        min_windows: int = 2
+
+        def __post_init__(self) -> None:
+            if self.factor <= 1:
+                raise ValueError(f"factor must be > 1, got {self.factor}")
+            if not 0.5 <= self.share <= 1:
+                raise ValueError(f"share must be in [0.5, 1], got {self.share}")
+            if self.min_windows < 1:
+                raise ValueError(f"min_windows must be >= 1, got {self.min_windows}")
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config or self.Config()
+        self._windows: dict[int, dict[int, RankTime]] = {}
+        self._size = 0
+
+    def observe(self, event: Event) -> None:
+        assert isinstance(event, RankTime)
+        if event.steps > 0:
+            self._windows.setdefault(event.step, {})[event.rank] = event
+            self._size = max(self._size, event.world_size)
+
+    def finish(self) -> Iterator[Finding]:
+        full = {s: r for s, r in sorted(self._windows.items()) if len(r) == self._size and self._size > 1}
+        c = self.config
+        if len(full) < c.min_windows:
+            return
+        slowest = [max(r.values(), key=lambda t: t.compute_s).rank for r in full.values()]
+        rank = statistics.mode(slowest)
+        share = slowest.count(rank) / len(slowest)
+        mine = statistics.median(r[rank].compute_s for r in full.values())
+        theirs = statistics.median(t.compute_s for r in full.values() for t in r.values() if t.rank != rank)
+        step_time = statistics.median(r[rank].compute_s + r[rank].wait_s for r in full.values())
+        excess = mine - theirs
+        if share < c.share or mine < c.factor * theirs or excess < c.min_fraction * step_time:
+            return
+        first = next(s for s, r in full.items() if max(r.values(), key=lambda t: t.compute_s).rank == rank)
+        timed = sum(r[rank].steps for r in full.values())
+        waits = {str(r_): statistics.median(r[r_].wait_s for r in full.values()) for r_ in range(self._size)}
+        yield finding(
+            self.id, step=first,
+            message=(f"rank {rank} was the slowest in {share:.0%} of {len(full)} windows ({timed} timed "
+                     f"steps): its data loading and forward took a median {fmt(mine * 1e3)} ms per step "
+                     f"against {fmt(theirs * 1e3)} ms on the other ranks ({mine / max(theirs, 1e-12):.1f}x; "
+                     f"threshold {fmt(c.factor)}x in {c.share:.0%} of windows). The others wait about "
+                     f"{fmt(excess * 1e3)} ms per step for it in the gradient all-reduce, "
+                     f"{excess / step_time:.0%} of the {fmt(step_time * 1e3)} ms step."),
+            evidence={"ranks": [rank], "slow_rank": rank, "share": share, "windows": len(full),
+                      "timed_steps": timed, "compute_ms": mine * 1e3, "others_compute_ms": theirs * 1e3,
+                      "step_ms": step_time * 1e3, "cost_ms": excess * 1e3,
+                      "wait_ms": {k: v * 1e3 for k, v in waits.items()}},
+        )

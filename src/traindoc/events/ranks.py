@@ -1,0 +1,78 @@
+"""Several processes training one model (torch.distributed): what one rank tells the others.
+
+Each rank produces these about itself; in a live run rank 0 also receives the other ranks'
+(through the job's rendezvous store, ``live/ranks.py``) and feeds them to its detectors, and
+``traindoc analyze DIR`` merges them from the per-rank recordings. ``rank`` is the process's
+rank in the job's default group, ``world_size`` the group's size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """A fingerprint of the replicated parameters on one rank after step ``step`` (a sampled
+    step): per tensor ``names[i]``, ``sums[i]`` the sum of its elements and ``scales[i]`` the
+    sum of their magnitudes (accumulated in float32, float64 for float64 tensors), and
+    ``samples[i * k:(i + 1) * k]`` ``k`` of its elements taken at an even stride, so that
+    replicas with equal sums but different values still differ. ``sharded``: tensors left out
+    because each rank holds a different shard (FSDP2 / tensor-parallel DTensors), compared
+    nowhere."""
+
+    step: int
+    rank: int
+    world_size: int
+    names: tuple[str, ...]
+    sums: tuple[float, ...]
+    scales: tuple[float, ...]
+    samples: tuple[float, ...]
+    sharded: int = 0
+    signal: ClassVar[str] = "rank_params"
+
+
+@dataclass(frozen=True)
+class RankTime:
+    """Where one rank's time went over the ``steps`` steps before the sampled step ``step``
+    (live; steps with no sampled work on either side, so that traindoc's own measurements are
+    not counted): the median of ``compute_s``, from the end of an optimizer step to the next
+    ``backward()`` (data loading and forward: the rank's own work, no DDP collective runs
+    there), and of ``wait_s``, from that ``backward()`` to the end of the optimizer step (where
+    DDP's gradient all-reduce waits for the slowest rank). ``steps`` 0: none timed."""
+
+    step: int
+    rank: int
+    world_size: int
+    compute_s: float
+    wait_s: float
+    steps: int = 0
+    signal: ClassVar[str] = "rank_time"
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """One rank finished: the steps it took, how its script ended (``RunEnd.status``) and the
+    job's torch.distributed backend ("" when the rank never joined a group)."""
+
+    rank: int
+    world_size: int
+    steps: int
+    status: str
+    backend: str = ""
+    signal: ClassVar[str] = "rank_end"
+
+
+@dataclass(frozen=True)
+class CollectiveInGraph:
+    """A ``torch.distributed`` collective (``op``: all_reduce, all_gather, ...) was called on a
+    tensor that requires grad while grad mode was on (live): the collective changes the value
+    autograd sees but has no backward. ``tensor`` describes it (shape, dtype, the op that made
+    it); ``where`` is the user's call site."""
+
+    step: int
+    op: str
+    tensor: str
+    where: str
+    signal: ClassVar[str] = "collective"

@@ -1,0 +1,395 @@
+"""Several ranks, one diagnosis: what each rank of a torch.distributed job tells rank 0.
+
+Every rank observes itself (its own session, probes and detectors). On top of that, once the
+script has joined a process group of two or more ranks:
+
+- on each sampled step (at the end of the round, ``Session.round_listeners``) each rank takes
+  a fingerprint of its replicated parameters (``fingerprint``) and of its step time, emits it
+  into its own stream and publishes it in the job's rendezvous store;
+- rank 0 reads what the others published so far on its own sampled steps and feeds it to its
+  detectors (``rank-divergence``, ``straggler-rank``), so a finding fires within a sampled step;
+- at the end each rank publishes how it ended (steps, status) and its own findings; rank 0
+  waits for them (bounded), adds the other ranks' findings to its report, marks every finding
+  with the ranks it concerns (``evidence["ranks"]``) and writes the one report of the job.
+
+No collective is ever called: the exchange goes through the store the job already rendezvoused
+with (key/value ``set``, ``add`` and ``multi_get`` of keys known to exist; the one blocking
+call, rank 0's final ``wait``, has a timeout). So traindoc never changes the order of the job's
+collectives, and a rank that crashes, stops early or takes fewer steps cannot hang another:
+what it did not publish is missing from the report, which says so.
+
+What is compared: the floating-point parameters the optimizers hold and those of the other
+modules in the training loop's variables (an EMA copy), by name; a DTensor (FSDP2
+``fully_shard``, tensor parallelism) only when all its placements are ``Replicate`` (a shard
+differs per rank by design). Buffers are not compared: DDP broadcasts them from rank 0 at each
+forward and BatchNorm updates them from each rank's own batch right after, so replicas hold
+different buffers between two forwards by design.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from datetime import timedelta
+from typing import Any, Mapping
+
+import torch
+
+from traindoc.engine import Report
+from traindoc.events import RankEnd, RankParams, RankTime
+from traindoc.findings import Finding
+from traindoc.live.collectives import Collectives
+from traindoc.live.objects import ObjectMap
+from traindoc.live.spawn import SpawnFollower
+
+K = 4  # elements sampled per tensor
+MAX_TENSORS = 4096
+# How long rank 0 waits at the end for the other ranks to say how they ended (seconds).
+TIMEOUT_ENV = "TRAINDOC_RANKS_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def world() -> tuple[int, int] | None:
+    """(rank, world size) of this process's default group when it has two or more ranks."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    size = dist.get_world_size()
+    return (dist.get_rank(), size) if size > 1 else None
+
+
+def launched_ranks() -> int:
+    """The world size a launcher (torchrun, SLURM via torchrun) announced in the environment."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
+
+
+class Ranks:
+    """The cross-rank part of one rank's session (see the module docstring), and the following
+    of ``mp.spawn`` children when ``options`` (the watch's own) are given."""
+
+    def __init__(self, session: Any, options: Mapping[str, Any] | None = None, recorder: Any = None) -> None:
+        self.s = session
+        self._spawn = SpawnFollower(options, recorder) if options is not None else None
+        self._collectives = Collectives(session)
+        self.rank = -1  # known once the script joined a group of two or more ranks
+        self.size = 1
+        self.backend = ""
+        self._store: Any = None
+        self._keep: Any = None  # the job's own store, kept alive while we read (see _connect)
+        self._broken = ""
+        self._published = 0  # fingerprints this rank published
+        self._read: dict[int, int] = {}  # rank -> its fingerprints rank 0 has read
+        # A round closes when the next backward() begins: [that moment, the optimizer step's
+        # end] is backward + step (where DDP waits for the other ranks' gradients), [the step's
+        # end, the next backward] is data loading + forward (this rank's own work).
+        self._t_round = time.perf_counter()
+        self._t_stepped = 0.0
+        self._times: list[tuple[float, float]] = []  # (own work, backward + step) since the last sample
+        self._handles: list[Any] = []
+
+    # ---- wiring --------------------------------------------------------------------------------
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self.s.round_listeners.append(self._on_round)
+        self._handles.append(register_optimizer_step_post_hook(self._on_step))
+        self._collectives.install()
+        if self._spawn is not None:
+            self._spawn.install()
+
+    def uninstall(self) -> None:
+        if self._on_round in self.s.round_listeners:
+            self.s.round_listeners.remove(self._on_round)
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._collectives.uninstall()
+        if self._spawn is not None:
+            self._spawn.uninstall()
+
+    def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if not self._t_stepped:
+            self._t_stepped = time.perf_counter()
+
+    # ---- each sampled step ---------------------------------------------------------------------
+    def _on_round(self, step: int) -> None:
+        now = time.perf_counter()
+        stepped = self._t_stepped or now
+        # Only steps with no sampled work on either side are timed: a sampled step carries
+        # traindoc's own measurements, which are nobody's training time.
+        if not (self.s.sampled or self.s.next_sampled) and self._t_stepped:
+            self._times.append((now - stepped, stepped - self._t_round))
+        self._t_round, self._t_stepped = now, 0.0
+        if self._broken or not self.s.sampled:
+            return
+        try:
+            self._sampled(step)
+        finally:
+            self._t_round = time.perf_counter()
+
+    def _sampled(self, step: int) -> None:
+        try:
+            if self._store is None and not self._connect():
+                return
+            params = fingerprint(self.s, step, self.rank, self.size)
+            times, self._times = self._times, []
+            timing = RankTime(step=step, rank=self.rank, world_size=self.size, steps=len(times),
+                              compute_s=statistics.median(t[0] for t in times) if times else 0.0,
+                              wait_s=statistics.median(t[1] for t in times) if times else 0.0)
+            for event in (params, timing):
+                self.s.emit(event)
+            self._publish(params, timing)
+            if self.rank == 0:
+                self._collect()
+        except Exception as exc:  # never let traindoc break the user's training
+            self._disable(exc)
+
+    def _connect(self) -> bool:
+        joined = world()
+        if joined is None:
+            return False
+        import torch.distributed as dist
+
+        self.rank, self.size = joined
+        self.backend = str(dist.get_backend())
+        try:  # the job's store: keeps a store hosted by this process alive until we are done
+            self._keep = dist.distributed_c10d._get_default_store()
+        except Exception:  # a private torch function: absent in some version, then do without
+            self._keep = None
+        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+        if host and port:  # our own client of the rendezvous store, with our own timeout
+            base = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=30),
+                                 wait_for_workers=False)
+        elif self._keep is not None:
+            base = self._keep
+        else:
+            raise RuntimeError("no rendezvous store found (no MASTER_ADDR/MASTER_PORT)")
+        run = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        self._store = dist.PrefixStore(f"traindoc/{run}", base)
+        self._store.add(f"n/{self.rank}", 0)  # the counter exists from now on (rank 0 checks it)
+        return True
+
+    def _publish(self, params: RankParams, timing: RankTime) -> None:
+        """One key per sampled step, then the counter: a reader that sees the count finds the key."""
+        payload = json.dumps({"params": _fields(params), "time": _fields(timing)})
+        self._store.set(f"fp/{self.rank}/{self._published}", payload)
+        self._published += 1
+        self._store.add(f"n/{self.rank}", 1)
+
+    def _collect(self) -> None:
+        """Rank 0: read what the other ranks published since the last call (no waiting: only
+        keys that the counters say exist) and feed it to this rank's detectors."""
+        counters = [f"n/{r}" for r in range(1, self.size)]
+        if not self._store.check(counters):  # a rank that has not connected yet
+            counters = [k for k in counters if self._store.check([k])]
+        if not counters:
+            return
+        counts = [int(v) for v in self._store.multi_get(counters)]
+        keys: list[str] = []
+        for key, count in zip(counters, counts):
+            r = int(key.split("/")[1])
+            keys += [f"fp/{r}/{i}" for i in range(self._read.get(r, 0), count)]
+            self._read[r] = count
+        if not keys:
+            return
+        from traindoc.events import from_dict
+
+        for key, raw in zip(keys, self._store.multi_get(keys)):
+            data = json.loads(raw)
+            for part in ("params", "time"):
+                self.s.engine.feed(from_dict(data[part]))  # not recorded: it is the other rank's
+            self._store.delete_key(key)
+
+    # ---- the end -------------------------------------------------------------------------------
+    def before_finish(self) -> None:
+        """Rank 0: wait (bounded) for the other ranks to end, then read their last fingerprints."""
+        self.uninstall()
+        try:
+            if self._store is None and not self._broken:
+                self._connect()  # a rank that joined but never reached a sampled step
+        except Exception as exc:
+            self._disable(exc)
+        if self._broken or self._store is None or self.rank != 0:
+            return
+        try:
+            keys = [f"end/{r}" for r in range(1, self.size)]
+            try:
+                self._store.wait(keys, timedelta(seconds=_timeout()))
+            except Exception:  # timed out: report without the ranks that did not end in time
+                pass
+            self._collect()
+        except Exception as exc:
+            self._disable(exc)
+
+    def after_finish(self, report: Report, status: str) -> Report:
+        """Other ranks: publish how this rank ended and what it found. Rank 0: merge the other
+        ranks' ends and findings into the report (the one report of the job)."""
+        if self._spawn is not None:
+            child = self._spawn.report()
+            if child is not None:  # the training ran in spawned children: theirs is the report
+                return child
+        if self._store is None:  # never joined a group of several ranks (or could not reach it)
+            return report
+        try:  # even when the checks were disabled: rank 0 is waiting for this rank's end
+            steps = report.run.get("steps")
+            end = RankEnd(rank=self.rank, world_size=self.size, steps=steps if isinstance(steps, int) else 0,
+                          status=status, backend=self.backend)
+            if self.rank != 0:
+                payload = {"end": _fields(end), "findings": [f.to_dict() for f in report.findings]}
+                self._store.set(f"end/{self.rank}", json.dumps(payload, default=str))
+                return report
+            return self._merge(report, end)
+        except Exception as exc:
+            self._disable(exc)
+            return report
+
+    def _merge(self, report: Report, own: RankEnd) -> Report:
+        from traindoc.analyze import merge_ranks
+        from traindoc.events import from_dict
+
+        ends: dict[int, RankEnd] = {0: own}
+        found: dict[int, list[Finding]] = {0: list(report.findings)}
+        for r in range(1, self.size):
+            if not self._store.check([f"end/{r}"]):
+                continue
+            data = json.loads(self._store.get(f"end/{r}"))
+            end = from_dict(data["end"])
+            assert isinstance(end, RankEnd)
+            ends[r] = end
+            found[r] = [_finding(d) for d in data["findings"]]
+        return merge_ranks(report, ends, found, self.size)
+
+    def _disable(self, exc: BaseException) -> None:
+        self._broken = f"{type(exc).__name__}: {exc}"
+        self.s.failed.setdefault("ranks", self._broken)
+        sys.stderr.write(f"traindoc: internal error comparing ranks, disabled it: {exc}\n")
+
+
+# ---- the fingerprint ---------------------------------------------------------------------------
+def fingerprint(session: Any, step: int, rank: int, size: int) -> RankParams:
+    """Sum, sum of magnitudes and ``K`` strided elements of every replicated floating-point
+    tensor, read back with one transfer per device. Replicas run the same reduction on the
+    same values, so a healthy job gives bit-identical fingerprints."""
+    names, tensors, sharded = _replicated(session)
+    by_device: dict[Any, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    rows: list[list[float]] = [[] for _ in tensors]
+    with torch.no_grad():
+        for idxs in by_device.values():
+            parts = []
+            for i in idxs:
+                flat = tensors[i].detach().reshape(-1)
+                n = flat.numel()
+                picks = flat[torch.linspace(0, n - 1, K, device=flat.device).long()] if n else flat.new_zeros(K)
+                # float32 accumulation (float64 for float64 tensors): a float64 reduction costs
+                # 14 ns per element on a CPU core, 0.6 s per sampled step for 21M parameters.
+                acc = torch.float64 if flat.dtype == torch.float64 else torch.float32
+                parts.append(torch.cat([flat.sum(dtype=acc).reshape(1).double(),
+                                        flat.abs().sum(dtype=acc).reshape(1).double(),
+                                        picks.to(torch.float64)]))
+            values = torch.stack(parts).tolist()  # the sync point: one per device per sampled step
+            for i, row in zip(idxs, values):
+                rows[i] = row
+    return RankParams(step=step, rank=rank, world_size=size, names=tuple(names),
+                      sums=tuple(r[0] for r in rows), scales=tuple(r[1] for r in rows),
+                      samples=tuple(v for r in rows for v in r[2:]), sharded=sharded)
+
+
+def _replicated(session: Any) -> tuple[list[str], list[torch.Tensor], int]:
+    """(names, local tensors, sharded count): the optimizers' parameters, then those of the
+    other modules in the training loop's variables, each tensor once."""
+    seen = ObjectMap()
+    names: list[str] = []
+    tensors: list[torch.Tensor] = []
+    sharded = 0
+
+    def add(name: str, p: Any) -> None:
+        nonlocal sharded
+        if p in seen or len(tensors) >= MAX_TENSORS or not p.is_floating_point():
+            return
+        seen[p] = True
+        local = _local(p)
+        if local is None:
+            sharded += 1
+        elif local.numel():
+            names.append(name)
+            tensors.append(local)
+
+    for opt in session.optimizers():
+        for group in opt.param_groups:
+            for p in group["params"]:
+                add(session.param_name(p), p)
+    for var, module in _loop_modules():
+        for name, p in module.named_parameters():
+            add(f"{var}.{name}", p)
+    return names, tensors, sharded
+
+
+def is_shard(p: Any) -> bool:
+    """Is ``p`` a DTensor that is not replicated on every rank (an FSDP2 or tensor-parallel
+    shard)? Cheap for plain tensors: one attribute lookup."""
+    placements = getattr(p, "placements", None)
+    return placements is not None and not all(type(pl).__name__ == "Replicate" for pl in placements)
+
+
+def _local(p: Any) -> torch.Tensor | None:
+    """The tensor every rank should hold alike, or None for a shard."""
+    if is_shard(p):
+        return None
+    return p.to_local().detach() if hasattr(p, "to_local") else p.detach()
+
+
+def _loop_modules() -> list[tuple[str, Any]]:
+    """(variable name, module) of the nn.Modules in the user's frames: their local variables and
+    the attributes of their objects one level down (``self.ema``, ``trainer.model``)."""
+    from traindoc.live.objects import is_user_file
+
+    found: list[tuple[str, Any]] = []
+    ids: set[int] = set()
+
+    def take(name: str, value: Any) -> None:
+        if isinstance(value, torch.nn.Module) and id(value) not in ids:
+            ids.add(id(value))
+            found.append((name, value))
+
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if is_user_file(frame.f_code.co_filename):
+            for name, value in list(frame.f_locals.items()):
+                if isinstance(value, torch.nn.Module):
+                    take(name, value)
+                elif hasattr(value, "__dict__") and not isinstance(value, type) and name == "self":
+                    for attr, sub in list(vars(value).items()):
+                        take(f"{name}.{attr}", sub)
+        frame = frame.f_back
+    return found
+
+
+def _fields(event: Any) -> dict[str, object]:
+    from traindoc.events import to_dict
+
+    return to_dict(event)
+
+
+def _finding(d: dict[str, Any]) -> Finding:
+    return Finding(id=d["id"], severity=d["severity"], title=d["title"], message=d["message"],
+                   cause=d["cause"], fix=d["fix"], step=d["step"], evidence=dict(d["evidence"]),
+                   where=tuple(d["where"]))
+
+
+def _timeout() -> float:
+    try:
+        return float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+__all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "world"]
