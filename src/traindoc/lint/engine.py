@@ -18,6 +18,7 @@ from traindoc.findings import Finding, severity_rank
 from traindoc.lint import config as config_mod
 from traindoc.lint._ast import Module
 from traindoc.lint.rules import RULES
+from traindoc.progress import Progress
 
 SKIP_DIRS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
@@ -132,25 +133,33 @@ def lint_paths(
     _check_ids(cli_select or ())
     _check_ids(cli_ignore)
     result = LintResult()
-    for file in iter_files(paths):
-        shown = display_path(file)
-        cfg = config_mod.for_path(file) if use_config else config_mod.Config()
-        _check_ids(cfg.select or (), where=cfg.root)
-        _check_ids(cfg.ignore, where=cfg.root)
-        chosen = cli_select if cli_select is not None else cfg.select
-        muted = set(cli_ignore) | set(cfg.ignore) | cfg.ignored_for(file)
-        try:
-            with tokenize.open(file) as f:  # honours a coding cookie
-                source = f.read()
-        except (OSError, UnicodeDecodeError, SyntaxError) as e:
-            result.errors.append(LintError(shown, None, f"cannot read: {e}", "read"))
-            continue
-        findings, errors = lint_source(source, shown, select=chosen, ignore=muted)
-        if not any(e.kind == "parse" for e in errors):
-            result.files += 1
-        result.findings += findings
-        result.errors += errors
+    with Progress("traindoc lint") as progress:
+        for i, file in enumerate(iter_files(paths)):
+            progress.update(i, display_path(file))
+            _lint_file(file, result, cli_select, cli_ignore, use_config)
     return result
+
+
+def _lint_file(file: Path, result: LintResult, cli_select: tuple[str, ...] | None,
+               cli_ignore: tuple[str, ...], use_config: bool) -> None:
+    """Lint one file into ``result``."""
+    shown = display_path(file)
+    cfg = config_mod.for_path(file) if use_config else config_mod.Config()
+    _check_ids(cfg.select or (), where=cfg.root)
+    _check_ids(cfg.ignore, where=cfg.root)
+    chosen = cli_select if cli_select is not None else cfg.select
+    muted = set(cli_ignore) | set(cfg.ignore) | cfg.ignored_for(file)
+    try:
+        with tokenize.open(file) as f:  # honours a coding cookie
+            source = f.read()
+    except (OSError, UnicodeDecodeError, SyntaxError) as e:
+        result.errors.append(LintError(shown, None, f"cannot read: {e}", "read"))
+        return
+    findings, errors = lint_source(source, shown, select=chosen, ignore=muted)
+    if not any(e.kind == "parse" for e in errors):
+        result.files += 1
+    result.findings += findings
+    result.errors += errors
 
 
 def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:

@@ -26,6 +26,7 @@ from traindoc.sources.ckpt._optim import Opt, Slot
 from traindoc.sources.ckpt._tensors import Store, all_equal, diff_stats, stats
 from traindoc.sources.ckpt.read import PARTS, TRAINING_PARTS, Ckpt, find_step, find_step_between, open_checkpoint
 from traindoc.sources.ckpt.summary import DiffRow, DiffSummary, GroupRow, Summary, TensorRow
+from traindoc.progress import Progress
 
 LOW_PRECISION = ("bfloat16", "float16")
 
@@ -156,7 +157,9 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
         _checkpoint_event(new, opts, step, result.new, role="new"),
     ]
     events += _optimizer_events(new, opts, slots, step)
-    for name in new_names:
+    progress = Progress("traindoc ckpt diff", len(new_names))
+    for done, name in enumerate(new_names):
+        progress.update(done, name)
         info = new.model.info(name)
         if name not in old_set:
             result.only_new.append(name)
@@ -196,6 +199,7 @@ def _diff(old: Ckpt, new: Ckpt) -> tuple[list[Event], DiffSummary]:
                                             norm=ds.old_norm))
         result.new.tensors.append(TensorRow(name=name, dtype=info.dtype, shape=info.shape, numel=info.numel,
                                             nbytes=info.nbytes, norm=ds.new_norm, nonfinite=ds.new_nonfinite))
+    progress.close()
     new_set = set(new_names)
     result.only_old = [n for n in old_names if n not in new_set]
     bn = list(_bn_events(new.model, old.model, step, "model")) + list(

@@ -23,6 +23,7 @@ from traindoc.errors import UsageError
 from traindoc.events import Event, RunEnd, RunStart
 from traindoc.sources.logs import _table, mapping
 from traindoc.sources.logs._table import Table
+from traindoc.progress import Progress
 
 @dataclass
 class Log:
@@ -63,10 +64,26 @@ def load(paths: list[Path], overrides: dict[str, str] | None = None) -> Log:
         raise UsageError(_table.one_line(str(exc))) from None
 
 
+_BIG = 50 << 20  # bytes
+
+
+def _size(path: Path) -> int:
+    try:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        return path.stat().st_size
+    except OSError:
+        return 0  # read() says what is wrong with it
+
+
 def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
     x_override = next(((k, overrides[k]) for k in ("step", "epoch") if k in overrides), None)
-    with _gc_paused():
-        tables = [read(p, x_override) for p in paths]
+    big = sum(_size(p) for p in paths) > _BIG  # a large log says what it is reading at once
+    with _gc_paused(), Progress("traindoc logs", len(paths), after=0.0 if big else 0.5) as progress:
+        tables = []
+        for i, p in enumerate(paths):
+            progress.update(i, f"reading {p}")
+            tables.append(read(p, x_override))
     table = tables[0] if len(tables) == 1 else merge(tables)
     if table.events is not None:
         if not table.events:
