@@ -81,3 +81,13 @@ def finding(
         cause=entry.cause if cause is None else cause, fix=entry.fix if fix is None else fix,
         step=step, evidence=dict(evidence or {}), where=tuple(where),
     )
+
+
+def fmt(x: float) -> str:
+    """A number for a message: 3 significant digits, scientific when tiny or huge."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
+        return f"{x:.2e}"
+    return f"{x:.3g}"

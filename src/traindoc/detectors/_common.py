@@ -14,7 +14,7 @@ from typing import Any
 from traindoc.events import Phase
 from traindoc.findings import Finding
 
-from traindoc.findings import finding
+from traindoc.findings import finding, fmt
 
 __all__ = ["Example", "finding", "fmt", "names", "new_phase", "phase_note"]
 
@@ -33,16 +33,6 @@ class Example:
     source: str
     fires_at: int | None
     argv: tuple[str, ...] = ()
-
-
-def fmt(x: float) -> str:
-    """A number for a message: 3 significant digits, scientific when tiny or huge."""
-    if x != x or x in (float("inf"), float("-inf")):
-        return str(x)
-    ax = abs(x)
-    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
-        return f"{x:.2e}"
-    return f"{x:.3g}"
 
 
 def names(items: list[str], limit: int = 5) -> str:

@@ -48,7 +48,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traindoc import detectors
-from traindoc.detectors._common import finding, fmt
+from traindoc.findings import finding, fmt
 from traindoc.events import Event
 from traindoc.findings import Finding
 from traindoc.live.objects import ObjectMap

@@ -16,7 +16,8 @@ from traindoc.events import Classification
 from traindoc.findings import Finding, finding
 from traindoc.preflight.launch import Result, Snapshot
 from traindoc.preflight.state import LossCall
-from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict, fmt
+from traindoc.findings import fmt
+from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
 
 
 @dataclass(frozen=True)

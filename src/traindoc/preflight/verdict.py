@@ -25,11 +25,3 @@ class Verdict:
                 "findings": [f.id for f in self.findings], "seconds": round(self.seconds, 3)}
 
 
-def fmt(x: float) -> str:
-    """A number for a message: 3 significant digits, scientific when tiny or huge."""
-    if x != x or x in (float("inf"), float("-inf")):
-        return str(x)
-    ax = abs(x)
-    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
-        return f"{x:.2e}"
-    return f"{x:.3g}"
