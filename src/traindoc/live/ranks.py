@@ -115,11 +115,16 @@ class Ranks:
             self._spawn.uninstall()
 
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if not self._t_stepped:
+        if self._store is not None and not self._t_stepped:
             self._t_stepped = time.perf_counter()
 
     # ---- each sampled step ---------------------------------------------------------------------
     def _on_round(self, step: int) -> None:
+        if self._store is None:  # not in a group of several ranks (yet): nothing to time or keep
+            if self.s.sampled and not self._broken:
+                self._sampled(step)  # joins the exchange once the script has made its group
+            self._t_round = time.perf_counter()
+            return
         now = time.perf_counter()
         stepped = self._t_stepped or now
         # Only steps with no sampled work on either side are timed: a sampled step carries
