@@ -119,6 +119,9 @@ class Session:
         self.grad_scale: torch.Tensor | None = None
         # Called with the step that just ended (before the counter moves on).
         self.round_listeners: list[Callable[[int], None]] = []
+        # Called once, with the optimizer, just before the run's first optimizer step (the
+        # model is built by then); emptied after, so later steps pay one truth test.
+        self.first_step_listeners: list[Callable[[Any], None]] = []
         # Called with (module, output) for every module output of a sampled training forward.
         self.output_listeners: list[Callable[[Any, Any], None]] = []
         # Called with every event emitted (the guard watches the stream through this).
@@ -308,6 +311,10 @@ class Session:
 
     def on_step_pre(self, opt: Any) -> None:
         """Bookkeeping first (never disabled), then the sampled measurement (may be)."""
+        if self.first_step_listeners:
+            listeners, self.first_step_listeners = self.first_step_listeners, []
+            for listener in listeners:
+                listener(opt)
         if self.round_done and id(opt) in self._stepped:
             self._close_round()
         self.on_optimizer_created(opt)

@@ -21,7 +21,6 @@ import textwrap
 from typing import Any
 
 import torch.nn as nn
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from traindoc.events import FreezeSkipped
 from traindoc.live.objects import ObjectMap, file_line
@@ -39,17 +38,14 @@ class FreezeProbe:
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._called = ObjectMap()  # modules train() ran on
-        self._hook: Any = None
-        self._done = False
 
     def install(self) -> None:
         self._patch(nn.Module, "train", self._wrap_train)
-        self._hook = register_optimizer_step_pre_hook(self._first_step)
+        self.s.first_step_listeners.append(self._first_step)
 
     def uninstall(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        if self._first_step in self.s.first_step_listeners:
+            self.s.first_step_listeners.remove(self._first_step)
 
     def _wrap_train(self, orig: Any) -> Any:
         called = self._called
@@ -62,10 +58,7 @@ class FreezeProbe:
 
         return train
 
-    def _first_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if self._done:  # the hook stays (removing it while torch iterates its hooks breaks the step)
-            return
-        self._done = True
+    def _first_step(self, opt: Any) -> None:
         self._guard(self.name, self._check)
 
     def _check(self) -> None:

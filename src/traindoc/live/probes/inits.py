@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from traindoc.events import InitOverwritten
 from traindoc.live.objects import ObjectMap, file_line, is_user_file
@@ -50,7 +49,6 @@ class InitProbe:
         self._notes = ObjectMap()  # Parameter -> list of (site, std)
         self._counts: dict[str, int] = {}  # site -> parameters it initialised
         self._depth = 0  # nested init calls (nn.init.normal_ calls Tensor.normal_)
-        self._hook: Any = None
 
     def install(self) -> None:
         self._set(nn.Module, "register_parameter", self._wrap_register)
@@ -58,7 +56,7 @@ class InitProbe:
             self._set(nn.init, fn, self._wrap_init)
         for fn in _TENSOR_METHODS:
             self._set(torch.Tensor, fn, self._wrap_init)
-        self._hook = register_optimizer_step_pre_hook(self._first_step)
+        self.s.first_step_listeners.append(self._first_step)
 
     def _set(self, owner: Any, name: str, make: Any) -> None:
         orig = getattr(owner, name)
@@ -72,15 +70,10 @@ class InitProbe:
 
     def uninstall(self) -> None:
         self._remove()
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        if self._first_step in self.s.first_step_listeners:
+            self.s.first_step_listeners.remove(self._first_step)
 
-    def _first_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        # The hook stays registered (removing it while torch iterates its hooks would break
-        # the step) and costs one check per step from now on.
-        if not self._saved:
-            return
+    def _first_step(self, opt: Any) -> None:
         self._remove()  # construction is over: training runs without these patches
         self._guard(self.name, self._report)
         self._by_ptr.clear()
