@@ -2,12 +2,15 @@
 healthy one; the user's folders are left as they were; the CLI's errors and exit codes.
 
 The cases of zoo/preflight/ carry their expectations in a ``preflight-expect:`` line
-(``probe:pass|fail|n/a``); the zoo's own cases are paired with a probe below.
+(``probe:pass|fail|n/a``, or ``probe:fail:id`` when the failure's id is not the probe's usual
+one); the zoo's own cases are paired with a probe below. HF Trainer and Lightning scripts:
+test_frameworks.py.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 from pathlib import Path
@@ -26,6 +29,11 @@ def _expectations(path: Path) -> dict[str, str]:
     return dict(token.split(":", 1) for token in match.group(1).split())
 
 
+def _verdict_and_id(expected: str, probe: str) -> tuple[str, str | None]:
+    status, _, id_ = expected.partition(":")
+    return status, (id_ or FINDING_OF[probe]) if status == "fail" else None
+
+
 # (case, probe, verdict, finding id the failure must carry)
 ZOO_CASES = [
     ("bad_init_scaled_head", "initial-loss", "fail", "bad-initial-loss"),
@@ -34,6 +42,8 @@ ZOO_CASES = [
     ("detached_branch", "gradients", "fail", "no-gradient"),
     ("nonfinite_grad", "gradients", "fail", "nonfinite"),
     ("healthy_mlp", "gradients", "pass", None),
+    ("healthy_gpt", "gradients", "pass", None),  # attention's query/key start with tiny gradients
+    ("healthy_rnn", "gradients", "pass", None),
     ("lr_zero_warmup", "overfit", "fail", "cannot-overfit-batch"),
     ("healthy_mlp", "overfit", "pass", None),
     ("healthy_gpt", "overfit", "pass", None),  # no DataLoader: random windows, the RNG rewound
@@ -75,9 +85,73 @@ def test_zoo_case(name: str, probe: str, expected: str, id_: str | None, tmp_pat
 def test_preflight_case(name: str, probe: str, expected: str, tmp_path: Path) -> None:
     ran, data = preflight(tmp_path, PREFLIGHT_ZOO / f"{name}.py", "--only", probe)
     v = verdict(data, probe)
-    assert v["status"] == expected, f"{name}: {v}\n{ran.stderr[-3000:]}"
-    if expected == "fail":
-        assert v["findings"] == [FINDING_OF[probe]]
+    status, id_ = _verdict_and_id(expected, probe)
+    assert v["status"] == status, f"{name}: {v}\n{ran.stderr[-3000:]}"
+    if id_:
+        assert v["findings"] == [id_]
+
+
+def test_eval_names_the_module_and_the_line(tmp_path: Path) -> None:
+    _, data = preflight(tmp_path, ZOO / "nondeterministic_eval.py", "--only", "eval")
+    (f,) = [f for f in data["findings"] if f["id"] == "nondeterministic-eval"]
+    assert f["evidence"]["module"] == "ResidualMLP.blocks.0"
+    assert "ResidualMLP.blocks.0 (ResidualBlock) differs between the passes although its inputs agree" in f["message"]
+    lines = (ZOO / "nondeterministic_eval.py").read_text(encoding="utf-8").splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "h = F.dropout(" in text)
+    assert f"nondeterministic_eval.py:{line}: `h = F.dropout(h, p=self.dropout)`" in f["message"]
+    assert "training=self.training" in f["fix"]
+
+
+MC_DROPOUT = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.drop, self.fc2 = nn.Linear(8, 32), nn.Dropout(0.3), nn.Linear(32, 3)
+
+    def forward(self, x):
+        return self.fc2(self.drop(F.relu(self.fc1(x))))
+
+    def train(self, mode=True):
+        super().train(mode)
+        self.drop.train()  # "MC dropout": keep sampling at test time
+        return self
+
+
+torch.manual_seed(0)
+model = Net()
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for step in range(10):
+    x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+    loss = F.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+'''
+
+
+def test_eval_names_a_dropout_left_in_train_mode(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(MC_DROPOUT)
+    _, data = preflight(tmp_path, tmp_path / "train.py", "--only", "eval")
+    (f,) = [f for f in data["findings"] if f["id"] == "nondeterministic-eval"]
+    assert "Net.drop (Dropout) differs between the passes: the module is still in train mode" in f["message"]
+    assert f["where"] == ["Net.drop"]
+
+
+def test_lr_sweep_reports_where_the_loss_falls(tmp_path: Path) -> None:
+    _, low = preflight(tmp_path, PREFLIGHT_ZOO / "lr_far_too_low.py", "--only", "lr")
+    (f,) = [f for f in low["findings"] if f["id"] == "lr-out-of-range"]
+    assert "AdamW at lr 1.00e-06; its usual range is 1.00e-05-0.01 is far below" in f["message"]
+    ratios = f["evidence"]["loss_ratio_by_lr_factor"]
+    assert list(ratios)[:3] == ["1x", "10x", "100x"]  # from 1x upwards: a plateau needs nothing below
+    assert ratios["1x"] > 0.9 and ratios["10x"] > 0.9 and min(ratios.values()) <= 0.5
+    _, high = preflight(tmp_path, PREFLIGHT_ZOO / "lr_far_too_high.py", "--only", "lr")
+    (g,) = [f for f in high["findings"] if f["id"] == "lr-out-of-range"]
+    assert "SGD at lr 3" in g["message"] and "far above" in g["message"] and "Lower the LR" in g["fix"]
 
 
 def test_resume_names_what_was_not_restored(tmp_path: Path) -> None:
@@ -169,3 +243,27 @@ def test_a_script_that_crashes_gives_reasons_not_a_traceback(tmp_path: Path) -> 
     ran = traindoc("preflight", "train.py", cwd=tmp_path, timeout=120)
     assert "ValueError: no data folder (at train.py:2)" in ran.stderr
     assert "n/a" in ran.stderr
+
+
+@pytest.mark.parametrize("measured,walk", [
+    ({1: 0.44, 10: 0.29, 100: 0.49, 0.1: 0.88}, [1, 10, 100, 0.1]),  # falls: up while faster, one below
+    ({1: 1.0, 10: 0.99, 100: 0.6, 1000: 0.1, 10000: math.inf}, [1, 10, 100, 1000, 10000]),  # a plateau
+    ({1: math.inf, 0.1: 0.5}, [1, 0.1]),  # diverges: down until it falls
+    ({1: 0.95, 10: 0.8, 100: 0.4, 1000: 1.0}, [1, 10, 100, 1000]),  # up to where it gets slower
+])
+def test_lr_sweep_walks_only_as_far_as_needed(measured: dict[float, float], walk: list[float]) -> None:
+    from traindoc.preflight.lr import GRID, next_factor
+
+    ratios: dict[float, float] = {}
+    factor = next_factor(ratios, GRID)
+    while factor is not None:
+        ratios[factor] = measured[factor]
+        factor = next_factor(ratios, GRID)
+    assert list(ratios) == walk
+
+
+def test_vanishing_gradients_names_the_input_side_layers(tmp_path: Path) -> None:
+    _, data = preflight(tmp_path, PREFLIGHT_ZOO / "vanishing_sigmoid_mlp.py", "--only", "gradients")
+    (f,) = [f for f in data["findings"] if f["id"] == "vanishing-gradients"]
+    assert f["where"] == ["0.weight", "2.weight", "4.weight"]  # nn.Sequential's first Linear layers
+    assert f["evidence"]["ratio"] > f["evidence"]["threshold"] and f["evidence"]["output_side"] == "22.weight"

@@ -4,8 +4,8 @@ The healthy_regression.py train.py with `--lr` defaulting to 1e-6 (the `1e-6` of
 AdamW's update per step is about the LR, so each weight moves by about 1e-6 per step: the loss
 creeps down so slowly that a day of training looks like a stable, converged run. On one
 repeated batch the loss stays at its first value for 30 steps, while 1000x the LR (the usual
-1e-3) more than halves it; preflight's LR probe compares the configured LR with 0.1x, 10x and
-1000x it.
+1e-3) more than halves it; preflight's LR probe sweeps constant LRs from 0.01x to 10000x the
+configured one.
 
 preflight-expect: lr:fail
 """

@@ -28,7 +28,7 @@ TESTED_ELSEWHERE: dict[str, dict[str, str]] = {
     # The preflight probes: each fails on a case made for it and passes on healthy ones.
     **{id_: {"preflight": "tests/preflight/test_preflight.py"} for id_ in (
         "bad-initial-loss", "no-gradient", "nondeterministic-eval", "resume-mismatch", "cannot-overfit-batch",
-        "lr-out-of-range")},
+        "lr-out-of-range", "nonfinite", "vanishing-gradients")},
 }
 
 

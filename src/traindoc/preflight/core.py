@@ -10,12 +10,13 @@
    the same folder, which the script resumes from; the relaunch's first steps are compared with
    the baseline's steps K, K+1, ... (and the first launch's steps with the baseline's first K,
    to make sure two uninterrupted launches agree).
-4. ``lr``: launches on the repeated batch with every step's LR scaled (0.1x, 10x, 1000x); the
-   overfit launch is the 1x curve.
+4. ``lr``: a sweep, launches at factors of ``lr.GRID`` (0.01x to 10000x) from 1x outwards, as
+   far as ``lr.next_factor`` needs, each on the repeated batch at a constant LR, that factor
+   times the configured one.
 
 Each launch runs in its own temporary folder (removed at the end) and has its own time limit
-within the total budget (the baseline at most 40% of it, the overfit launch 30%); a probe that
-cannot run says why and the others still run.
+within the total budget (the baseline at most 40% of it, the overfit launch 30%, each LR launch
+8%); a probe that cannot run says why and the others still run.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from traindoc.preflight import probes
+from traindoc.preflight import evaluation, lr, probes
 from traindoc.preflight.files import Outside
 from traindoc.preflight.launch import Launch, Result
 from traindoc.preflight.state import RngState
@@ -95,33 +96,34 @@ def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
                                      "that trains in subprocesses, with mp.spawn or a launcher, cannot be probed)")
             return Outcome([probes.not_run(p, why) for p in PROBES if p in want], baseline.report,
                            time.perf_counter() - t0, baseline, sorted(removed), sorted(restored))
-        names = _param_names(baseline)
+        names, embeddings = _param_names(baseline)
         module_name = type(baseline.first_input[0]).__name__ if baseline.first_input else "the model"
         t = time.perf_counter()
         if "initial-loss" in want:
             verdicts["initial-loss"] = _timed(probes.initial_loss(baseline, plan.config), baseline.seconds)
         if "gradients" in want:
-            verdicts["gradients"] = _timed(probes.gradients(baseline, names), 0.0)
+            verdicts["gradients"] = _timed(probes.gradients(baseline, names, embeddings, plan.config), 0.0)
         if "eval" in want:
-            verdicts["eval"] = _timed(probes.eval_determinism(baseline, plan.config, module_name),
+            verdicts["eval"] = _timed(evaluation.eval_determinism(baseline, plan.config.eval_tolerance, module_name),
                                       time.perf_counter() - t)
         over = None
         if "overfit" in want:
             over = launch("overfit", plan.config.overfit_steps, repeat_batch=True,
                           stop_below=plan.config.overfit_factor, share=0.3)
             verdicts["overfit"] = _timed(probes.overfit(over, plan.config), over.seconds)
-        if "lr" in want:
+        if "lr" in want and lr.no_lr(baseline):
+            verdicts["lr"] = probes.not_run("lr", lr.no_lr(baseline))
+        elif "lr" in want:
             steps = plan.config.lr_steps
-            reached = over is not None and len(over.losses) < steps and over.status == "stopped"
-            # the overfit launch is the 1x curve, unless it stopped early on reaching its target
-            # (then the 1x loss fell by half: fast enough for this judgement) or did not run
-            base = over if over is not None and (len(over.losses) >= steps or reached) else \
-                launch("lr-1x", steps + 2, repeat_batch=True, share=0.1)
-            curves = {1.0: base}
-            for scale in plan.config.lr_scales:  # + 2: the first steps may not repeat yet
-                curves[scale] = launch(f"lr-{scale:g}x", steps + 2, repeat_batch=True, lr_scale=scale, share=0.1)
-            verdicts["lr"] = _timed(probes.lr_sanity(curves, plan.config),
-                                    sum(r.seconds for r in curves.values() if r is not over))
+            curves: dict[float, Result] = {}
+            ratios: dict[float, float] = {}
+            factor = lr.next_factor(ratios, plan.config.lr_grid)
+            while factor is not None:  # + 2: the first steps may not repeat yet
+                curves[factor] = launch(f"lr-{factor:g}x", steps + 2, repeat_batch=True, lr_sweep=factor, share=0.08)
+                ratios[factor] = lr.ratio(curves[factor], steps)
+                factor = lr.next_factor(ratios, plan.config.lr_grid)
+            verdicts["lr"] = _timed(lr.sweep(curves, steps, plan.config.overfit_factor),
+                                    sum(r.seconds for r in curves.values()))
         if resume and baseline.saved:
             saved = launch("resume", SAVE_STEPS, stop_after_save=True, snapshots=True, keep_outside=True)
             resumed = launch("resume", RESUMED_STEPS, snapshots=True, argv=plan.argv + plan.resume_args)
@@ -129,7 +131,8 @@ def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
                                         saved.seconds + resumed.seconds)
         elif resume:
             verdicts["resume"] = probes.not_run("resume", baseline.error or (
-                f"the script wrote no checkpoint into its working folder in {baseline.steps} steps"))
+                f"the script wrote no checkpoint into its working folder in {baseline.steps} steps"
+                + probes.checkpoint_hint(baseline.framework)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ordered = [verdicts[p] for p in PROBES if p in verdicts]
@@ -140,8 +143,13 @@ def _timed(v: Verdict, seconds: float) -> Verdict:
     return Verdict(v.probe, v.status, v.summary, v.findings, seconds)
 
 
-def _param_names(r: Result) -> dict[str, str]:
-    """id -> the parameter's name in the model that ran first (the grad tables are by id)."""
+def _param_names(r: Result) -> tuple[dict[str, str], set[str]]:
+    """id -> the parameter's name in the model that ran first (the grad tables are by id), and
+    the ids of its embedding tables."""
+    import torch
+
     if r.owner is None:
-        return {}
-    return {str(id(p)): n for n, p in r.owner.named_parameters()}
+        return {}, set()
+    embeddings = {str(id(m.weight)) for m in r.owner.modules()
+                  if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))}
+    return {str(id(p)): n for n, p in r.owner.named_parameters()}, embeddings

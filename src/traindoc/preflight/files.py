@@ -6,7 +6,8 @@ the user's real ones. Every ``torch.save`` and every ``os.replace`` / ``os.renam
 outside the sandbox goes through ``before_write``: a file that exists is copied aside first
 (once), a new one is remembered; ``restore``, after each launch, puts the copies back and
 removes the new files, so that no launch resumes from another launch's checkpoint.
-Files written by other means (``open``, ``np.save``) are not covered.
+Files written by other means (``open``, ``np.save``) are not covered. ``inside`` tells whether a
+path or an open file (fsspec's, Lightning's) is in the sandbox.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 
 class Outside:
@@ -47,3 +49,20 @@ class Outside:
                 restored.append(path)
         self.created, self.saved_aside = [], {}
         return removed, sorted(restored)
+
+
+def inside(f: Any, sandbox: Path) -> str:
+    """The path of ``f`` (a path, or an open file: its ``path`` or ``name``) relative to the
+    sandbox, "" for a file elsewhere or a buffer."""
+    if not isinstance(f, (str, os.PathLike)):
+        f = getattr(f, "path", None) or getattr(f, "name", None)
+        if not isinstance(f, (str, os.PathLike)):
+            return ""
+    path = Path(os.path.abspath(os.fspath(f)))
+    try:
+        return str(path.relative_to(sandbox.resolve()))
+    except ValueError:
+        try:
+            return str(path.relative_to(sandbox))
+        except ValueError:
+            return ""

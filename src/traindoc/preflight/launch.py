@@ -37,7 +37,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torch.utils.data import dataloader as _dl
 
 from traindoc.live.objects import frame_modules, largest_container
-from traindoc.preflight.files import Outside
+from traindoc.preflight import frames
+from traindoc.preflight.files import Outside, inside
 from traindoc.preflight.state import LossCall, RngState, clone, grad_table, loss_call, numpy_rng_hash
 
 
@@ -69,7 +70,10 @@ class Result:
     snapshots: list[Snapshot] = field(default_factory=list)  # per step, before the step
     loss_call: LossCall | None = None
     grads: list[dict[str, tuple[bool, float, bool]]] = field(default_factory=list)  # per early step
-    lrs: list[tuple[str, float]] = field(default_factory=list)  # (optimizer class, lr) at step 0
+    lrs: list[tuple[str, float]] = field(default_factory=list)  # (optimizer class, base lr) per group
+    lr_options: dict[str, Any] = field(default_factory=dict)  # the first optimizer's other defaults
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # per parameter (by id): (numel, dim)
+    framework: str = ""  # "transformers" or "lightning" when their trainer steps the optimizer
     saved: list[str] = field(default_factory=list)  # files torch.save wrote in the sandbox
     saved_at: int = 0  # the steps done when the first of them was written
     loaded: list[str] = field(default_factory=list)  # files torch.load read from the sandbox
@@ -77,7 +81,7 @@ class Result:
     status: str = "ok"  # ok, stopped, timeout, exit, error
     error: str = ""
     seconds: float = 0.0
-    first_input: Any = None  # (root module, cloned args) of the first training forward
+    first_input: Any = None  # (root module, cloned args, cloned kwargs) of the first training forward
     report: Any = None  # the live report, for a launch run under traindoc.watch
     owner: Any = None  # the largest model in the script's frames holding the first module
     repeated: str = ""  # how the batch was repeated: "loader", "rng" or ""
@@ -91,12 +95,18 @@ class Result:
         return 2 if self.repeated == "rng" else 0
 
     def batch_repeated(self) -> bool:
-        """Did every step from ``repeat_start`` on see the same model input?"""
+        """Did the steps from ``repeat_start`` on see the same model input? Nearly all of them
+        must: an evaluation that draws its batches from the global RNG between two rewinds
+        (nanoGPT's ``estimate_loss``) shifts the training batch of the one step after it."""
         prints = [p for p in self.fingerprints[self.repeat_start:] if p]
-        return bool(self.repeated) and len(set(prints)) <= 1
+        if not self.repeated or not prints:
+            return bool(self.repeated)
+        return max(prints.count(p) for p in set(prints)) >= REPEATED_SHARE * len(prints)
 
 
+REPEATED_SHARE = 0.9  # the share of steps that must see the repeated batch
 GRAD_STEPS = 3  # early steps whose gradients are kept for the gradient probe
+DIVERGED = 4.0  # an LR-sweep launch ends once its loss is non-finite or above this many times its first
 
 
 class Launch:
@@ -104,7 +114,7 @@ class Launch:
                  rng: RngState, stop_after_save: bool = False, repeat_batch: bool = False,
                  snapshots: bool = False, keep_input: bool = False, watch: Any = None,
                  after_save: int = 0, outside: Outside | None = None, stop_below: float = 0.0,
-                 lr_scale: float = 1.0) -> None:
+                 lr_sweep: float = 0.0) -> None:
         self.script, self.argv, self.sandbox = script, argv, sandbox
         self.max_steps, self.seconds, self.rng = steps, seconds, rng
         self.stop_after_save, self.repeat_batch = stop_after_save, repeat_batch
@@ -115,10 +125,14 @@ class Launch:
         self.outside = outside or Outside(sandbox / ".traindoc-backup")
         # > 0: with a repeated batch, end once the loss fell to this share of its first value
         self.stop_below = stop_below
-        # != 1: every optimizer step runs with its groups' LR times this (put back after the
-        # step, so the script's schedule and its own LR writes go on as usual)
-        self.lr_scale = lr_scale
+        # > 0: every optimizer step runs at a constant LR, this times the group's base LR (its
+        # schedule's ``initial_lr``, else the LR it was built with); the script's LR is put back
+        # after the step, so its schedule and its own LR writes go on as usual
+        self.lr_sweep = lr_sweep
         self._lrs: dict[int, list[Any]] = {}
+        self._built_lrs: dict[int, list[Any]] = {}  # id of an optimizer -> its groups' LRs when built
+        self._closure_grads = False  # the step runs forward and backward in a closure (Lightning)
+        self._buffer_saved = False  # torch.save into a buffer, written to a file next (Lightning)
         self.r = Result()
         self._first_opt: Callable[[], Any] = lambda: None
         self._optimizers: list[weakref.ref[Any]] = []
@@ -158,7 +172,7 @@ class Launch:
             self.r.status = "exit" if exc.code not in (None, 0) else self.r.status
             self.r.error = f"the script exited with {exc.code!r}" if self.r.status == "exit" else ""
         except Exception as exc:  # the script's own error: the probes say they could not run
-            self.r.status, self.r.error = "error", f"{type(exc).__name__}: {exc}{_user_line(exc, self.script)}"
+            self.r.status, self.r.error = "error", f"{type(exc).__name__}: {exc}{frames.user_line(exc, self.script)}"
         finally:
             _end_process_group(had_group)
             if self.watch is not None:
@@ -180,10 +194,17 @@ class Launch:
 
     # ---- hooks -------------------------------------------------------------------------------
     def _install(self) -> None:
-        pre = register_optimizer_step_pre_hook(lambda opt, a, k: self._pre_step(opt))
+        pre = register_optimizer_step_pre_hook(lambda opt, a, k: self._pre_step(opt, a, k))
         post = register_optimizer_step_post_hook(lambda opt, a, k: self._post_step(opt))
         fwd = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre)
         self._undo += [pre.remove, post.remove, fwd.remove]
+        if self.keep_input:  # the keyword arguments of the first forward (HF: ``model(**batch)``)
+            # kept out of torch.compile's graphs: traced, its look at the first module clashes
+            # with the compiled module's own tracking
+            kw = torch.nn.modules.module.register_module_forward_hook(
+                torch.compiler.disable(self._forward_kwargs), with_kwargs=True)
+            self._undo.append(kw.remove)
+        self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         self._patch(torch.Tensor, "backward", self._wrap_backward)
         for owner in (torch, torch.serialization):
             self._patch(owner, "save", self._wrap_save)
@@ -216,6 +237,15 @@ class Launch:
             bucket.append(weakref.ref(obj))
         return __init__
 
+    def _wrap_optimizer_init(self, orig: Any) -> Any:
+        built = self._built_lrs
+
+        @functools.wraps(orig)
+        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
+            orig(opt, *args, **kwargs)
+            built[id(opt)] = [g.get("lr") for g in opt.param_groups]
+        return __init__
+
     def _wrap_scale(self, orig: Any) -> Any:
         launch = self
 
@@ -245,18 +275,23 @@ class Launch:
 
         @functools.wraps(orig)
         def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-            path = _inside(f, launch.sandbox)
+            path = inside(f, launch.sandbox)
             if not path and isinstance(f, (str, os.PathLike)):
                 launch.outside.before_write(os.path.realpath(os.fspath(f)))
             out = orig(obj, f, *args, **kwargs)
             if path and launch.r.steps > 0:
-                if not launch.r.saved:
-                    launch.r.saved_at = launch.r.steps
-                    if launch.after_save:
-                        launch.max_steps = min(launch.max_steps, launch.r.steps + launch.after_save)
-                launch.r.saved.append(path)
+                launch._saved(path)
+            elif launch.r.steps > 0 and not isinstance(f, (str, os.PathLike)):
+                launch._buffer_saved = True  # Lightning: torch.save to bytes, then a file moved into place
             return out
         return save
+
+    def _saved(self, path: str) -> None:
+        if not self.r.saved:
+            self.r.saved_at = self.r.steps
+            if self.after_save:
+                self.max_steps = min(self.max_steps, self.r.steps + self.after_save)
+        self.r.saved.append(path)
 
     def _wrap_move(self, orig: Any) -> Any:
         launch = self
@@ -264,11 +299,14 @@ class Launch:
         @functools.wraps(orig)
         def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(dst, (str, os.PathLike)):
-                target = _inside(dst, launch.sandbox)
+                target = inside(dst, launch.sandbox)
                 if not target:
                     launch.outside.before_write(os.path.realpath(os.fspath(dst)))
-                elif launch.r.saved and _inside(src, launch.sandbox) == launch.r.saved[-1]:
+                elif launch.r.saved and inside(src, launch.sandbox) == launch.r.saved[-1]:
                     launch.r.saved[-1] = target  # the checkpoint moved into place (tmp -> final)
+                elif launch._buffer_saved:  # the bytes torch.save wrote, moved into place
+                    launch._buffer_saved = False
+                    launch._saved(target)
             return orig(src, dst, *args, **kwargs)
         return move
 
@@ -277,7 +315,7 @@ class Launch:
 
         @functools.wraps(orig)
         def load(f: Any, *args: Any, **kwargs: Any) -> Any:
-            path = _inside(f, launch.sandbox)
+            path = inside(f, launch.sandbox)
             if path:
                 launch.r.loaded.append(path)
             return orig(f, *args, **kwargs)
@@ -330,24 +368,41 @@ class Launch:
             t = first.detach().float()
             self.r.fingerprints.append((float(t.sum()), float(t.abs().sum()), float(t.numel())))
         if self.keep_input and self.r.first_input is None:
-            self.r.first_input = (module, clone(args))
+            self.r.first_input = (module, clone(args), {})
             # the model that holds this module (``model.backbone(x)`` called directly)
             self.r.owner = largest_container(module, frame_modules(sys._getframe(1)))
 
-    def _pre_step(self, opt: Any) -> None:
-        if self.lr_scale != 1.0:
+    def _forward_kwargs(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        first = self.r.first_input
+        if first is not None and first[0] is module and not first[2] and kwargs:
+            self.r.first_input = (module, first[1], clone(kwargs))
+
+    def _base_lrs(self, opt: Any) -> list[Any]:
+        """Per group: the LR its schedule starts from (``initial_lr``), else the one it was built with."""
+        built = self._built_lrs.get(id(opt), [])
+        return [g.get("initial_lr", built[i] if i < len(built) else g["lr"]) for i, g in enumerate(opt.param_groups)]
+
+    def _pre_step(self, opt: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if self.lr_sweep and all(isinstance(b, (int, float)) for b in self._base_lrs(opt)):
             self._lrs[id(opt)] = [g["lr"] for g in opt.param_groups]
-            for g in opt.param_groups:
-                g["lr"] = g["lr"] * self.lr_scale
+            for g, base in zip(opt.param_groups, self._base_lrs(opt)):
+                g["lr"] = base * self.lr_sweep
         if self._first_opt() is None:
             self._first_opt = weakref.ref(opt)
-            self.r.lrs = [(type(opt).__name__, float(g["lr"])) for g in opt.param_groups]
+            self.r.lrs = [(type(opt).__name__, float(b) if isinstance(b, (int, float)) else math.nan)
+                          for b in self._base_lrs(opt)]
+            self.r.lr_options = {k: v for k, v in opt.defaults.items() if isinstance(v, (str, bool, int, float))}
+            self.r.framework = frames.framework(sys._getframe(1))
             self._weights0 = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+            self.r.sizes = {str(id(p)): (p.numel(), p.dim()) for g in opt.param_groups for p in g["params"]}
         if all(r() is not opt for r in self._optimizers):
             self._optimizers.append(weakref.ref(opt))
         if opt is not self._first_opt():
             return
-        if self.r.steps < GRAD_STEPS:
+        # A step given a closure (Lightning) runs the forward and backward inside it: the
+        # gradients of this step exist only after it
+        self._closure_grads = kwargs.get("closure", args[0] if args else None) is not None
+        if self.r.steps < GRAD_STEPS and not self._closure_grads:
             self.r.grads.append(grad_table(opt))
         if self.want_snapshots:
             self.r.snapshots.append(self._snapshot())
@@ -357,6 +412,8 @@ class Launch:
             g["lr"] = lr
         if opt is not self._first_opt():
             return
+        if self.r.steps < GRAD_STEPS and self._closure_grads:
+            self.r.grads.append(grad_table(opt))
         self.r.steps += 1
         self.r.losses.append(self._step_loss)
         self._step_loss = 0.0
@@ -369,7 +426,7 @@ class Launch:
             # variable) picks the batch of step 1 on every later step.
             if self._rng_after_first is None:
                 self._rng_after_first = RngState.capture()
-                self._generators = [(g, g.get_state()) for g in _frame_generators(sys._getframe(1))]
+                self._generators = [(g, g.get_state()) for g in frames.generators(sys._getframe(1))]
             else:
                 self._rng_after_first.restore()
                 for g, state in self._generators:
@@ -381,6 +438,9 @@ class Launch:
         if self.stop_below and len(self.r.losses) > start + 1 and \
                 self.r.losses[-1] <= self.stop_below * self.r.losses[start]:
             self._stop("stopped")
+        if self.lr_sweep and len(self.r.losses) > start + 1 and \
+                not self.r.losses[-1] <= DIVERGED * abs(self.r.losses[start]):
+            self._stop("stopped")  # diverged at this LR: the rest of the curve tells nothing more
         if time.perf_counter() - self._t0 > self.seconds:
             self._stop("timeout")
 
@@ -422,19 +482,6 @@ class Launch:
         self.r.moved = changed / total
 
 
-def _frame_generators(frame: Any) -> list[torch.Generator]:
-    """The torch.Generator objects in the variables of ``frame`` and its callers (the script's
-    ``gen = torch.Generator().manual_seed(0)``); generators are not tracked by ``gc``."""
-    found: list[torch.Generator] = []
-    while frame is not None:
-        for scope in (frame.f_locals, frame.f_globals):
-            for value in list(scope.values()):
-                if isinstance(value, torch.Generator) and all(value is not g for g in found):
-                    found.append(value)
-        frame = frame.f_back
-    return found
-
-
 def _process_group() -> bool:
     dist = torch.distributed
     return bool(dist.is_available() and dist.is_initialized())
@@ -444,31 +491,3 @@ def _end_process_group(had: bool) -> None:
     """A process group the script created ends with its launch, so the next launch can create it."""
     if not had and _process_group():
         torch.distributed.destroy_process_group()
-
-
-def _user_line(exc: BaseException, script: Path) -> str:
-    """`` (at train.py:42)``: the last frame of the exception in the script's folder."""
-    where = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if Path(fn).resolve().parent == script.parent:
-            where = f" (at {Path(fn).name}:{tb.tb_lineno})"
-        tb = tb.tb_next
-    return where
-
-
-def _inside(f: Any, sandbox: Path) -> str:
-    """The path of ``f`` relative to the sandbox, "" for a file elsewhere or a buffer."""
-    if not isinstance(f, (str, os.PathLike)):
-        return ""
-    path = Path(os.path.abspath(os.fspath(f)))
-    try:
-        return str(path.relative_to(sandbox.resolve()))
-    except ValueError:
-        try:
-            return str(path.relative_to(sandbox))
-        except ValueError:
-            return ""
-
-

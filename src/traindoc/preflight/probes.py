@@ -14,9 +14,10 @@ from typing import Any
 from traindoc.detectors.bad_initial_loss import BadInitialLoss
 from traindoc.events import Classification
 from traindoc.findings import Finding, finding
-from traindoc.preflight.launch import Result, Snapshot
-from traindoc.preflight.state import LossCall
 from traindoc.findings import fmt
+from traindoc.preflight.launch import Result, Snapshot
+from traindoc.preflight.lr import GRID, band
+from traindoc.preflight.state import LossCall
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
 
 
@@ -31,23 +32,17 @@ class Config:
     overfit_still: float = 0.1  # a script that ends sooner fails only when the loss fell less than this share
     eval_tolerance: float = 1e-4  # relative difference of two eval passes on the same input
     resume_tolerance: float = 1e-5  # relative difference of two losses counted as equal
-    lr_steps: int = 30  # steps on the repeated batch at each LR scale
-    lr_scales: tuple[float, ...] = (0.1, 10.0, 1000.0)  # the configured LR times these, besides 1
+    lr_steps: int = 30  # steps on the repeated batch at each LR of the sweep
+    lr_grid: tuple[float, ...] = GRID  # the sweep's constant LRs: the configured LR times these
+    grad_spread: float = 1e5  # per-layer gradient RMS at step 0: largest over smallest, at most this
 
     def __post_init__(self) -> None:
         if not 0 < self.overfit_factor < 1:
             raise ValueError(f"overfit_factor must be in (0, 1), got {self.overfit_factor}")
         if self.overfit_steps < 10:
             raise ValueError(f"overfit_steps must be >= 10, got {self.overfit_steps}")
-
-
-# The LR range in which each optimizer family usually trains (from the defaults and common
-# recipes of its paper and library); an LR far outside is worth a look when nothing learns.
-LR_BANDS: dict[str, tuple[float, float]] = {
-    "SGD": (1e-4, 1.0), "Adam": (1e-5, 1e-2), "AdamW": (1e-5, 1e-2), "NAdam": (1e-5, 1e-2),
-    "RAdam": (1e-5, 1e-2), "Adamax": (1e-5, 1e-2), "RMSprop": (1e-5, 1e-2), "Adagrad": (1e-3, 1e-1),
-    "Adafactor": (1e-4, 1e-2), "Lion": (1e-6, 1e-3), "Muon": (1e-3, 1e-1),
-}
+        if 1.0 not in self.lr_grid:
+            raise ValueError(f"lr_grid must hold 1.0 (the configured LR), got {self.lr_grid}")
 
 
 MIN_OVERFIT_STEPS = 20  # a script that ends sooner is judged on the steps it ran, from this many on
@@ -120,7 +115,9 @@ def _initial_loss_findings(call: LossCall, config: Config) -> list[Finding]:
 
 
 # ---- gradients at the first steps ----------------------------------------------------------------
-def gradients(r: Result, names: dict[str, str]) -> Verdict:
+def gradients(r: Result, names: dict[str, str], skip: set[str], config: Config) -> Verdict:
+    """``names``: parameter id -> its name; ``skip``: the ids of embedding tables, whose
+    gradients are sparse (only the rows of the batch's tokens) and so left out of the spread."""
     if not r.grads:
         return not_run("gradients", "no optimizer step ran" + (f" ({r.error})" if r.error else ""))
     steps = len(r.grads)
@@ -151,10 +148,49 @@ def gradients(r: Result, names: dict[str, str]) -> Verdict:
             evidence={"parameters": [name(k) for k in bad[:50]], "step": first},
             where=[name(k) for k in bad[:10]],
         ))
-    norms = [n for k, (has, n, ok) in r.grads[0].items() if has and ok and n > 0]
-    spread = f"; gradient norms per parameter span {fmt(min(norms))} to {fmt(max(norms))}" if norms else ""
+    spread, far = _spread(r, name, skip, config.grad_spread)
+    if far is not None:
+        found.append(far)
     summary = f"{len(keys)} parameters checked on {steps} step(s){spread}"
     return Verdict("gradients", FAIL if found else PASS, summary, tuple(found))
+
+
+def _spread(r: Result, name: Any, skip: set[str], limit: float) -> tuple[str, Finding | None]:
+    """How far the gradients of the input-side layers at step 0 are below those of the output
+    side. Per weight matrix (2-D or more; biases, norm gains and embedding tables are left out:
+    their gradients differ in scale by nature, or are sparse), the gradient's RMS per element; in
+    the optimizer's order (the model's, input side first), the largest of the first third over
+    the largest of the last third. The largest, not a typical one: within a healthy transformer
+    block the attention's query and key projections start with tiny gradients (the attention is
+    uniform at init) while its value and MLP matrices do not; a layer that vanished has none."""
+    rms: dict[str, float] = {}
+    for k, (has, norm, ok) in r.grads[0].items():
+        numel, dim = r.sizes.get(k, (0, 0))
+        if has and ok and norm > 0 and dim >= 2 and k not in skip:
+            rms[k] = norm / math.sqrt(numel)
+    order = list(rms)
+    if len(order) < 3:
+        return "", None
+    third = len(order) // 3
+    early = max(order[:third], key=rms.__getitem__)
+    late = max(order[-third:], key=rms.__getitem__)
+    ratio = rms[late] / rms[early]
+    text = (f"; gradient RMS at step 0: the input-side third of the {len(order)} weight matrices at most "
+            f"{fmt(rms[early])} ({name(early)}), the output-side third at most {fmt(rms[late])} ({name(late)}), "
+            f"{fmt(ratio)}x apart (threshold {fmt(limit)}x)")
+    if not ratio > limit:
+        return text, None
+    small = order[:third][:3]
+    return text, finding(
+        "vanishing-gradients", step=0,
+        message=(f"at step 0 the gradients of the first {third} of the {len(order)} weight matrices (input side, "
+                 f"in the optimizer's order) have an RMS per element of at most {fmt(rms[early])} ({name(early)}), "
+                 f"{fmt(1 / ratio)} of the output side's {fmt(rms[late])} ({name(late)}); threshold "
+                 f"{fmt(limit)}x apart. First layers: " + ", ".join(f"{name(k)} {fmt(rms[k])}" for k in small) + "."),
+        evidence={"input_side": name(early), "input_side_rms": rms[early], "output_side": name(late),
+                  "output_side_rms": rms[late], "ratio": ratio, "threshold": limit, "matrices": len(order)},
+        where=[name(k) for k in small],
+    )
 
 
 # ---- overfit one batch -------------------------------------------------------------------------
@@ -198,79 +234,48 @@ def _why_not(r: Result) -> str:
     if r.moved == r.moved:
         parts.append(f"{r.moved:.1%} of the parameter elements changed over the run.")
     for opt, lr in r.lrs[:1]:
-        band = LR_BANDS.get(opt)
-        if band is None:
+        usual = band(opt, r.lr_options)
+        if usual is None:
             parts.append(f"{opt} starts at lr {fmt(lr)}.")
         else:
-            where = "below" if lr < band[0] else "above" if lr > band[1] else "inside"
-            parts.append(f"{opt} starts at lr {fmt(lr)}, {where} its usual range {fmt(band[0])}-{fmt(band[1])}.")
+            where = "below" if lr < usual[0] else "above" if lr > usual[1] else "inside"
+            parts.append(f"{opt} trains at lr {fmt(lr)}, {where} its usual range {fmt(usual[0])}-{fmt(usual[1])}.")
     return " ".join(parts)
 
 
-# ---- eval determinism ----------------------------------------------------------------------------
-def eval_determinism(r: Result, config: Config, module_name: str) -> Verdict:
-    import torch
-
-    if r.first_input is None:
-        return not_run("eval", "no model forward ran during training")
-    module, args = r.first_input
-    was = module.training
-    try:
-        module.eval()
-        with torch.no_grad():
-            a, b = _first_tensor(module(*args)), _first_tensor(module(*args))
-    except Exception as exc:  # the forward needs arguments we did not capture (keywords)
-        return not_run("eval", f"re-running {module_name}'s forward failed: {type(exc).__name__}: {exc}")
-    finally:
-        module.train(was)
-    if a is None or b is None or a.shape != b.shape:
-        return not_run("eval", f"{module_name}'s forward returns no tensor to compare")
-    a, b = a.detach().float(), b.detach().float()
-    if not (bool(torch.isfinite(a).all()) and bool(torch.isfinite(b).all())):
-        return not_run("eval", f"{module_name}'s output is not finite after {r.steps} training steps")
-    scale = float(a.abs().max()) or 1.0
-    diff = float((a - b).abs().max())
-    rel = diff / scale
-    summary = f"two eval-mode passes of {module_name} on the first batch differ by {fmt(rel)} (relative)"
-    if not rel > config.eval_tolerance:
-        return Verdict("eval", PASS, summary)
-    f = finding(
-        "nondeterministic-eval", step=0,
-        message=(f"in eval mode, two forward passes of {module_name} on the same "
-                 f"batch differ by {fmt(diff)} ({fmt(rel)} of the output's largest magnitude; tolerance "
-                 f"{fmt(config.eval_tolerance)}): a random op ignores model.eval()."),
-        evidence={"model": type(module).__name__, "relative_difference": rel, "absolute_difference": diff,
-                  "tolerance": config.eval_tolerance},
-    )
-    return Verdict("eval", FAIL, summary, (f,))
-
-
-def _first_tensor(out: Any) -> Any:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, dict):
-        out = list(out.values())
-    if isinstance(out, (list, tuple)):
-        for o in out:
-            t = _first_tensor(o)
-            if t is not None:
-                return t
-    return None
-
-
 # ---- resume equivalence ----------------------------------------------------------------------------
+# How a checkpoint is written and resumed from under the trainers preflight recognizes.
+CHECKPOINT_HINTS = {
+    "transformers": ("; the Trainer saves when TrainingArguments has save_strategy='steps' and a save_steps "
+                     "the probe reaches (it waits at most 200 steps)"),
+    "lightning": ("; Lightning saves at the end of each epoch by default (enable_checkpointing=True), or every N "
+                  "steps with a ModelCheckpoint(every_n_train_steps=N, save_last=True) callback; the probe waits at "
+                  "most 200 steps"),
+}
+RESUME_HINTS = {
+    "transformers": (", or make it resume by itself: trainer.train(resume_from_checkpoint="
+                     "get_last_checkpoint(args.output_dir)), as the Trainer examples do"),
+    "lightning": ", or make it resume by itself: trainer.fit(model, ..., ckpt_path='last') with save_last=True",
+}
+
+
+def checkpoint_hint(framework: str) -> str:
+    """How to make a script of ``framework`` checkpoint, for a resume probe that saw none."""
+    return CHECKPOINT_HINTS.get(framework, "")
+
+
 def resume(saved: Result, straight: Result, resumed: Result, config: Config, resume_args: list[str]) -> Verdict:
     k = saved.saved_at
     if not saved.saved:
         why = saved.error or f"the script wrote no checkpoint into its working folder in {saved.steps} steps"
         return not_run("resume", why)
     ckpt = saved.saved[-1]
+    if len(saved.saved) > 1 and "/" in ckpt and ckpt.rsplit("/", 1)[0] == saved.saved[-2].rsplit("/", 1)[0]:
+        ckpt = ckpt.rsplit("/", 1)[0] + "/"  # a checkpoint folder (HF Trainer's checkpoint-N/)
     if not resumed.loaded:
         how = f"with {' '.join(resume_args)}" if resume_args else "with the same arguments"
         return not_run("resume", f"the script saved {ckpt} at step {k}, but a relaunch {how} did not load it; "
-                       "pass the arguments that make it resume with --resume-args")
+                       "pass the arguments that make it resume with --resume-args" + RESUME_HINTS.get(saved.framework, ""))
     if resumed.status == "error" or not resumed.losses:
         return not_run("resume", f"the relaunch from {ckpt} failed: {resumed.error or 'no step ran'}")
     if len(straight.losses) < k + 1 or len(straight.snapshots) < k + 1:
@@ -344,57 +349,3 @@ def _not_restored(straight: Snapshot, resumed: Snapshot | None, fp_s: tuple[floa
 
 def _ints(values: list[int] | list[float]) -> str:
     return ", ".join(fmt(float(v)) for v in values) or "none"
-
-
-# ---- LR sanity ------------------------------------------------------------------------------------
-FALLS = 0.9  # within lr_steps, the loss on the repeated batch fell below this share of its first value
-
-
-def lr_sanity(curves: dict[float, Result], config: Config) -> Verdict:
-    """``curves``: LR scale -> the launch on the repeated batch with every step's LR times it."""
-    base = curves.get(1.0)
-    if base is None or not base.batch_repeated() or len(base.losses) < 2:
-        why = (base.error if base is not None and base.error else "") or "no launch could repeat one batch (see the overfit probe)"
-        return not_run("lr", why)
-    ratios = {scale: _ratio(r, config.lr_steps) for scale, r in curves.items()}
-    shown = ", ".join(f"{_share(ratios[scale])} at {scale:g}x" for scale in sorted(ratios))
-    summary = f"loss after {config.lr_steps} steps on one repeated batch, over its first value: {shown} the LR"
-    if any(math.isnan(v) for v in ratios.values()):
-        return not_run("lr", "a launch at another LR did not run: " + "; ".join(
-            r.error or r.status for r in curves.values() if r.error or r.status == "timeout")[:300])
-    opt, lr = base.lrs[0] if base.lrs else ("the optimizer", math.nan)
-    band = LR_BANDS.get(opt)
-    usual = f" (its usual range is {fmt(band[0])}-{fmt(band[1])})" if band else ""
-    higher = [sc for sc in sorted(ratios) if sc > 1 and ratios[sc] <= config.overfit_factor]
-    lower = [sc for sc in sorted(ratios, reverse=True) if sc < 1 and ratios[sc] <= FALLS]
-    if ratios[1.0] > FALLS and higher:
-        direction, fix = "below", f"Raise the LR: try {fmt(lr * higher[0])} ({higher[0]:g}x), then tune around it."
-    elif not ratios[1.0] <= 1.0 and lower:
-        direction, fix = "above", f"Lower the LR: try {fmt(lr * lower[0])} ({lower[0]:g}x), and keep a warmup."
-    else:
-        return Verdict("lr", PASS, summary)
-    f = finding(
-        "lr-out-of-range", step=0,
-        message=(f"{opt} at lr {fmt(lr)}{usual} is far {direction} the range where the loss falls: after "
-                 f"{config.lr_steps} steps on one repeated batch the loss is {shown} the configured LR."),
-        fix=fix,
-        evidence={"optimizer": opt, "lr": lr, "steps": config.lr_steps,
-                  "loss_ratio_by_lr_scale": {f"{sc:g}x": v for sc, v in sorted(ratios.items())}},
-    )
-    return Verdict("lr", FAIL, summary, (f,))
-
-
-def _share(ratio: float) -> str:
-    return fmt(ratio) if math.isfinite(ratio) else "non-finite"
-
-
-def _ratio(r: Result, steps: int) -> float:
-    """The loss after ``steps`` steps on the repeated batch (best of the last 3) over its first
-    value; inf when it went non-finite, NaN when the launch did not run or did not repeat."""
-    start = r.repeat_start
-    losses = r.losses[start:start + steps]
-    if not r.batch_repeated() or len(losses) < 2 or not losses[0] > 0:
-        return math.nan
-    if not all(math.isfinite(v) for v in losses):
-        return math.inf
-    return min(losses[-3:]) / losses[0]

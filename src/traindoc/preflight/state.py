@@ -92,8 +92,15 @@ def loss_call(name: str, input: Any, target: Any, out: Any, args: tuple[Any, ...
     mean = float(input.detach().float().mean())
     # The nn loss modules pass their options (weight=None ...) positionally or by keyword:
     # only the defaults keep the reference value.
-    judged = kwargs.get("reduction", "mean") == "mean" and all(a is None for a in args) and \
+    reduction = kwargs.get("reduction", "mean")
+    judged = reduction in ("mean", "sum") and all(a is None for a in args) and \
         kwargs.get("weight") is None and kwargs.get("pos_weight") is None
+    if reduction == "sum" and isinstance(target, torch.Tensor):
+        # a sum divided by the number of counted elements afterwards (HF Trainer's causal-LM and
+        # classification losses, given num_items_in_batch): the mean is the value to judge
+        counted = target != kwargs.get("ignore_index", -100) if name == "cross_entropy" and \
+            not target.is_floating_point() else torch.ones_like(target, dtype=torch.bool)
+        value /= max(1, int(counted.sum()))
     if name == "cross_entropy":
         classes = int(input.shape[1] if input.dim() >= 2 else input.shape[0])
         return LossCall(name, value, classes=classes, output_std=std, output_mean=mean, judged=judged)

@@ -1,0 +1,152 @@
+"""The eval probe: two eval-mode passes of the model on the first training batch must agree.
+
+When they do not, forward hooks on every submodule find the module that makes them differ: the
+first call (in the order calls finish, so children before their parent) whose inputs agree
+between the two passes while its output does not. Its children all agree given their inputs,
+so the random op is that module itself (a ``Dropout`` left in train mode) or its own forward's
+code (``F.dropout(h, p)`` without ``training=self.training``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from traindoc.findings import finding, fmt
+from traindoc.preflight.launch import Result
+from traindoc.preflight.state import clone
+from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
+
+Print = tuple[float, float, int]  # a tensor's (sum, sum of |x|, numel), in float64
+Call = tuple[str, Any, bool, Print | None, Print | None]  # (name, module, its training flag, input, output)
+
+
+def eval_determinism(r: Result, tolerance: float, module_name: str) -> Verdict:
+    if r.first_input is None:
+        return Verdict("eval", NOT_APPLICABLE, "no model forward ran during training")
+    module, args, kwargs = r.first_input
+    calls: list[list[Call]] = [[], []]
+    was = module.training
+    try:
+        module.eval()
+        with torch.no_grad():
+            outs = [_traced(module, args, kwargs, calls[i]) for i in range(2)]
+    except Exception as exc:  # the forward needs arguments we did not capture
+        return Verdict("eval", NOT_APPLICABLE,
+                       f"re-running {module_name}'s forward failed: {type(exc).__name__}: {exc}"[:300])
+    finally:
+        module.train(was)
+    a, b = _tensors(outs[0]), _tensors(outs[1])
+    if not a or len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return Verdict("eval", NOT_APPLICABLE, f"{module_name}'s forward returns no tensor to compare")
+    if not all(bool(torch.isfinite(t).all()) for t in a + b):
+        return Verdict("eval", NOT_APPLICABLE, f"{module_name}'s output is not finite after {r.steps} training steps")
+    diff = max(float((x - y).abs().max()) for x, y in zip(a, b))
+    scale = max(float(x.abs().max()) for x in a) or 1.0
+    rel = diff / scale
+    summary = f"two eval-mode passes of {module_name} on the first batch differ by {fmt(rel)} (relative)"
+    if not rel > tolerance:
+        return Verdict("eval", PASS, summary)
+    where = _culprit(calls[0], calls[1], tolerance, module)
+    summary += f"; first at {where[0]}" if where else ""
+    f = finding(
+        "nondeterministic-eval", step=0,
+        message=(f"in eval mode, two forward passes of {module_name} on the same batch differ by {fmt(diff)} "
+                 f"({fmt(rel)} of the output's largest magnitude; tolerance {fmt(tolerance)}): "
+                 + (where[1] if where else "a random op ignores model.eval().")),
+        fix=(where[2] if where else None),
+        evidence={"model": type(module).__name__, "relative_difference": rel, "absolute_difference": diff,
+                  "tolerance": tolerance, "module": where[0] if where else ""},
+        where=[where[0]] if where else (),
+    )
+    return Verdict("eval", FAIL, summary, (f,))
+
+
+def _traced(module: Any, args: Any, kwargs: dict[str, Any], calls: list[Call]) -> Any:
+    """One forward with a hook on every submodule recording its input and output prints."""
+    names = {id(m): n for n, m in module.named_modules()}
+    pending: dict[int, list[Print | None]] = {}
+
+    def pre(m: Any, inputs: Any) -> None:
+        pending.setdefault(id(m), []).append(_print(inputs))
+
+    def post(m: Any, inputs: Any, output: Any) -> None:
+        stack = pending.get(id(m)) or [None]
+        calls.append((names.get(id(m), "?"), m, m.training, stack.pop(), _print(output)))
+
+    handles = [h for m in module.modules() for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
+    try:
+        with warnings.catch_warnings():  # torch's notes on hooks and compiled modules: ours, not the user's
+            warnings.simplefilter("ignore")
+            return module(*clone(args), **clone(kwargs))
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _culprit(a: list[Call], b: list[Call], tolerance: float, root: Any) -> tuple[str, str, str] | None:
+    """(name, what differs, fix) of the first call whose inputs agree and whose output differs."""
+    for (name, m, training, in_a, out_a), (_, _, _, in_b, out_b) in zip(a, b):
+        if _close(in_a, in_b, tolerance) and not _close(out_a, out_b, tolerance):
+            shown = f"{type(root).__name__}.{name}" if name else type(root).__name__
+            kind = type(m).__name__
+            if training:
+                return (shown, f"{shown} ({kind}) differs between the passes: the module is still in train mode "
+                        "after model.eval() (its training flag is True).",
+                        f"Find what sets {shown} back to training (a train() override, a "
+                        "`.training = True`, a forward that calls .train()) and remove it.")
+            line = _random_call(type(m))
+            at = f" at {line}" if line else ""
+            return (shown, f"{shown} ({kind}) differs between the passes although its inputs agree and it is in "
+                    f"eval mode: its forward calls a random op that ignores eval mode{at}.",
+                    "Pass training=self.training to the functional call (F.dropout(h, p, training=self.training)) "
+                    "or use the nn.Dropout module, which follows model.eval().")
+    return None
+
+
+RANDOM_CALL = re.compile(r"\b(?:F\.|functional\.)?(?:dropout\w*|alpha_dropout|rrelu)\((?![^)]*training\s*=)")
+
+
+def _random_call(cls: type) -> str:
+    """``file.py:42: `h = F.dropout(h, p=self.p)``` for a dropout call without ``training=`` in
+    the forward's source, or ""."""
+    try:
+        lines, start = inspect.getsourcelines(cls.forward)  # type: ignore[attr-defined]
+        path = inspect.getsourcefile(cls.forward)  # type: ignore[attr-defined]
+    except (OSError, TypeError):
+        return ""
+    for i, text in enumerate(lines):
+        if RANDOM_CALL.search(text) and "nn." not in text:
+            return f"{Path(path or '?').name}:{start + i}: `{text.strip()}`"
+    return ""
+
+
+def _print(obj: Any) -> Print | None:
+    ts = _tensors(obj)
+    if not ts:
+        return None
+    t = ts[0].detach().double()
+    return float(t.sum()), float(t.abs().sum()), t.numel()
+
+
+def _close(a: Print | None, b: Print | None, tolerance: float) -> bool:
+    if a is None or b is None:
+        return a is b
+    scale = max(abs(a[1]), abs(b[1])) or 1.0
+    return a[2] == b[2] and abs(a[0] - b[0]) <= tolerance * scale and abs(a[1] - b[1]) <= tolerance * scale
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    """The floating-point tensors of a module's output (a tensor, tuple, list, dict or HF ModelOutput)."""
+    if isinstance(out, torch.Tensor):
+        return [out.detach().float()] if out.is_floating_point() else []
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _tensors(o)]
+    return []
