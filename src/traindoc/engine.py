@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from traindoc.curves import Curve, Curves, ParamValue
 from traindoc.events import SIGNALS, scalars, Event, RunEnd, RunStart, Scalar, Series
@@ -122,6 +122,59 @@ class Engine:
     def add(self, finding: Finding) -> None:
         """Record a finding made outside the detectors (the guard reporting what it did)."""
         self._record(finding)
+
+    def state_dict(self) -> dict[str, object]:
+        """What a run resumed in another process needs to go on where this one stopped: the
+        findings, the signals seen, and the state of each detector that keeps one across a
+        resume (``Stateful``). Plain data only (dicts, lists, tuples, str, numbers), so a
+        checkpoint holding it loads with ``torch.load(weights_only=True)``. Scalars waiting for
+        a column detector are delivered first."""
+        self.flush()
+        detectors: dict[str, object] = {}
+        for det in self._detectors:
+            own = getattr(det, "state_dict", None)
+            if callable(own) and det.id not in self._disabled:
+                state = own()
+                if _plain(state):  # else not carried (a checkpoint must never fail because of us);
+                    detectors[det.id] = state  # tests/integrations/test_resume_state.py checks each
+        return {
+            "version": _STATE_VERSION,
+            "detectors": detectors,
+            "findings": [f.to_dict() for f in self._findings.values()],
+            "seen": sorted(self._seen),
+            "steps": self._steps,
+            "disabled": dict(self._disabled),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Go on from ``state_dict()`` of an earlier engine (the run before a resume). Findings
+        already made are kept and not announced again; a detector absent from this run is
+        skipped, and one whose ``load_state_dict`` fails on the state (another traindoc
+        version) starts afresh."""
+        if state.get("version") != _STATE_VERSION:
+            return
+        by_id = {det.id: det for det in self._detectors}
+        for id_, det_state in state.get("detectors", {}).items():
+            det = by_id.get(id_)
+            load = getattr(det, "load_state_dict", None)
+            if det is None or not callable(load) or id_ in self._disabled:
+                continue
+            fresh = dict(vars(det))
+            try:
+                load(det_state)
+            except Exception:  # a state this version cannot read: start afresh
+                vars(det).clear()
+                vars(det).update(fresh)
+        for d in state.get("findings", ()):
+            f = Finding(id=d["id"], severity=d["severity"], title=d["title"], message=d["message"],
+                        cause=d["cause"], fix=d["fix"], step=d["step"], evidence=dict(d["evidence"]),
+                        where=tuple(d["where"]))
+            if f.id not in self._ignore:
+                self._findings.setdefault(f.id, f)
+        self._seen.update(state.get("seen", ()))
+        self._steps = max(self._steps, int(state.get("steps", 0)))
+        for id_, why in state.get("disabled", {}).items():
+            self._disabled.setdefault(id_, why)
 
     def feed(self, event: Event) -> None:
         self._curves.feed(event)
@@ -357,3 +410,18 @@ def _optional(det: Detector, name: str) -> Hook | None:
     ``det``; None when the detector has no such member: the engine does nothing in its place."""
     hook: Hook | None = getattr(det, name, None)
     return hook
+
+
+# ---- state across a resume (Engine.state_dict) -------------------------------------------------
+_STATE_VERSION = 1
+
+
+def _plain(x: object) -> bool:
+    """Is ``x`` data that ``torch.load(weights_only=True)`` reads back (no class of ours)?"""
+    if x is None or type(x) in (bool, int, float, str):  # not numpy's float64: a class of numpy
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(map(_plain, x))
+    if isinstance(x, dict):
+        return all(_plain(k) and _plain(v) for k, v in x.items())
+    return False

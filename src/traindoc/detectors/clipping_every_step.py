@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Mapping
 
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned, median
@@ -63,6 +63,20 @@ class ClippingEveryStep:
             if self._bad():
                 self._fired = True
                 yield self._finding()
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history survives a resume: the calls before it count towards min_calls."""
+        r = self._ratios
+        return {"ratios": [r.cap, r.stride, r.count, list(r.values)], "first": self._first,
+                "max_norm": self._max_norm, "where": self._where, "fired": self._fired,
+                "clipped": self._clipped, "next_check": self._next_check}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        r = self._ratios
+        r.cap, r.stride, r.count, values = state["ratios"]
+        r.values = [float(v) for v in values]
+        self._first, self._max_norm, self._where = state["first"], state["max_norm"], state["where"]
+        self._fired, self._clipped, self._next_check = state["fired"], state["clipped"], state["next_check"]
 
     def finish(self) -> Iterator[Finding]:
         if self._fired or self._bad():

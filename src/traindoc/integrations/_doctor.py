@@ -13,7 +13,7 @@ import argparse
 import atexit
 import os
 import sys
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from traindoc import config
 from traindoc.engine import Report
@@ -47,7 +47,8 @@ class Doctor:
         self.report: Report | None = None
         self.trackers: list[trackers.Tracker] = []
         self._sent: set[str] = set()
-        self._restored: list[Finding] = []
+        self._engine: Any = None  # the session's engine: its state outlives the session
+        self._restored: Mapping[str, Any] | None = None  # an engine state to load at start
 
     @property
     def running(self) -> bool:
@@ -81,9 +82,10 @@ class Doctor:
             # Training that stops without the framework's end hook (an exception out of
             # trainer.train()) still gets its probes removed and its report at exit.
             atexit.register(self._at_exit)
-        for f in self._restored:
-            self.watch.session.engine.add(f)
-        self._restored = []
+        self._engine = self.watch.session.engine
+        if self._restored is not None:
+            self._engine.load_state_dict(self._restored)
+            self._restored = None
 
     def publish(self, channel: str, values: Mapping[str, object]) -> None:
         """Values the framework computed and logged itself (HF's logs, Lightning's logged
@@ -98,7 +100,7 @@ class Doctor:
     def findings(self) -> list[Finding]:
         if self.report is not None:
             return list(self.report.findings)
-        return list(self.watch.findings) if self.watch is not None else list(self._restored)
+        return list(self.watch.findings) if self.watch is not None else []
 
     def poll(self) -> None:
         """Send each finding that fired since the last poll to the trackers (once per id)."""
@@ -111,13 +113,26 @@ class Doctor:
                 self._sent.add(f.id)
                 trackers.send_finding(self.trackers, f, found)
 
-    def restore(self, findings: Iterable[Finding]) -> None:
-        """Findings of the run before a resume: they stay in this run's report."""
+    def state_dict(self) -> dict[str, object]:
+        """The engine's state (findings and detector state: ``Engine.state_dict``), plain data
+        that a checkpoint loaded with ``weights_only=True`` holds. The values still waiting
+        for the session's batched read are read first (one sync, at a checkpoint)."""
+        if self._engine is None:
+            return {}
         if self.running:
-            for f in findings:
-                self.watch.session.engine.add(f)
+            self.watch.session.flush()
+        state: dict[str, object] = self._engine.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The run before a resume: its findings stay in this run's report and its detectors
+        go on from where they were (now, or when this session starts)."""
+        if not state:
+            return
+        if self.running:
+            self._engine.load_state_dict(state)
         else:
-            self._restored.extend(findings)
+            self._restored = state
 
     def finish(self, status: str = "ok") -> Report | None:
         """Training ended: the report (an owned session) and the trackers' copy of it. Raises

@@ -10,8 +10,11 @@ optimizers (``configure_optimizers``) and its precision plugin casts the module
 optimization run through the same torch calls the probes watch. What the module logs with
 ``self.log`` is read at the end of each validation epoch, as a script's own logging is read.
 
-The findings so far are the callback's ``state_dict``: a run resumed from a Lightning checkpoint
-(``trainer.fit(model, ckpt_path=...)``) keeps them in its report.
+The engine's state is the callback's ``state_dict`` (``Engine.state_dict``: the findings so far
+and each detector's history, plain data that loads under ``weights_only=True``): a fit resumed
+from a Lightning checkpoint (``trainer.fit(model, ckpt_path=...)``) keeps the findings in its
+report and its detectors go on where they stopped (a clip counted before the resume counts
+after it). Step numbers start again at 0 in the resumed process.
 
 ``TRAINDOC=1 python train.py`` adds the callback with no code change, through Lightning's
 ``lightning.pytorch.callbacks_factory`` entry point (``callbacks_factory`` below).
@@ -109,16 +112,10 @@ class TraindocCallback(pl.Callback):
             self.doctor.finish(self._status)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"findings": [f.to_dict() for f in self.doctor.findings]}
+        return {"engine": self.doctor.state_dict()}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self.doctor.restore(_finding(d) for d in state_dict.get("findings", ()))
-
-
-def _finding(d: Mapping[str, Any]) -> Finding:
-    return Finding(id=d["id"], severity=d["severity"], title=d["title"], message=d["message"],
-                   cause=d["cause"], fix=d["fix"], step=d["step"], evidence=dict(d["evidence"]),
-                   where=tuple(d["where"]))
+        self.doctor.load_state_dict(state_dict.get("engine", {}))
 
 
 def callbacks_factory() -> list[pl.Callback]:

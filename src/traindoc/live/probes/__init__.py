@@ -7,6 +7,7 @@ from __future__ import annotations
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.amp import AmpProbes
 from traindoc.live.probes.checkpoints import CheckpointProbes
+from traindoc.live.probes.clipping import ClippingProbe
 from traindoc.live.probes.core import CoreProbes
 from traindoc.live.probes.data import DataProbes
 from traindoc.live.probes.eval import EvalProbes
@@ -25,6 +26,7 @@ from traindoc.live.session import Session
 
 PROBES: tuple[type, ...] = (
     CoreProbes,
+    ClippingProbe,  # before amp: amp's wrapper of clip_grads_with_norm_ goes on top of it
     AmpProbes,  # after core: wraps its clip_grad_norm_ wrapper
     CheckpointProbes,
     LoopProbes,  # after core: its step hook runs after the session has counted the step

@@ -12,11 +12,11 @@ CUDA and CPU GradScaler classes inherit them):
 - ``update()``: one ``GradScale`` event (the new scale, skipped or not). Its tensors are read in
   the session's one batched transfer: no sync of ours (GradScaler itself syncs in ``step``).
 
-A ``clip_grad_norm_`` / ``clip_grad_value_`` call while a scaler is active and the optimizer
-was not unscaled yet sees scaled gradients: a ``ScaledClip`` event, and the session reports
-that clip's norm divided by the scale. On sampled steps, forward hooks record the output dtype
-of matmul-heavy modules and the autocast state they ran under: one ``AutocastCheck`` per
-sampled step of a mixed-precision run. Everything of ours runs under ``patcher.guard``.
+A ``clip_grad_norm_`` / ``clip_grad_value_`` / ``clip_grads_with_norm_`` call while a scaler
+is active and the optimizer was not unscaled yet sees scaled gradients: a ``ScaledClip``
+event, and the session reports that clip's norm divided by the scale. On sampled steps,
+forward hooks record the output dtype of matmul-heavy modules and the autocast state they ran
+under: one ``AutocastCheck`` per sampled step of a mixed-precision run. Everything of ours runs under ``patcher.guard``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from traindoc.events import AutocastCheck, Event, GradScale, ScaledClip
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.clipping import local_norm, norm_key
 from traindoc.live.objects import user_site
 from traindoc.live.session import Session
 
@@ -60,6 +61,10 @@ class AmpProbes:
         self._clip_params: Any = None
         self._clip_scale: torch.Tensor | None = None
         self._clip_sites = 0
+        # clip_grads_with_norm_ called per parameter group with one norm (see probes/clipping.py):
+        # the last one reported, kept alive so that its storage is not reused while compared.
+        self._split_clip: tuple[int, tuple[int, int]] | None = None
+        self._split_norm: torch.Tensor | None = None
         # autocast coverage (sampled steps)
         self._scaled: set[int] = set()  # steps in which a GradScaler scaled a loss
         self._fwd: list[Any] = []
@@ -86,6 +91,9 @@ class AmpProbes:
             wrapped = self._wrap_clip(getattr(clip, fn), fn)  # on top of the core probe's wrapper
             for owner in (clip, torch.nn.utils):
                 self._patcher.replace(owner, fn, wrapped)
+        if hasattr(torch.nn.utils, "clip_grads_with_norm_"):  # torch >= 2.6; the clipping probe's
+            patch(torch.nn.utils, "clip_grads_with_norm_",
+                  lambda orig: self._wrap_clip(orig, "clip_grads_with_norm_"))
         self._patcher.patch_descriptor(torch.autograd.Function, "apply", self._wrap_apply)
         s = self.s
         s.sampling_listeners.append(self._on_sampling_change)
@@ -290,11 +298,17 @@ class AmpProbes:
         s = self.s
         limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value", 0.0))
         step = s.current_step
+        if fn == "clip_grads_with_norm_":  # the norm is the caller's: measured before the call
+            out = local_norm(args[1] if len(args) > 1 else kwargs.get("total_norm"))
+            key = (step, norm_key(out)) if out is not None else None
+            if key is not None and key == self._split_clip:
+                return  # another parameter group of the clipping just reported
+            self._split_clip, self._split_norm = key, out
         where = user_site(1) if self._clip_sites < 3 or s.measuring else ""
         self._clip_sites += 1
         with torch.no_grad():
             parts = [scale.detach().reshape(1).float()]
-            if fn == "clip_grad_norm_" and isinstance(out, torch.Tensor):
+            if fn != "clip_grad_value_" and isinstance(out, torch.Tensor):
                 parts.append(out.detach().reshape(1).float().to(scale.device))
             packed = torch.cat(parts)
 
