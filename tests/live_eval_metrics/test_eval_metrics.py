@@ -1,5 +1,5 @@
 """Evaluation metrics of scripts that only print: derived from the evaluation's loss calls and
-read from stdout (live/probes/eval_metrics.py). Each derived number is checked against the
+read from stdout (live/probes/eval_metrics.py, printed.py). Each derived number is checked against the
 same number computed with plain PyTorch."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 import traindoc
 from traindoc.events import Scalar
-from traindoc.live.probes import eval_metrics
-from traindoc.live.probes.eval_metrics import parse_line
+from traindoc.live.probes import eval_metrics, printed
+from traindoc.live.probes.printed import parse_line
 
 MEASURED = ("val_acc", "val_classes", "val_pos_rate", "val_base_rate", "val_max_score")
 
@@ -338,7 +338,7 @@ def test_a_failing_reader_never_changes_the_output(monkeypatch: pytest.MonkeyPat
     def boom(*args: Any, **kwargs: Any) -> dict[str, float]:
         raise ValueError("boom")
 
-    monkeypatch.setattr(eval_metrics, "parse_line", boom)
+    monkeypatch.setattr(printed, "parse_line", boom)
     model, opt, x, y = make_task()
 
     def run() -> None:

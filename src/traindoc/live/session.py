@@ -168,6 +168,7 @@ class Session:
         step, to act on that step's findings."""
         self._mark_end()
         self._flush()
+        self.engine.flush()  # the guard acts on this step's findings: the column detectors judge now
 
     def _mark_end(self, begin_next: bool = True) -> None:
         """End the current round in the stream for the optimizers that stepped in it so far,
@@ -326,11 +327,17 @@ class Session:
 
     def on_step_post(self, opt: Any) -> None:
         self._end_step(opt, _has_grads(opt))
-        if self.sampled and opt in self._optimizers and "params" not in self.failed:
+        if not self.sampled:
+            return
+        if opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
+        # Read the sampled step back now, not at the next backward: the sampled step is then
+        # the only slow one of its interval (the next step would otherwise pay the read-back).
+        self._mark_end()
+        self._flush()
 
     def _end_step(self, opt: Any, stepped: bool | None) -> None:
         """``opt``'s part of this round ended: it stepped (True), stepped with no gradient
@@ -461,7 +468,9 @@ class Session:
                 self._end_round(entry)
             else:
                 emit(entry)
-        self.engine.flush()  # column detectors judge what this read-back delivered, now
+        # The column detectors (loss spikes, divergence) judge in chunks of the engine's size,
+        # not at every sampled step: each judgement has a fixed cost that a small model's
+        # sampled step would pay again and again for a few new points.
 
     def _end_round(self, end: _RoundEnd) -> None:
         """The round's loss and gradient norm, then how each optimizer's step ended."""
