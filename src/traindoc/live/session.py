@@ -231,6 +231,22 @@ class Session:
         ))
         self.emit(StepBegin(step=0))
 
+    def resume_at(self, step: int) -> None:
+        """The run resumed from a checkpoint at ``step`` (a framework's restored global step):
+        this session's steps go on from there, so findings quote the user's step numbers, and
+        the sampled steps are those the uninterrupted run would sample. Only before the first
+        step of this session; later (or going backwards) it changes nothing."""
+        if step <= self.step or self._trained or self.round_done or self.micro:
+            return
+        self.step = step
+        sampled = self.level.sampled(step)
+        if self.level.activations and sampled != self.sampled:  # hooks go on or off
+            for listener in self.sampling_listeners:
+                listener(sampled)
+        self.sampled = self.next_sampled = sampled
+        if self._routine:
+            self.emit(StepBegin(step=step))
+
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
         if not self.round_done and self.micro:
             self.manual.step_ended()  # the last round's hand-written update
@@ -402,12 +418,16 @@ class Session:
         return not any(leaf is p for opt in self.optimizers() for g in opt.param_groups for p in g["params"])
 
     # ---- clip, batches, classification, casts -------------------------------------------------
-    def on_clip(self, total_norm: Any, max_norm: float) -> None:
+    def on_clip(self, total_norm: Any, max_norm: float, step: int | None = None) -> None:
+        """A clipping: the total norm before it and max_norm, at ``step`` (default: now; a
+        framework that reports its norm after the optimizer stepped gives the step it took)."""
         if not isinstance(total_norm, torch.Tensor):
             total_norm = torch.tensor(float(total_norm))
         if self.grad_scale is not None:  # a device op, no sync: the norm in the user's units
             total_norm = total_norm.detach() / self.grad_scale.to(total_norm.device)
-        step, where = self.current_step, user_site(3) if self.measuring else ""
+        where = user_site(3) if self.measuring else ""
+        if step is None:
+            step = self.current_step
         self._clipped.add(step)
 
         def decode(vals: list[float]) -> Iterable[Event]:
@@ -415,6 +435,11 @@ class Session:
             yield Scalar(step=step, name="grad_norm", value=vals[0])
 
         self.defer(total_norm.detach(), decode)
+
+    def clip_pending(self, step: int) -> None:
+        """A clipping of ``step`` will be reported once the step took it: the gradients measured
+        in the step are clipped ones, so they give no gradient norm of their own."""
+        self._clipped.add(step)
 
     def on_batch(self, dataset: str, length: int, iterator: int, index: int, fingerprint: str) -> None:
         self.emit(Batch(step=self.current_step, loader=dataset, iterator=iterator, index=index,
@@ -483,9 +508,10 @@ class Session:
         if loss is not None and not dropped:
             self.emit(Scalar(step=step, name="loss", value=loss))
         grad_sq = self.grad_sq.pop(step, None)
-        if step in self._clipped:
-            self._clipped.discard(step)
-        elif grad_sq is not None:
+        clipped = step in self._clipped
+        if self._clipped:  # a clip reported after its round was read back is forgotten here too
+            self._clipped = {s for s in self._clipped if s > step}
+        if not clipped and grad_sq is not None:
             self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(grad_sq)))
         for index, outcome, taken in end.outcomes:
             if outcome != STEPPED or self._routine:

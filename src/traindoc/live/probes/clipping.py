@@ -1,4 +1,5 @@
-"""Clipping without ``torch.nn.utils.clip_grad_norm_``: ``clip_grads_with_norm_``, and FSDP1's own.
+"""Clipping without ``torch.nn.utils.clip_grad_norm_``: ``clip_grads_with_norm_``, FSDP1's own, and
+DeepSpeed's.
 
 torchtitan, Accelerate (DTensor parameters on several meshes) and hand-written loops clip in
 two calls: ``total = torch.nn.utils.get_total_norm(grads)``, a reduction of their own (the
@@ -22,6 +23,13 @@ all-reduces the norm itself and clips without torch's functions: it is wrapped t
 ``torch.distributed.fsdp`` is imported (checked before each backward until it is: importing it
 ourselves would cost every run seconds). With nothing sharded it calls torch's
 ``clip_grad_norm_``, which the core probe counts, so then it is not counted again.
+
+DeepSpeed clips inside its engine: ``engine.step()`` with ``gradient_clipping`` in the config
+calls DeepSpeed's own ``clip_grad_norm_`` (fp32 without ZeRO), or its ZeRO / bf16 / fp16
+optimizer computes the norm, clips and keeps it (``engine.get_global_grad_norm()``, before
+clipping, in the user's units). ``DeepSpeedEngine._take_model_step`` is wrapped once
+``deepspeed.runtime.engine`` is imported: the norm DeepSpeed computed, and its
+``gradient_clipping()``, become one ``Clip`` of the step it took.
 
 A norm still ``Partial`` over a device mesh (a DTensor not yet reduced) holds only this rank's
 part of the total: reading it would understate the norm and reducing it would be a collective
@@ -70,24 +78,77 @@ class ClippingProbe:
         self._last: tuple[int, float, tuple[int, int]] | None = None
         self._last_norm: torch.Tensor | None = None
         self._fsdp_patched = False
+        self._deepspeed_patched = False
+        self._ds_norm: Any = None  # the norm DeepSpeed's clip_grad_norm_ returned in this step
 
     def install(self) -> None:
         utils = torch.nn.utils
         if hasattr(utils, "clip_grads_with_norm_"):  # torch >= 2.6
             self._patcher.patch(utils, "clip_grads_with_norm_", self._wrap)
-        self._patcher.on_backward(self.name, before=self._look_for_fsdp)
+        self._patcher.on_backward(self.name, before=self._look_for_frameworks)
 
     def uninstall(self) -> None:
         self._last = self._last_norm = None
 
-    def _look_for_fsdp(self, loss: Any) -> None:
-        if self._fsdp_patched:  # every backward: one flag once FSDP1 is wrapped
+    def _look_for_frameworks(self, loss: Any) -> None:
+        if not self._fsdp_patched:  # every backward: a flag once FSDP1 is wrapped
+            fsdp = sys.modules.get("torch.distributed.fsdp")
+            cls = getattr(fsdp, "FullyShardedDataParallel", None)
+            if cls is not None:
+                self._fsdp_patched = True
+                self._patcher.patch(cls, "clip_grad_norm_", self._wrap_fsdp)
+        if not self._deepspeed_patched:
+            engine = sys.modules.get("deepspeed.runtime.engine")
+            cls = getattr(engine, "DeepSpeedEngine", None)
+            if engine is not None and cls is not None and hasattr(cls, "_take_model_step"):
+                self._deepspeed_patched = True
+                self._patcher.patch(cls, "_take_model_step", self._wrap_deepspeed_step)
+                if callable(getattr(engine, "clip_grad_norm_", None)):
+                    self._patcher.patch(engine, "clip_grad_norm_", self._wrap_deepspeed_clip)
+
+    def _wrap_deepspeed_clip(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+            total = orig(*args, **kwargs)
+            probe._ds_norm = total  # before the optimizer steps: reported by the step's wrapper
+            return total
+
+        return clip_grad_norm_
+
+    def _wrap_deepspeed_step(self, orig: Any) -> Any:
+        probe = self
+
+        @functools.wraps(orig)
+        def _take_model_step(engine: Any, *args: Any, **kwargs: Any) -> Any:
+            step = probe.s.current_step  # the optimizer steps inside: the step it takes
+            probe._ds_norm = None
+            probe._patcher.guard(probe.name, probe._before_deepspeed_step, engine, step)
+            out = orig(engine, *args, **kwargs)
+            probe._patcher.guard(probe.name, probe._after_deepspeed_step, engine, step)
+            return out
+
+        return _take_model_step
+
+    def _before_deepspeed_step(self, engine: Any, step: int) -> None:
+        if float(engine.gradient_clipping()) > 0:
+            # The gradients the step's own measurement reads are clipped already; the norm
+            # before clipping comes after the step (ZeRO, bf16, fp16 compute it inside).
+            self.s.clip_pending(step)
+
+    def _after_deepspeed_step(self, engine: Any, step: int) -> None:
+        max_norm = float(engine.gradient_clipping())
+        norm, self._ds_norm = self._ds_norm, None
+        if norm is None:  # ZeRO / bf16 / fp16: the optimizer computed and kept it
+            norm = engine.get_global_grad_norm()
+        if not max_norm > 0 or norm is None:
             return
-        fsdp = sys.modules.get("torch.distributed.fsdp")
-        cls = getattr(fsdp, "FullyShardedDataParallel", None)
-        if cls is not None:
-            self._fsdp_patched = True
-            self._patcher.patch(cls, "clip_grad_norm_", self._wrap_fsdp)
+        if isinstance(norm, torch.Tensor):
+            norm = local_norm(norm)
+            if norm is None:
+                return
+        self.s.on_clip(norm, max_norm, step=step)
 
     def _wrap_fsdp(self, orig: Any) -> Any:
         probe = self
