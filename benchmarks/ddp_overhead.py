@@ -1,23 +1,31 @@
 """Overhead of live observation on a DDP job: the same job bare and under traindoc, in one run.
 
 Spawns ``--ranks`` gloo CPU ranks training one DistributedDataParallel MLP (about 21M parameters
-by default). On every rank, blocks of steps alternate between bare and observed (the probes and
-the cross-rank checks installed); one Session per rank lives across its observed blocks, so its
-sampling schedule is a real run's (its dense start is observed once, untimed, before the
-blocks). Every rank runs the same blocks at the same time, as DDP requires. Reported, per rank:
-the median and the mean step time of each condition and their ratios (the mean includes the
-sampled steps, where the fingerprint and the exchange through the store happen). Blocks run in
-ABBA order and the first steps of each block are left out: on a shared CPU the block that
-follows a switch is slower whichever condition it is.
+by default). On every rank, short blocks of ``--block`` steps alternate
+between bare and observed (the probes and the cross-rank checks installed); one Session per
+rank lives across its observed blocks, so its sampling schedule is a real run's (its dense
+start is observed once, untimed, before the blocks). Every rank runs the same blocks at the
+same time, as DDP requires.
+
+The machine's noise (other jobs on shared cores) changes over seconds, so the conditions are
+interleaved finely and compared period by period: a period is one sampling interval of
+observed steps (25 at the standard level, so it holds exactly one sampled step with its
+fingerprint and exchange) and the bare steps interleaved with them, in blocks of ``--block``
+steps in ABBA order (neither condition always runs first). Each period gives one ratio,
+observed time over bare time; the report gives the median of the period ratios with their
+quartiles, range and a bootstrap interval of the median, for wall-clock time and for the process's CPU time (which a descheduled
+process does not accumulate, so other jobs disturb it less), and the ratio of all the time
+observed over all the time bare.
 
     OMP_NUM_THREADS=1 python benchmarks/ddp_overhead.py                 # 2 ranks, standard level
-    OMP_NUM_THREADS=1 python benchmarks/ddp_overhead.py --ranks 4 --width 1024 --rounds 4
+    OMP_NUM_THREADS=1 python benchmarks/ddp_overhead.py --ranks 4 --width 1024 --periods 16
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import socket
 import statistics
 import time
@@ -30,19 +38,24 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-SETTLE = 2  # steps at the start of each block left out of the timing
-
-
-def block(model: Any, opt: Any, x: torch.Tensor, y: torch.Tensor, steps: int) -> list[float]:
-    times = []
+def block(model: Any, opt: Any, x: torch.Tensor, y: torch.Tensor, steps: int) -> tuple[float, float]:
+    """(wall-clock seconds, process CPU seconds) of ``steps`` training steps."""
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(steps):
-        t = time.perf_counter()
         loss = F.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        times.append(time.perf_counter() - t)
-    return times
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def spread(ratios: list[float]) -> str:
+    """Median with quartiles and range, and a 95% bootstrap interval of the median (fixed seed)."""
+    q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    rng = random.Random(0)
+    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    return (f"median {statistics.median(ratios):.3f} (95% interval {boot[50]:.3f}-{boot[1949]:.3f}; "
+            f"quartiles {q[0]:.3f}-{q[2]:.3f}, range {min(ratios):.3f}-{max(ratios):.3f})")
 
 
 def worker(rank: int, args: argparse.Namespace, port: int) -> None:
@@ -63,7 +76,7 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     session.start("ddp_overhead", [])
     probes, ranks = Probes(session), Ranks(session)
 
-    def observed(steps: int) -> list[float]:
+    def observed(steps: int) -> tuple[float, float]:
         probes.install()
         ranks.install()
         try:
@@ -72,26 +85,35 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
             probes.uninstall()
             ranks.uninstall()
 
+    level = LEVELS[args.level]
+    if level.every % args.block:
+        raise SystemExit(f"--block must divide the sampling period ({level.every}), got {args.block}")
     block(model, opt, x, y, 3)  # warm-up, bare
-    observed(LEVELS[args.level].dense + 1)  # the dense start, untimed
-    bare: list[float] = []
-    watched: list[float] = []
-    for i in range(args.rounds):  # ABBA: neither condition always follows the other
-        for run_observed in ((False, True) if i % 2 == 0 else (True, False)):
-            times = observed(args.steps) if run_observed else block(model, opt, x, y, args.steps)
-            # the first steps of a block pay for the switch (hooks on or off, a colder cache)
-            (watched if run_observed else bare).extend(times[SETTLE:])
+    observed(level.every * (level.dense // level.every + 1))  # the dense start, untimed: the
+    # session's next step is a multiple of the period, so each period holds one sampled step
+    periods: list[tuple[float, float, float, float]] = []  # (bare wall, observed wall, bare cpu, observed cpu)
+    for _ in range(args.periods):
+        wall, cpu = [0.0, 0.0], [0.0, 0.0]
+        for i in range(level.every // args.block):  # ABBA: neither condition always runs first
+            for run_observed in ((False, True) if i % 2 == 0 else (True, False)):
+                w, c = observed(args.block) if run_observed else block(model, opt, x, y, args.block)
+                wall[run_observed] += w
+                cpu[run_observed] += c
+        periods.append((wall[0], wall[1], cpu[0], cpu[1]))
     results: list[Any] = [None] * args.ranks
-    dist.all_gather_object(results, (rank, bare, watched))
+    dist.all_gather_object(results, (rank, periods))
     if rank == 0:
         params = sum(p.numel() for p in net.parameters())
-        print(f"{args.ranks} gloo CPU ranks, {params / 1e6:.1f}M parameters, level {args.level}, "
-              f"{args.rounds} rounds of {args.steps} steps per condition")
-        for r, b, o in sorted(results):
-            med = statistics.median(o) / statistics.median(b)
-            mean = statistics.fmean(o) / statistics.fmean(b)
-            print(f"rank {r}: bare median {statistics.median(b) * 1e3:.1f} ms, observed "
-                  f"{statistics.median(o) * 1e3:.1f} ms: ratio {med:.3f} (median), {mean:.3f} (mean)")
+        print(f"{args.ranks} gloo CPU ranks, {params / 1e6:.1f}M parameters, level {args.level}, {args.periods} "
+              f"periods of {level.every} observed and {level.every} bare steps in blocks of {args.block}")
+        for r, got in sorted(results):
+            bare_step = statistics.median(b for b, _, _, _ in got) / level.every
+            print(f"rank {r}: bare step {bare_step * 1e3:.1f} ms (median period)")
+            print(f"  wall-clock ratio observed/bare per period: {spread([o / b for b, o, _, _ in got])}")
+            print(f"  CPU-time ratio observed/bare per period:   {spread([o / b for _, _, b, o in got])}")
+            total = sum(o for _, o, _, _ in got) / sum(b for b, _, _, _ in got)
+            total_cpu = sum(o for _, _, _, o in got) / sum(b for _, _, b, _ in got)
+            print(f"  all periods together: wall-clock ratio {total:.3f}, CPU-time ratio {total_cpu:.3f}")
     dist.destroy_process_group()
 
 
@@ -101,8 +123,8 @@ def main() -> None:
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--layers", type=int, default=5)
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--steps", type=int, default=25)
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--block", type=int, default=5, help="steps per block; divides the sampling period")
+    p.add_argument("--periods", type=int, default=12)
     p.add_argument("--level", default="standard", choices=("cheap", "standard", "thorough"))
     args = p.parse_args()
     with socket.socket() as s:

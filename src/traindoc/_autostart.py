@@ -9,11 +9,17 @@ imports this module and calls ``install()``. Unset, the cost is that one diction
 finished, so a Python process that never imports torch (pip, a tokenizer helper) pays nothing,
 and the probes are in place before any model or optimizer exists. At exit the report goes to
 stderr, as with ``traindoc run``, from each process that trained (a launcher or a DataLoader
-worker that never trained says nothing); under torchrun only rank 0 reports.
+worker that never trained says nothing); under torchrun only rank 0 reports. A script that
+starts its ranks with ``mp.spawn`` (the ``spawn`` or ``forkserver`` start method) gives one
+report too, the parent's: its session follows the children (``live/spawn.py``), which do not
+autostart, and takes rank 0's report with the other ranks' findings merged in. Children made
+with the ``fork`` start method are not followed and nothing reports for them.
 
 Options, from the environment: ``TRAINDOC_JSON``, ``TRAINDOC_HTML`` (report files),
-``TRAINDOC_LEVEL`` (cheap | standard | thorough). The ``traindoc`` command itself never
-autostarts (it opens its own session), and a framework callback joins the session opened here.
+``TRAINDOC_LEVEL`` (cheap | standard | thorough), ``TRAINDOC_FAIL_ON`` (error | warning | info:
+exit 3 on findings at or above it when the script succeeded; integrations/fail_on.py). The
+``traindoc`` command itself never autostarts (it opens its own session), and a framework
+callback joins the session opened here.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ def install() -> None:
     if _installed or not enabled():
         return
     _installed = True
+    if os.environ.get("TRAINDOC_FAIL_ON"):  # exit 3 on findings (integrations/fail_on.py)
+        from traindoc.integrations import fail_on
+
+        fail_on.arm()
     if "torch" in sys.modules:
         _start()
     else:
@@ -92,6 +102,10 @@ def _finish() -> None:
     args = argparse.Namespace(json=os.environ.get("TRAINDOC_JSON") or None,
                               html=os.environ.get("TRAINDOC_HTML") or None, fail_on=None)
     output.emit(report, args)
+    if os.environ.get("TRAINDOC_FAIL_ON"):
+        from traindoc.integrations import fail_on
+
+        fail_on.judge(report)
 
 
 class _AfterImport:

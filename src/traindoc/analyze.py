@@ -2,8 +2,8 @@
 
 A multi-rank run recorded with ``--record DIR`` leaves one stream per rank (``rank0.jsonl``,
 ``rank1.jsonl`` ...). They are merged as the live run merged them on rank 0: rank 0's stream
-with the other ranks' cross-rank events (fingerprints, step times) goes through one set of
-detectors; each other rank's stream goes through its own, and its findings join the report
+with the other ranks' cross-rank events (fingerprints, step times, losses) goes through one
+set of detectors; each other rank's stream goes through its own, and its findings join the report
 marked with the ranks that found them (``merge_ranks``, also what the live rank 0 does).
 """
 
@@ -17,12 +17,12 @@ from typing import Iterable, Mapping
 from traindoc import config, detectors, record
 from traindoc.engine import Engine, Report
 from traindoc.errors import UsageError
-from traindoc.events import Event, RankEnd, RankParams, RankTime, RunEnd
+from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, RunEnd
 from traindoc.findings import Finding
 from traindoc.report import output
 
 # The events one rank sends the others (what rank 0's detectors compare across ranks).
-CROSS_RANK = (RankParams, RankTime)
+CROSS_RANK = (RankParams, RankTime, RankLoss)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -106,7 +106,7 @@ def _interleave(base: list[Event], others: list[Event]) -> list[Event]:
 
 
 def _world(events: list[Event]) -> int:
-    return max([e.world_size for e in events if isinstance(e, (RankParams, RankTime, RankEnd))] or [1])
+    return max([e.world_size for e in events if isinstance(e, (RankParams, RankTime, RankLoss, RankEnd))] or [1])
 
 
 def _end(rank: int, size: int, events: list[Event]) -> RankEnd:

@@ -7,7 +7,7 @@ from pathlib import Path
 from traindoc import record
 from traindoc.analyze import analyze_ranks, merge_ranks
 from traindoc.engine import Report
-from traindoc.events import RankEnd, RankParams, RunEnd, RunStart, Scalar
+from traindoc.events import RankEnd, RankLoss, RankParams, RunEnd, RunStart, Scalar
 from traindoc.findings import finding
 
 
@@ -67,3 +67,16 @@ def test_offline_merge_compares_ranks_like_the_live_run() -> None:
     report = analyze_ranks(streams, select=["rank-divergence"])
     assert [(f.id, f.step, f.evidence["ranks"]) for f in report.findings] == [("rank-divergence", 2, [1])]
     assert report.run["rank_steps"] == [4, 4]
+
+
+def test_offline_merge_compares_the_ranks_losses_step_by_step() -> None:
+    def stream(rank: int, scale: float) -> list[object]:
+        losses = [RankLoss(step=s, rank=rank, world_size=2, steps=tuple(range(s - 9, s + 1)),
+                           values=tuple(scale * (1 + 0.1 * ((k * 7 + rank) % 5)) for k in range(s - 9, s + 1)))
+                  for s in range(9, 400, 10)]
+        return [RunStart(source="live", rank=rank, world_size=2), *losses, RunEnd(steps=400, duration_s=1.0, status="ok")]
+
+    quiet = analyze_ranks({0: stream(0, 1.0), 1: stream(1, 1.0)}, select=["rank-loss-skew"])  # type: ignore[dict-item]
+    assert quiet.findings == []
+    skewed = analyze_ranks({0: stream(0, 1.0), 1: stream(1, 1.5)}, select=["rank-loss-skew"])  # type: ignore[dict-item]
+    assert [(f.id, f.evidence["ranks"], f.evidence["side"]) for f in skewed.findings] == [("rank-loss-skew", [1], "above")]

@@ -57,6 +57,7 @@ from traindoc.detectors.unscaled_grad_accumulation import UnscaledGradAccumulati
 # several ranks (live, torch.distributed)
 from traindoc.detectors.autograd_collective import AutogradCollective
 from traindoc.detectors.rank_divergence import RankDivergence
+from traindoc.detectors.rank_loss_skew import RankLossSkew
 from traindoc.detectors.straggler_rank import StragglerRank
 # built-in invariants (live)
 from traindoc.detectors.batch_collapse import BatchCollapse
@@ -126,6 +127,7 @@ DETECTORS: tuple[type[Detector], ...] = (
     RankDivergence,
     AutogradCollective,
     StragglerRank,
+    RankLossSkew,
 )
 
 

@@ -25,9 +25,11 @@ class RankDivergence:
         Example("zoo/ddp_clip_one_rank.py", 0),
         Example("zoo/ddp_cast_after_wrap.py", 0),
         Example("zoo/ddp_manual_allreduce_lossy.py", 0),
+        Example("zoo/tp_clip_local_norm.py", 0),
         Example("zoo/healthy_ddp_ema.py", None),
         Example("zoo/healthy_fsdp2.py", None),
         Example("zoo/healthy_tensor_parallel.py", None),
+        Example("zoo/healthy_tp_clip.py", None),
         Example("golden/rank_divergence.jsonl", 3),
         Example("golden/healthy_ranks.jsonl", None),
     )

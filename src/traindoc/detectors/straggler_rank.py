@@ -18,14 +18,18 @@ class StragglerRank:
     waits for the slowest rank. Fires at the end of the run when one rank was the slowest in at
     least ``share`` of the windows every rank reported (at least ``min_windows``) and its own
     work exceeds the others' by ``factor`` and by ``min_fraction`` of its step time. The cost
-    is that excess: every other rank waits for it in each step's all-reduce."""
+    is that excess: every other rank waits for it in each step's all-reduce. The excess splits
+    into time inside the DataLoader iterator (``data_s``) and the rest of the rank's own work
+    (forward, host work): the larger part names the cause, data or compute."""
 
     id: ClassVar[str] = "straggler-rank"
     needs: ClassVar[frozenset[str]] = frozenset({"rank_time"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/ddp_straggler_uneven.py", -1),
+        Example("zoo/ddp_straggler_slow_data.py", -1),
         Example("zoo/healthy_ddp_ema.py", None),
         Example("golden/straggler_rank.jsonl", -1),
+        Example("golden/straggler_rank_data.jsonl", -1),
         Example("golden/healthy_ranks.jsonl", None),
     )
 
@@ -72,6 +76,10 @@ class StragglerRank:
         first = next(s for s, r in full.items() if max(r.values(), key=lambda t: t.compute_s).rank == rank)
         timed = sum(r[rank].steps for r in full.values())
         waits = {str(r_): statistics.median(r[r_].wait_s for r in full.values()) for r_ in range(self._size)}
+        data = statistics.median(r[rank].data_s for r in full.values())
+        their_data = statistics.median(t.data_s for r in full.values() for t in r.values() if t.rank != rank)
+        data_excess = max(data - their_data, 0.0)
+        cause = "data" if data_excess >= excess / 2 else "compute"
         yield finding(
             self.id, step=first,
             message=(f"rank {rank} was the slowest in {share:.0%} of {len(full)} windows ({timed} timed "
@@ -79,9 +87,41 @@ class StragglerRank:
                      f"against {fmt(theirs * 1e3)} ms on the other ranks ({mine / max(theirs, 1e-12):.1f}x; "
                      f"threshold {fmt(c.factor)}x in {c.share:.0%} of windows). The others wait about "
                      f"{fmt(excess * 1e3)} ms per step for it in the gradient all-reduce, "
-                     f"{excess / step_time:.0%} of the {fmt(step_time * 1e3)} ms step."),
+                     f"{excess / step_time:.0%} of the {fmt(step_time * 1e3)} ms step. "
+                     f"{_split(cause, data, their_data, mine - data, theirs - their_data)}"),
+            cause=_CAUSES[cause], fix=_FIXES[cause],
             evidence={"ranks": [rank], "slow_rank": rank, "share": share, "windows": len(full),
                       "timed_steps": timed, "compute_ms": mine * 1e3, "others_compute_ms": theirs * 1e3,
+                      "data_ms": data * 1e3, "others_data_ms": their_data * 1e3, "slow_part": cause,
                       "step_ms": step_time * 1e3, "cost_ms": excess * 1e3,
                       "wait_ms": {k: v * 1e3 for k, v in waits.items()}},
         )
+
+
+def _split(cause: str, data: float, their_data: float, rest: float, their_rest: float) -> str:
+    """Which part of the slow rank's own work is slow: its time in the DataLoader iterator or
+    the rest (forward and host work), each against the other ranks' median."""
+    if data == their_data == 0:
+        return "It is slow in its own compute: no rank spent measurable time in a DataLoader iterator."
+    parts = (f"waiting on its DataLoader: {fmt(data * 1e3)} ms per step against {fmt(their_data * 1e3)} ms "
+             f"on the other ranks; the rest of its own work: {fmt(rest * 1e3)} ms against {fmt(their_rest * 1e3)} ms")
+    if cause == "data":
+        return f"It is slow because of its data ({parts})."
+    return f"It is slow in its own compute, not its data ({parts})."
+
+
+_CAUSES = {
+    "data": "The slow rank waits on its DataLoader: its shard is larger or slower to decode, its loader "
+            "has fewer workers, or its workers share CPU cores or storage with another job.",
+    "compute": "The slow rank's own work takes longer: it processes more data per step (uneven split), "
+               "does extra work the others skip (logging, EMA, metrics on rank 0), or runs on a slower "
+               "or shared device.",
+}
+_FIXES = {
+    "data": "Balance the data per rank (the same number and size of samples each step) and give every "
+            "rank the same loader settings (num_workers, pin_memory, persistent_workers) on its own cores; "
+            "move decoding out of the loop or cache it.",
+    "compute": "Give every rank the same work per step (DistributedSampler, bucketing by length), move "
+               "rank-0-only work out of the step or do it on every rank, and check the device for throttling "
+               "or other processes.",
+}

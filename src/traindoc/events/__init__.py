@@ -23,7 +23,7 @@ from traindoc.events.columns import scalars
 from traindoc.events.invariants import BatchShape, EvalBeforeTrain, FreezeSkipped, InitOverwritten, ScheduleEnd
 from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTerm, SchedulerStep
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
-from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankParams, RankTime
+from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankParams, RankTime
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
@@ -62,6 +62,7 @@ SIGNALS: dict[str, str] = {
     "rank_params": "fingerprints of the replicated parameters of every rank on sampled steps (live, several ranks)",
     "rank_time": "each rank's compute and collective-wait time on sampled steps (live, several ranks)",
     "rank_end": "how many steps each rank took and how it ended (live, several ranks)",
+    "rank_loss": "each rank's own training loss per step, compared across ranks (live, several ranks)",
     "batch_shape": "the samples drawn for each training batch and the batch dimension they were collated into (live, sampled steps)",
     "schedule": "LR schedulers with a known horizon and how many of its steps the run took (live, at the end)",
     "init": "parameters initialised several times while the model was built, the code that did it and the spread each left (live, from the script's start)",
@@ -76,7 +77,7 @@ Event = Union[
     Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
-    RankParams, RankTime, RankEnd, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
+    RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -110,6 +111,7 @@ EVENT_TYPES: dict[str, type] = {
     "rank_params": RankParams,
     "rank_time": RankTime,
     "rank_end": RankEnd,
+    "rank_loss": RankLoss,
     "collective_in_graph": CollectiveInGraph,
     "eval_before_train": EvalBeforeTrain,
     "batch_shape": BatchShape,
@@ -168,6 +170,6 @@ __all__ = [
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
-    "RankParams", "RankTime", "RankEnd", "CollectiveInGraph", "EvalBeforeTrain", "BatchShape", "ScheduleEnd", "InitOverwritten", "FreezeSkipped",
+    "RankParams", "RankTime", "RankEnd", "RankLoss", "CollectiveInGraph", "EvalBeforeTrain", "BatchShape", "ScheduleEnd", "InitOverwritten", "FreezeSkipped",
     "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

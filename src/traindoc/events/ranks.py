@@ -40,7 +40,9 @@ class RankTime:
     not counted): the median of ``compute_s``, from the end of an optimizer step to the next
     ``backward()`` (data loading and forward: the rank's own work, no DDP collective runs
     there), and of ``wait_s``, from that ``backward()`` to the end of the optimizer step (where
-    DDP's gradient all-reduce waits for the slowest rank). ``steps`` 0: none timed."""
+    DDP's gradient all-reduce waits for the slowest rank). ``data_s``: the median time, within
+    ``compute_s``, spent inside the DataLoader iterator's ``__next__`` (0 without a DataLoader).
+    ``steps`` 0: none timed."""
 
     step: int
     rank: int
@@ -48,7 +50,22 @@ class RankTime:
     compute_s: float
     wait_s: float
     steps: int = 0
+    data_s: float = 0.0
     signal: ClassVar[str] = "rank_time"
+
+
+@dataclass(frozen=True)
+class RankLoss:
+    """One rank's training loss on each step it took since its previous ``RankLoss`` (live;
+    ``steps[i]`` the optimizer step of ``values[i]``, the rank's own loss before any averaging
+    across ranks), sent on sampled steps so that rank 0 compares the ranks' losses step by step."""
+
+    step: int
+    rank: int
+    world_size: int
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+    signal: ClassVar[str] = "rank_loss"
 
 
 @dataclass(frozen=True)

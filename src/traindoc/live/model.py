@@ -15,7 +15,7 @@ import torch
 from traindoc.events import LOSS_INPUT, Activation, Event, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container
-from traindoc.live.ranks import is_shard  # traindoc-ranks
+from traindoc.live.ranks import is_shard, local_part  # traindoc-ranks
 
 if TYPE_CHECKING:
     from traindoc.live.session import Session
@@ -95,9 +95,9 @@ class ModelWatch:
                     else:
                         has_grad = p.grad is not None
                         if has_grad:
-                            grads.append(p.grad)
-                    stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
-                    tracked.append(p.detach())
+                            grads.append(local_part(p.grad))  # traindoc-ranks: a replicated DTensor
+                    stats.append(local_part(snap.after(p, self._init.get(p), measure.drive(opt, p))))
+                    tracked.append(local_part(p.detach()))
                     adam = measure.is_adam_family(opt, p)
                     rows.append((self.param_name(p), str(p.dtype), p.numel(), p.requires_grad,
                                  has_grad, gi, lr, adam))

@@ -4,10 +4,12 @@ Every rank observes itself (its own session, probes and detectors). On top of th
 script has joined a process group of two or more ranks:
 
 - on each sampled step (at the end of the round, ``Session.round_listeners``) each rank takes
-  a fingerprint of its replicated parameters (``fingerprint``) and of its step time, emits it
-  into its own stream and publishes it in the job's rendezvous store;
+  a fingerprint of its replicated parameters (``fingerprint``), its step time (with the part
+  spent in the DataLoader iterator) and its own loss on each step since the previous sampled
+  step, emits them into its own stream and publishes them in the job's rendezvous store;
 - rank 0 reads what the others published so far on its own sampled steps and feeds it to its
-  detectors (``rank-divergence``, ``straggler-rank``), so a finding fires within a sampled step;
+  detectors (``rank-divergence``, ``straggler-rank``, ``rank-loss-skew``), so a finding fires
+  within a sampled step;
 - at the end each rank publishes how it ended (steps, status) and its own findings; rank 0
   waits for them (bounded), adds the other ranks' findings to its report, marks every finding
   with the ranks it concerns (``evidence["ranks"]``) and writes the one report of the job.
@@ -39,7 +41,7 @@ from typing import Any, Mapping
 import torch
 
 from traindoc.engine import Report
-from traindoc.events import RankEnd, RankParams, RankTime
+from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scalar
 from traindoc.findings import Finding
 from traindoc.live.collectives import Collectives
 from traindoc.live.objects import ObjectMap
@@ -91,15 +93,21 @@ class Ranks:
         # end, the next backward] is data loading + forward (this rank's own work).
         self._t_round = time.perf_counter()
         self._t_stepped = 0.0
-        self._times: list[tuple[float, float]] = []  # (own work, backward + step) since the last sample
+        self._times: list[tuple[float, float, float]] = []  # (own work, backward + step, data) since the last sample
+        self._data = 0.0  # this round's time inside DataLoader iterators (training batches)
+        self._losses: list[tuple[int, float]] = []  # (step, this rank's loss) since the last sample
         self._handles: list[Any] = []
+        self._next_saved: Any = None  # DataLoader's __next__ before we wrapped it
+        self._next_wrapper: Any = None
 
     # ---- wiring --------------------------------------------------------------------------------
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.s.round_listeners.append(self._on_round)
+        self.s.event_listeners.append(self._on_event)
         self._handles.append(register_optimizer_step_post_hook(self._on_step))
+        self._wrap_loader()
         self._collectives.install()
         if self._spawn is not None:
             self._spawn.install()
@@ -107,9 +115,12 @@ class Ranks:
     def uninstall(self) -> None:
         if self._on_round in self.s.round_listeners:
             self.s.round_listeners.remove(self._on_round)
+        if self._on_event in self.s.event_listeners:
+            self.s.event_listeners.remove(self._on_event)
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._unwrap_loader()
         self._collectives.uninstall()
         if self._spawn is not None:
             self._spawn.uninstall()
@@ -117,6 +128,41 @@ class Ranks:
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._store is not None and not self._t_stepped:
             self._t_stepped = time.perf_counter()
+
+    def _on_event(self, event: Event) -> None:
+        # The session emits every step's loss at the flush of a sampled step, before that
+        # round's ``_on_round``: a window's losses are complete when it is published.
+        if type(event) is Scalar and event.name == "loss" and self._store is not None and not self._broken:
+            self._losses.append((event.step, event.value))
+
+    def _wrap_loader(self) -> None:
+        """Time the training batches drawn from DataLoader iterators (two clock reads a batch),
+        so that a slow rank's own work splits into waiting on its data and the rest."""
+        from torch.utils.data import dataloader
+
+        ranks = self
+        original = dataloader._BaseDataLoaderIter.__next__
+
+        def __next__(it: Any) -> Any:
+            if ranks._store is None or not torch.is_grad_enabled():  # no group yet, or evaluation
+                return original(it)
+            t0 = time.perf_counter()
+            try:
+                return original(it)
+            finally:
+                ranks._data += time.perf_counter() - t0
+
+        self._next_saved, self._next_wrapper = original, __next__
+        dataloader._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]
+
+    def _unwrap_loader(self) -> None:
+        """Put back what we wrapped, unless a probe that wrapped it before us has already put
+        back its own original (then ours went with it)."""
+        from torch.utils.data import dataloader
+
+        if self._next_wrapper is not None and dataloader._BaseDataLoaderIter.__next__ is self._next_wrapper:
+            dataloader._BaseDataLoaderIter.__next__ = self._next_saved  # type: ignore[method-assign]
+        self._next_saved = self._next_wrapper = None
 
     # ---- each sampled step ---------------------------------------------------------------------
     def _on_round(self, step: int) -> None:
@@ -129,9 +175,9 @@ class Ranks:
         stepped = self._t_stepped or now
         # Only steps with no sampled work on either side are timed: a sampled step carries
         # traindoc's own measurements, which are nobody's training time.
-        if not (self.s.sampled or self.s.next_sampled) and self._t_stepped:
-            self._times.append((now - stepped, stepped - self._t_round))
-        self._t_round, self._t_stepped = now, 0.0
+        if not (self.s.sampled or self.s.next_sampled) and self._t_stepped and not self._broken:
+            self._times.append((now - stepped, stepped - self._t_round, self._data))
+        self._t_round, self._t_stepped, self._data = now, 0.0, 0.0
         if self._broken or not self.s.sampled:
             return
         try:
@@ -147,10 +193,14 @@ class Ranks:
             times, self._times = self._times, []
             timing = RankTime(step=step, rank=self.rank, world_size=self.size, steps=len(times),
                               compute_s=statistics.median(t[0] for t in times) if times else 0.0,
-                              wait_s=statistics.median(t[1] for t in times) if times else 0.0)
-            for event in (params, timing):
+                              wait_s=statistics.median(t[1] for t in times) if times else 0.0,
+                              data_s=statistics.median(t[2] for t in times) if times else 0.0)
+            losses, self._losses = self._losses, []
+            loss = RankLoss(step=step, rank=self.rank, world_size=self.size,
+                            steps=tuple(s for s, _ in losses), values=tuple(v for _, v in losses))
+            for event in (params, timing, loss):
                 self.s.emit(event)
-            self._publish(params, timing)
+            self._publish(params, timing, loss)
             if self.rank == 0:
                 self._collect()
         except Exception as exc:  # never let traindoc break the user's training
@@ -181,9 +231,9 @@ class Ranks:
         self._store.add(f"n/{self.rank}", 0)  # the counter exists from now on (rank 0 checks it)
         return True
 
-    def _publish(self, params: RankParams, timing: RankTime) -> None:
+    def _publish(self, params: RankParams, timing: RankTime, loss: RankLoss) -> None:
         """One key per sampled step, then the counter: a reader that sees the count finds the key."""
-        payload = json.dumps({"params": _fields(params), "time": _fields(timing)})
+        payload = json.dumps({"params": _fields(params), "time": _fields(timing), "loss": _fields(loss)})
         self._store.set(f"fp/{self.rank}/{self._published}", payload)
         self._published += 1
         self._store.add(f"n/{self.rank}", 1)
@@ -208,7 +258,7 @@ class Ranks:
 
         for key, raw in zip(keys, self._store.multi_get(keys)):
             data = json.loads(raw)
-            for part in ("params", "time"):
+            for part in ("params", "time", "loss"):
                 self.s.engine.feed(from_dict(data[part]))  # not recorded: it is the other rank's
             self._store.delete_key(key)
 
@@ -345,6 +395,12 @@ def is_shard(p: Any) -> bool:
     return placements is not None and not all(type(pl).__name__ == "Replicate" for pl in placements)
 
 
+def local_part(t: Any) -> Any:
+    """This rank's local tensor of a DTensor (replicated ones hold the whole value), ``t``
+    itself otherwise: plain tensors and DTensors cannot meet in one ``torch.stack``."""
+    return t.to_local() if type(t) is not torch.Tensor and hasattr(t, "to_local") else t
+
+
 def _local(p: Any) -> torch.Tensor | None:
     """The tensor every rank should hold alike, or None for a shard."""
     if is_shard(p):
@@ -397,4 +453,4 @@ def _timeout() -> float:
         return DEFAULT_TIMEOUT_S
 
 
-__all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "world"]
+__all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "local_part", "world"]
