@@ -1,4 +1,4 @@
-"""clipping-every-step: clip_grad_norm_ clips nearly every step by a large factor."""
+"""clipping-every-step: gradient clipping clips nearly every step by a large factor."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class ClippingEveryStep:
         self._ratios = Thinned()  # norm / max_norm, a bounded sample spread over the run
         self._first: int | None = None
         self._max_norm = 0.0
+        self._via = "clip_grad_norm_"  # what clipped, as the user wrote it
         self._where = ""
         self._fired = False
         self._clipped = 0
@@ -52,7 +53,7 @@ class ClippingEveryStep:
             return
         if self._first is None:
             self._first = event.step
-        self._max_norm, self._where = event.max_norm, event.where or self._where
+        self._max_norm, self._where, self._via = event.max_norm, event.where or self._where, event.via
         ratio = event.norm / event.max_norm
         self._ratios.append(ratio)
         self._clipped += ratio > 1.0
@@ -68,7 +69,7 @@ class ClippingEveryStep:
         """Its history survives a resume: the calls before it count towards min_calls."""
         r = self._ratios
         return {"ratios": [r.cap, r.stride, r.count, list(r.values)], "first": self._first,
-                "max_norm": self._max_norm, "where": self._where, "fired": self._fired,
+                "max_norm": self._max_norm, "where": self._where, "via": self._via, "fired": self._fired,
                 "clipped": self._clipped, "next_check": self._next_check}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -76,6 +77,7 @@ class ClippingEveryStep:
         r.cap, r.stride, r.count, values = state["ratios"]
         r.values = [float(v) for v in values]
         self._first, self._max_norm, self._where = state["first"], state["max_norm"], state["where"]
+        self._via = str(state.get("via", self._via))
         self._fired, self._clipped, self._next_check = state["fired"], state["clipped"], state["next_check"]
 
     def finish(self) -> Iterator[Finding]:
@@ -96,7 +98,7 @@ class ClippingEveryStep:
         return finding(
             self.id, step=self._first,
             message=(
-                f"clip_grad_norm_(max_norm={fmt(self._max_norm)}) clipped {rate:.0%} of {n} calls; "
+                f"{self._via} (max_norm={fmt(self._max_norm)}) clipped {rate:.0%} of {n} calls; "
                 f"the median gradient norm was {fmt(med)}x max_norm (thresholds: {self.config.rate:.0%} "
                 f"of calls, {fmt(self.config.factor)}x)."
             ),

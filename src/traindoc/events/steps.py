@@ -197,12 +197,15 @@ class Activation:
 
 @dataclass(frozen=True)
 class Clip:
-    """A clip_grad_norm_ call: the total norm before clipping and the max_norm asked for."""
+    """A clipping: the total norm before clipping and the max_norm asked for. ``via``: what
+    clipped, as the user wrote it (``clip_grad_norm_``, ``clip_grads_with_norm_``, FSDP's,
+    DeepSpeed's ``gradient_clipping``)."""
 
     step: int
     norm: float
     max_norm: float
     where: str = ""
+    via: str = "clip_grad_norm_"
     signal: ClassVar[str] = "clip"
 
 @dataclass(frozen=True)

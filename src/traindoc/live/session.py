@@ -418,7 +418,8 @@ class Session:
         return not any(leaf is p for opt in self.optimizers() for g in opt.param_groups for p in g["params"])
 
     # ---- clip, batches, classification, casts -------------------------------------------------
-    def on_clip(self, total_norm: Any, max_norm: float, step: int | None = None) -> None:
+    def on_clip(self, total_norm: Any, max_norm: float, step: int | None = None,
+                via: str = "clip_grad_norm_") -> None:
         """A clipping: the total norm before it and max_norm, at ``step`` (default: now; a
         framework that reports its norm after the optimizer stepped gives the step it took)."""
         if not isinstance(total_norm, torch.Tensor):
@@ -431,7 +432,7 @@ class Session:
         self._clipped.add(step)
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where)
+            yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via)
             yield Scalar(step=step, name="grad_norm", value=vals[0])
 
         self.defer(total_norm.detach(), decode)

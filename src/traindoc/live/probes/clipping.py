@@ -148,7 +148,7 @@ class ClippingProbe:
             norm = local_norm(norm)
             if norm is None:
                 return
-        self.s.on_clip(norm, max_norm, step=step)
+        self.s.on_clip(norm, max_norm, step=step, via="DeepSpeed's gradient_clipping")
 
     def _wrap_fsdp(self, orig: Any) -> Any:
         probe = self
@@ -159,7 +159,8 @@ class ClippingProbe:
             handles = getattr(module, "_all_handles", None)
             # Nothing sharded: FSDP called torch's clip_grad_norm_ (counted by the core probe).
             if handles and any(getattr(h, "uses_sharded_strategy", False) for h in handles):
-                probe._patcher.guard(probe.name, probe._on_clip, total, max_norm)
+                probe._patcher.guard(probe.name, probe._on_clip, total, max_norm,
+                                     "FullyShardedDataParallel.clip_grad_norm_")
             return total
 
         return clip_grad_norm_
@@ -171,12 +172,12 @@ class ClippingProbe:
         def clip_grads_with_norm_(parameters: Any, max_norm: float, total_norm: Any, *args: Any,
                                   **kwargs: Any) -> Any:
             out = orig(parameters, max_norm, total_norm, *args, **kwargs)
-            probe._patcher.guard(probe.name, probe._on_clip, total_norm, max_norm)
+            probe._patcher.guard(probe.name, probe._on_clip, total_norm, max_norm, "clip_grads_with_norm_")
             return out
 
         return clip_grads_with_norm_
 
-    def _on_clip(self, total_norm: Any, max_norm: float) -> None:
+    def _on_clip(self, total_norm: Any, max_norm: float, via: str) -> None:
         norm = local_norm(total_norm)
         if norm is None:
             return
@@ -184,4 +185,4 @@ class ClippingProbe:
         if this == self._last:
             return  # another parameter group of the clipping just counted
         self._last, self._last_norm = this, norm
-        self.s.on_clip(norm, float(max_norm))
+        self.s.on_clip(norm, float(max_norm), via=via)
