@@ -4,14 +4,13 @@ Lightning callback's state in a checkpoint that loads with ``weights_only=True``
 The case needs history across the split: clipping-every-step judges at 30 clip calls, and each
 half of a 40-step fit clips 20 times. One uninterrupted fit finds it; a fit stopped at step 20
 (checkpoint written during training by ModelCheckpoint) and resumed finds the same thing with
-the same evidence; the same resume without the engine's state does not."""
+the same evidence; the same resume without the engine's state does not. The resumed fit's
+steps go on from the restored global step. (Each detector's state round-trip, and the same
+comparison on many recorded streams split at several points: tests/test_resume_detectors.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
-import io
-import json
-import runpy
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 import torch
 
 import traindoc
-from traindoc.detectors import DETECTORS
 from traindoc.engine import Engine
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
@@ -28,7 +26,10 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
 ZOO = Path(__file__).resolve().parents[2] / "zoo"
 
 
-def fit(tmp: Path, max_steps: int, resume: Path | None = None, restore: bool = True) -> list[Any]:
+def fit(tmp: Path, max_steps: int, resume: Path | None = None, restore: bool = True,
+        nan_from: int | None = None) -> traindoc.lightning.TraindocCallback:
+    """A 20-batch-per-epoch regression fit with clipping; ``nan_from``: the loss is NaN from
+    that global step on."""
     import lightning as L
     import torch.nn as nn
     import torch.nn.functional as F
@@ -44,7 +45,8 @@ def fit(tmp: Path, max_steps: int, resume: Path | None = None, restore: bool = T
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, y = batch
-            return F.mse_loss(self.net(x), y)
+            loss = F.mse_loss(self.net(x), y)
+            return loss * float("nan") if nan_from is not None and self.global_step >= nan_from else loss
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=1e-4)
@@ -55,7 +57,7 @@ def fit(tmp: Path, max_steps: int, resume: Path | None = None, restore: bool = T
     y = 100.0 * torch.randn(320, 1, generator=g)  # large targets: the gradient norm is ~100x max_norm
     callback = traindoc.lightning.TraindocCallback()
     if not restore:
-        callback.load_state_dict = lambda state: None  # type: ignore[method-assign]
+        callback.load_state_dict = lambda state_dict: None  # type: ignore[method-assign]
     trainer = L.Trainer(
         max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
         enable_model_summary=False, gradient_clip_val=1.0, default_root_dir=str(tmp),
@@ -63,11 +65,11 @@ def fit(tmp: Path, max_steps: int, resume: Path | None = None, restore: bool = T
     )
     trainer.fit(Regressor(), DataLoader(TensorDataset(x, y), batch_size=16), ckpt_path=resume,
                 weights_only=True)
-    return callback.findings
+    return callback
 
 
 def test_a_resumed_fit_finds_what_an_uninterrupted_one_finds(tmp_path: Path) -> None:
-    whole = {f.id: f for f in fit(tmp_path / "whole", 40)}
+    whole = {f.id: f for f in fit(tmp_path / "whole", 40).findings}
     assert "clipping-every-step" in whole
     assert whole["clipping-every-step"].evidence["calls"] == 40
 
@@ -75,43 +77,26 @@ def test_a_resumed_fit_finds_what_an_uninterrupted_one_finds(tmp_path: Path) -> 
     ckpt = tmp_path / "split" / "epoch=0-step=20.ckpt"
     state = torch.load(ckpt, weights_only=True)["callbacks"]["TraindocCallback"]["engine"]
     assert state["detectors"]["clipping-every-step"]
-    resumed = {f.id: f for f in fit(tmp_path / "split", 40, resume=ckpt)}
+    resumed = {f.id: f for f in fit(tmp_path / "split", 40, resume=ckpt).findings}
     assert resumed.keys() == whole.keys()
     assert resumed["clipping-every-step"].step == whole["clipping-every-step"].step == 0
     assert resumed["clipping-every-step"].evidence == whole["clipping-every-step"].evidence
 
-    fresh = {f.id for f in fit(tmp_path / "split", 40, resume=ckpt, restore=False)}
+    fresh = {f.id for f in fit(tmp_path / "split", 40, resume=ckpt, restore=False).findings}
     assert "clipping-every-step" not in fresh  # 20 calls after the resume: the history mattered
 
 
-STATEFUL = [cls for cls in DETECTORS if hasattr(cls, "state_dict")]
-
-
-@pytest.mark.parametrize("cls", STATEFUL, ids=[c.id for c in STATEFUL])
-def test_each_stateful_detector_round_trips_through_weights_only(cls: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On each of its examples that must fire (a zoo case, run live), the detector's state in
-    the engine's state, saved with torch.save and loaded with weights_only=True into a fresh
-    engine, gives the same state back and the same findings."""
-    cases = [e.source for e in cls.examples if e.source.startswith("zoo/") and e.fires_at is not None]
-    assert cases, f"{cls.id}: no zoo example to take its state from"
-    script = str(ZOO.parent / cases[0])
-    monkeypatch.setattr("sys.argv", [script])
-    with traindoc.watch(announce=False, select=[cls.id]) as doc:
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit:
-            pass
-        engine: Engine = doc.session.engine
-        state = engine.state_dict()
-    assert cls.id in state["detectors"], "its state_dict() must return plain data"
-    buf = io.BytesIO()
-    torch.save({"traindoc": state}, buf)
-    buf.seek(0)
-    loaded = torch.load(buf, weights_only=True)["traindoc"]
-    again = Engine([cls()])
-    again.load_state_dict(loaded)
-    assert json.dumps(again.state_dict()) == json.dumps(state)
-    assert [f.to_dict() for f in again.findings] == state["findings"] != []
+def test_a_resumed_fit_quotes_the_users_step_numbers(tmp_path: Path) -> None:
+    """Steps go on from the restored global step: a NaN loss from step 30 is found at step 30
+    in a fit resumed at step 20, as in one uninterrupted fit (the resumed process's own count
+    would say 10), and the run's step count is the fit's."""
+    whole = fit(tmp_path / "whole", 40, nan_from=30)
+    fit(tmp_path / "split", 20)
+    resumed = fit(tmp_path / "split", 40, resume=tmp_path / "split" / "epoch=0-step=20.ckpt", nan_from=30)
+    steps = {f.id: f.step for f in resumed.findings}
+    assert steps["nonfinite"] == {f.id: f.step for f in whole.findings}["nonfinite"] == 30
+    assert resumed.report is not None and whole.report is not None
+    assert resumed.report.run["steps"] == whole.report.run["steps"] == 40
 
 
 def test_a_state_that_does_not_fit_leaves_the_detector_fresh() -> None:
@@ -121,3 +106,49 @@ def test_a_state_that_does_not_fit_leaves_the_detector_fresh() -> None:
     before = dict(vars(det))
     Engine([det]).load_state_dict({"version": 1, "detectors": {"clipping-every-step": {"ratios": "?"}}})
     assert vars(det).keys() == before.keys() and det._ratios is before["_ratios"]
+
+
+def hf_train(out: Path, max_steps: int, resume: str | None = None, nan_from: int | None = None) -> Any:
+    """A tiny regression through HF's Trainer (checkpoints every 5 steps); ``nan_from``: the loss
+    is NaN from that global step on."""
+    import torch.nn as nn
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    import traindoc.hf
+
+    class Regressor(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+            self.poisoned = False
+
+        def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            loss = nn.functional.mse_loss(self.net(x), labels)
+            return {"loss": loss * float("nan") if self.poisoned else loss}
+
+    class Poison(TrainerCallback):
+        def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            model.poisoned = nan_from is not None and state.global_step >= nan_from
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    data = [{"x": x, "labels": y} for x, y in zip(torch.randn(160, 8, generator=g), torch.randn(160, 1, generator=g))]
+    callback = traindoc.hf.TraindocCallback()
+    args = TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=8,
+                             save_steps=5, logging_steps=5, report_to="none", use_cpu=True,
+                             learning_rate=1e-2, seed=0)
+    Trainer(model=Regressor(), args=args, train_dataset=data, callbacks=[Poison(), callback]).train(
+        resume_from_checkpoint=resume)
+    return callback
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_a_resumed_hf_training_quotes_the_users_step_numbers(tmp_path: Path) -> None:
+    """HF Trainer resumed from its checkpoint at step 5: a NaN loss from step 7 is found at
+    step 7, as in one uninterrupted training (the resumed process's own count would say 2)."""
+    whole = hf_train(tmp_path / "whole", 10, nan_from=7)
+    hf_train(tmp_path / "split", 5)
+    resumed = hf_train(tmp_path / "split", 10, resume=str(tmp_path / "split" / "checkpoint-5"), nan_from=7)
+    assert {f.id: f.step for f in resumed.findings}["nonfinite"] == \
+        {f.id: f.step for f in whole.findings}["nonfinite"] == 7
+    assert resumed.report.run["steps"] == whole.report.run["steps"] == 10

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import AutocastCheck, Event
 from traindoc.findings import Finding
@@ -60,6 +61,11 @@ _FIX = {
 }
 
 
+# What carries over a resume (Engine.state_dict): the sampled steps checked and those that ran
+# matmuls in float32 (counts towards confirm), the first and latest of them.
+_CARRIED = ("_bad", "_checked", "_first", "_last")
+
+
 class AutocastBypassed:
     """On at least ``confirm`` sampled steps of a mixed-precision run (an autocast region was
     active in a training forward, or a GradScaler scaled the loss), matmul-heavy modules
@@ -92,6 +98,13 @@ class AutocastBypassed:
         self._last: AutocastCheck | None = None
         self._bad = 0
         self._checked = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, AutocastCheck)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Classification, Event
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): whether the first loss was judged already: a
+# resumed run's first loss is not the initial one.
+_CARRIED = ("_done",)
 
 
 class BadInitialLoss:
@@ -32,6 +38,13 @@ class BadInitialLoss:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._done = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Classification)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding
 from traindoc.events import BatchShape, Event
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the collapsed batches in a row so far (at most
+# confirm) and whether it fired.
+_CARRIED = ("_run", "_fired")
 
 
 class BatchCollapse:
@@ -42,6 +48,13 @@ class BatchCollapse:
         self.config = config or self.Config()
         self._run: list[BatchShape] = []  # collapsed batches in a row
         self._fired = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, BatchShape)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding
 from traindoc.events import Checkpoint, Event, GradScale, RunStart, ScaledClip, SchedulerStep
 from traindoc.findings import Finding
@@ -36,6 +37,11 @@ ENTRY = {
     "buffers": "'model': model.state_dict() (it holds every parameter, frozen ones included, and "
                "the buffers; named_parameters() filtered on requires_grad holds neither)",
 }
+
+
+# What carries over a resume (Engine.state_dict): the training checkpoints written (the first 64),
+# and whether the run steps a GradScaler or LR schedulers (their classes).
+_CARRIED = ("_ckpts", "_scaler", "_schedulers")
 
 
 class CheckpointIncomplete:
@@ -99,6 +105,13 @@ class CheckpointIncomplete:
         self._scaler = False  # live: the run steps an AMP GradScaler
         self._live = False  # the stream comes from a live run (it knows which schedulers step)
         self._schedulers: set[str] = set()  # live: LR scheduler classes the run stepped
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return {**_carry.save(self, _CARRIED), "_ckpts": _carry.encode(self._ckpts[:64])}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Checkpoint):

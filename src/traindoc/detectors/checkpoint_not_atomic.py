@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, SaveFile
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the files saved and not yet moved into place
+# (the latest 64 paths: a later save over one of them is the failure) and the first save in place.
+_CARRIED = ("_direct", "_first", "_steps", "_others", "_overwrote_existing")
 
 
 class CheckpointNotAtomic:
@@ -37,6 +43,14 @@ class CheckpointNotAtomic:
         self._steps: Head[int] = Head(50)  # the saves at its path: how many, the first 50 steps
         self._others: set[str] = set()  # other paths saved over in place
         self._overwrote_existing = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        latest = dict(list(self._direct.items())[-64:])
+        return {**_carry.save(self, _CARRIED), "_direct": _carry.encode(latest)}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, SaveFile)

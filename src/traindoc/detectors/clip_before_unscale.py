@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Optimizer, ScaledClip
 from traindoc.findings import EvidenceValue, Finding
 
 _ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adagrad", "RMSprop", "Adafactor", "Lion")
+
+
+# What carries over a resume (Engine.state_dict): the clips of still-scaled gradients (how many,
+# the first 200) and the optimizer quoted.
+_CARRIED = ("_calls", "_count", "_optimizer", "_lr")
 
 
 class ClipBeforeUnscale:
@@ -37,6 +43,13 @@ class ClipBeforeUnscale:
         self._count = 0
         self._optimizer = ""
         self._lr: float | None = None
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -5,11 +5,18 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Backward, Event, ParamStats
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the recent steps' losses, the counts of flagged
+# steps, their values and call sites (all bounded), and the sampled steps still to judge.
+_CARRIED = ("_recent", "_values", "_sites", "_constant", "_zero_grad", "_last_constant", "_first",
+            "_grad_sq", "_with_grad", "_steps", "_sampled")
 
 
 class ConstantLoss:
@@ -48,6 +55,13 @@ class ConstantLoss:
         self._with_grad: Counter[int] = Counter()
         self._steps = 0
         self._sampled = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Backward):

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding
 from traindoc.events import Activation, Event
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): each module's latest measurement and the step
+# where it fired (the evidence at the end).
+_CARRIED = ("_latest", "_first")
 
 
 class DeadRelu:
@@ -37,6 +43,13 @@ class DeadRelu:
         self.config = config or self.Config()
         self._latest: dict[str, Activation] = {}
         self._first: int | None = None
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Activation)

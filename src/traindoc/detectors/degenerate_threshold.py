@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
@@ -16,6 +17,13 @@ _PRECISION = ("metric.val_precision", "metric.eval_precision", "metric.precision
               "metric.train_precision", "metric.valid_precision")
 # Measured live from the evaluation's binary loss calls (live/probes/eval_metrics.py).
 _SCORES = ("val_pos_rate", "val_base_rate", "val_max_score")
+
+
+# What carries over a resume (Engine.state_dict): the first and latest losses, each F1's best and
+# current stretch of zeros (one entry per evaluation), and the measured scores of the latest
+# evaluations.
+_CARRIED = ("_first", "_last", "_best", "_zeros", "_precision_nan", "_fired", "_scores",
+            "_none_cross", "_latest")
 
 
 class DegenerateThreshold:
@@ -71,6 +79,13 @@ class DegenerateThreshold:
         self._scores: dict[int, dict[str, float]] = {}
         self._none_cross: list[int] = []
         self._latest: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

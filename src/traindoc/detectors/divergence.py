@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
@@ -15,6 +16,11 @@ if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face s
     import numpy as np
 
     from traindoc.detectors import _vector as vec
+
+
+# What carries over a resume (Engine.state_dict): the smoothing window, the initial, best, latest
+# and peak levels, and where it fired.
+_CARRIED = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_phase")
 
 
 class Divergence:
@@ -60,6 +66,13 @@ class Divergence:
         self._last = math.nan  # the latest smoothed loss
         self._peak = -math.inf
         self._fired: tuple[int, float, str] | None = None
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point, as a column of one (the engine sends columns)."""

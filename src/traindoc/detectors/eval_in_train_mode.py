@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, names
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, EvalPass
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the evaluations that ran in train mode (how
+# many, the first 20) and evaluations in all.
+_CARRIED = ("_bad", "_phases")
 
 
 class EvalInTrainMode:
@@ -35,6 +41,13 @@ class EvalInTrainMode:
         self.config = config or self.Config()
         self._bad: Head[EvalPass] = Head(20)  # evaluations in train mode: how many, the first 20
         self._phases = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, EvalPass)

@@ -5,12 +5,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the window of Gini values, the router entropy,
+# and where it fired, peaked and ended.
+_CARRIED = ("_recent", "_entropy", "_entropy_at_fire", "_fired", "_last", "_peak", "_high")
 
 
 class ExpertCollapse:
@@ -54,6 +60,13 @@ class ExpertCollapse:
         self._last: tuple[int, float] = (0, math.nan)
         self._peak: tuple[int, float] = (0, -math.inf)
         self._high = 0  # logged values at or above the threshold since firing
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, ParamStats, Scalar, Series
@@ -13,6 +14,12 @@ from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
     import numpy as np
+
+
+# What carries over a resume (Engine.state_dict): the first norms (the growth reference), the
+# running streak, the median sample and the latest per-parameter measurements.
+_CARRIED = ("_grad_sq", "_param_sq", "_share", "_early", "_last_step", "_n", "_first", "_top", "_last",
+            "_sample", "_streak", "_streak_start", "_fired", "_reference")
 
 
 class ExplodingGradients:
@@ -84,6 +91,13 @@ class ExplodingGradients:
         self._streak_start = 0  # ... from this step
         self._fired: int | None = None  # the step where the streak that fired began
         self._reference = ("", math.nan)  # what the norm was compared with where it fired
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, ParamStats):

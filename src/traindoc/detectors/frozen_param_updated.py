@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, FreezeSkipped, Optimizer, ParamStats
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the optimizers' groups, the frozen parameters
+# that moved, and the freezes that never ran.
+_CARRIED = ("_opt", "_moved", "_skipped", "_unfrozen")
 
 
 class FrozenParamUpdated:
@@ -36,6 +42,13 @@ class FrozenParamUpdated:
         self._moved: dict[str, tuple[int, float, int]] = {}
         self._skipped: dict[str, FreezeSkipped] = {}  # parameter -> the freeze that never ran
         self._unfrozen: dict[str, tuple[int, float]] = {}  # of those, moved: (step, change)
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

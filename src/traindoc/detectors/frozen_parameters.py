@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): which parameters got gradients and how far each
+# moved, their optimizer groups' LRs and the span of steps (judged at the end over the whole run).
+_CARRIED = ("_lr", "_opt", "_info", "_moved", "_graded", "_first_step", "_last_step", "_diff")
 
 
 class FrozenParameters:
@@ -40,6 +46,13 @@ class FrozenParameters:
         self._first_step: int | None = None
         self._last_step = 0
         self._diff = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

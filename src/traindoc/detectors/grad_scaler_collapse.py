@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, GradScale, Optimizer
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the scale's history, the skip window and counts,
+# and whether the initial back-off is over (a restored GradScaler does not back off again).
+_CARRIED = ("_recent", "_calibrating", "_initial_skips", "_updates", "_skipped", "_initial",
+            "_scale", "_lowest", "_series", "_nan", "_inf", "_optimizer", "_lr", "_where",
+            "_first", "_why", "_fall_start")
 
 
 class GradScalerCollapse:
@@ -64,6 +72,13 @@ class GradScalerCollapse:
         self._first: int | None = None
         self._why = ""
         self._fall_start: int | None = None  # first skip since the scale last grew
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import Ema, robust_z
 from traindoc.events import Event, Scalar, Series, Phase
@@ -16,6 +17,11 @@ SHOWN = 20  # spikes kept for the evidence (the rest are counted)
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+# What carries over a resume (Engine.state_dict): the moving average, its window and the spikes so
+# far (the first loss sets the rise that counts).
+_CARRIED = ("_ema", "_recent", "_first", "_seen", "_spikes", "_count", "_pending", "_phase")
 
 
 class LossSpike:
@@ -69,6 +75,14 @@ class LossSpike:
         self._count = 0  # ... of this many
         self._pending: tuple[int, float, float] | None = None  # a jump awaiting recovery
         self._unfolded: np.ndarray | None = None  # points that entered the average, not yet _ema
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        self._fold()  # the average of the points taken in so far
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point: the judgement itself (the rollback guard feeds its own instance

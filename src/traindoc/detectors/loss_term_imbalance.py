@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, LossTerm
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the step being gathered (its rows), the current
+# streak (at most confirm steps) and the streak that fired, in its bounded summary.
+_CARRIED = ("_step", "_rows", "_streak", "_measured", "_fired")
 
 
 class LossTermImbalance:
@@ -53,6 +59,13 @@ class LossTermImbalance:
         self._streak: list[tuple[int, str, list[LossTerm]]] = []
         self._fired: _Streak | None = None
         self._measured = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED, (_Streak,))
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, LossTerm)

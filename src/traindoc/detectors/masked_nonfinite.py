@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Head
 from traindoc.events import REPLACED, Activation, Backward, Event
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the non-finite outputs of the steps not yet
+# past, and the masked steps (how many, the first 20).
+_CARRIED = ("_nan_out", "_first_module", "_checked", "_at", "_masked")
 
 
 class MaskedNonfinite:
@@ -41,6 +47,13 @@ class MaskedNonfinite:
         self._checked: set[int] = set()
         self._at: int | None = None  # the step of the latest backward()
         self._masked: Head[tuple[int, float, str]] = Head(20)  # (step, value, call site)
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):

@@ -6,12 +6,18 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): each metric's smoothing window and its initial,
+# best, latest and peak levels.
+_CARRIED = ("_tracks",)
 
 
 @dataclass
@@ -69,6 +75,13 @@ class MetricDivergence:
             self.needs = frozenset(self.config.watch)  # type: ignore[misc]  # see above
             self.uses = frozenset({"val_loss"}) - self.needs
         self._tracks: dict[str, _Track] = {}
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED, (_Track,))
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

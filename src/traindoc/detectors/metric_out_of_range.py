@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
@@ -21,6 +22,11 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
 def _outside(x: float, lo: float | None, hi: float | None) -> float:
     """How far x lies outside [lo, hi]."""
     return max(lo - x if lo is not None else 0.0, x - hi if hi is not None else 0.0, 0.0)
+
+
+# What carries over a resume (Engine.state_dict): each signal's first and worst value outside its
+# range and how many.
+_CARRIED = ("_out",)
 
 
 @dataclass
@@ -56,6 +62,13 @@ class MetricOutOfRange:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._out: dict[str, _Out] = {}
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED, (_Out,))
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

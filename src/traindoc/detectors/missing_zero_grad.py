@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): each optimizer's current run of uncleared steps
+# (at most confirm) and the run that fired, in its bounded summary.
+_CARRIED = ("_streak", "_fired", "_open")
 
 
 class MissingZeroGrad:
@@ -43,6 +49,13 @@ class MissingZeroGrad:
         self._streak: dict[int, list[GradAccumulation]] = {}
         self._fired: _Run | None = None  # the run that fired, as long as it goes on
         self._open: int | None = None  # the optimizer whose uncleared run is still going on
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED, (_Run,))
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, GradAccumulation)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, RunStart, Scalar, Series
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the latest logged loss and norm, the hidden
+# steps (counts, the first few and the current streak, at most consecutive long before it fires).
+_CARRIED = ("_loss", "_norm", "_judged", "_streak", "_hidden", "_zero", "_fired", "_shown", "_live")
 
 
 class NanHiddenByLogging:
@@ -52,6 +58,15 @@ class NanHiddenByLogging:
         self._fired: list[tuple[int, float, float]] | None = None
         self._shown: list[tuple[int, float, float]] = []  # the first few, for the message
         self._live = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``; of the streak, what fires: its last
+        ``consecutive`` steps)."""
+        streak = _carry.encode(self._streak[-self.config.consecutive:])
+        return {**_carry.save(self, _CARRIED), "_streak": streak}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         if isinstance(event, RunStart):

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the step being gathered, which parameters got a
+# gradient and which never did, the measured steps (counts towards confirm), and the optimizers
+# whose parameters are all frozen.
+_CARRIED = ("_step", "_rows", "_counted", "_got", "_never", "_numel", "_first", "_fired",
+            "_frozen", "_frozen_steps", "_frozen_fired", "_cls")
 
 
 class NoGradient:
@@ -54,6 +62,13 @@ class NoGradient:
         self._frozen_steps: dict[int, int] = {}
         self._frozen_fired: set[int] = set()
         self._cls: dict[int, str] = {}
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, EvalPass
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the evaluations checked and whether it fired.
+_CARRIED = ("_checked", "_fired")
 
 
 class NondeterministicEval:
@@ -39,6 +44,13 @@ class NondeterministicEval:
         self.config = config or self.Config()
         self._checked = 0
         self._fired = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, EvalPass)

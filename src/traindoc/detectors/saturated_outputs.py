@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import LOSS_INPUT, Activation, Event
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): each output's counts and recent spreads (deques
+# of 64), and which one fired.
+_CARRIED = ("_outputs",)
 
 
 class SaturatedOutputs:
@@ -38,6 +44,17 @@ class SaturatedOutputs:
         self.config = config or self.Config()
         self._outputs: dict[str, _Output] = {}  # one per output: the model's, the loss's input
         self._fired: _Output | None = None
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``; the output that fired by its name)."""
+        fired = self._fired.module if self._fired is not None else None
+        return {**_carry.save(self, _CARRIED), "fired": fired}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        state = dict(state)
+        fired = state.pop("fired")
+        _carry.load(self, state, _CARRIED, (_Output,))
+        self._fired = self._outputs[str(fired)] if fired is not None else None
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Activation)

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, RunEnd, Scalar, ScheduleEnd
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the best validation loss and the evaluations
+# since (an early stop is judged on the whole run); the schedule's end and the run's status come
+# at the end.
+_CARRIED = ("_best", "_since_best", "_evals")
 
 
 class ScheduleUnfinished:
@@ -46,6 +53,13 @@ class ScheduleUnfinished:
         self._best: float | None = None
         self._since_best = 0  # evaluations since the best validation loss
         self._evals = 0
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, ScheduleEnd):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, Scalar, SchedulerStep, Series
 from traindoc.findings import Finding
@@ -39,6 +40,11 @@ def cosine_offset(lrs: list[float]) -> tuple[float, float, float, float, float] 
     peak = max(lrs)
     resid = max(abs(a - b * math.cos(w * (k + s)) - v) for k, v in enumerate(lrs)) / peak
     return s, a, b, w, resid
+
+
+# What carries over a resume (Engine.state_dict): the warmup's LRs so far (at most max_points) and
+# whether it was judged: a resumed run's first LRs are not a warmup.
+_CARRIED = ("_lrs", "_first_step", "_last_step", "_interval", "_done", "_live_fired")
 
 
 class SchedulerBeforeOptimizer:
@@ -92,6 +98,13 @@ class SchedulerBeforeOptimizer:
         self._interval = 0  # steps between logged LRs (0: fewer than two yet)
         self._done = False
         self._live_fired = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         if isinstance(event, SchedulerStep):

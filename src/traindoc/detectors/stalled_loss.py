@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the smoothing window and the initial and best
+# levels since the first step (judged at the end, over the whole run).
+_CARRIED = ("_tail", "_first_step", "_last_step", "_initial", "_best", "_phase")
 
 
 class StalledLoss:
@@ -51,6 +57,13 @@ class StalledLoss:
         self._last_step = 0
         self._initial: float | None = None  # the first smoothed loss
         self._best: float | None = None  # the lowest smoothed loss
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point, as a column of one (the engine sends columns)."""

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
 
 FP32_EPS = 2.0 ** -23  # relative spacing of float32 (fp64 is finer: no rounding concern there)
+
+
+# What carries over a resume (Engine.state_dict): the optimizers seen moving their parameters, the
+# no-op steps per optimizer (counts towards confirm, the first 20) and the step being gathered.
+_CARRIED = ("_cls", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
 
 
 class StepNoOp:
@@ -57,6 +63,13 @@ class StepNoOp:
         self._no_ops: dict[int, list[int]] = {}  # optimizer -> its first 20 no-op steps
         self._count: dict[int, int] = {}  # optimizer -> no-op steps in all
         self._fired: Finding | None = None
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Classification, Event, Optimizer, ParamStats, Scalar, StateLoad
@@ -25,6 +26,13 @@ _ENDS = 10  # losses (and cross-entropy values) at each end of the run compared 
 
 
 _KEEP = 1024  # sampled parameter-steps kept per group (evenly spread over the run)
+
+
+# What carries over a resume (Engine.state_dict): the update ratios per parameter group (bounded
+# samples), their LRs and peaks, the first and latest losses, and whether the run started from
+# trained weights.
+_CARRIED = ("_opt", "_lr", "_ratios", "_peak", "_moved", "_span", "_first", "_last", "_losses",
+            "_lr_at", "_ce", "_resumed")
 
 
 class TinyUpdates:
@@ -93,6 +101,13 @@ class TinyUpdates:
         self._lr_at: dict[int, float] = {}  # step -> the ``lr`` signal (optimizer 0, group 0)
         self._ce: list[tuple[float, int]] = []  # the first cross-entropy values, with their classes
         self._resumed = False  # optimizer state was loaded
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Scalar):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Sequence
+from typing import ClassVar, Iterable, Mapping, Sequence
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, Scalar
@@ -26,6 +27,13 @@ _CAP = 512  # evaluations after the best kept (evenly spread); exact below this
 
 def _columns() -> tuple[Thinned, Thinned, Thinned]:
     return Thinned(_CAP), Thinned(_CAP), Thinned(_CAP)
+
+
+# What carries over a resume (Engine.state_dict): the training loss since the last evaluation, the
+# best validation loss and the evaluations after it (bounded samples), the streak and where it
+# fired.
+_CARRIED = ("_sum", "_count", "_last_train", "_best", "_before_best", "_after", "_last", "_recent",
+            "_fired", "_streak", "_stats")
 
 
 class TrainValDivergence:
@@ -81,6 +89,13 @@ class TrainValDivergence:
         self._fired: int | None = None
         self._streak = 0  # consecutive evaluations that met the conditions
         self._stats: dict[str, float] = {}
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the steps that showed it (how many, the first
+# 10; counts towards confirm) and the steps judged.
+_CARRIED = ("_hits", "_judged", "_fired")
 
 
 class UnscaledGradAccumulation:
@@ -55,6 +61,13 @@ class UnscaledGradAccumulation:
         self._hits: Head[GradAccumulation] = Head(10)  # steps that showed it: how many, the first 10
         self._judged = 0
         self._fired = False
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, GradAccumulation)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterator, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, ParamStats
@@ -12,6 +13,13 @@ from traindoc.findings import Finding
 
 LOW = ("torch.bfloat16", "torch.float16")
 _PER_PARAM = 64  # sampled steps kept per parameter (evenly spread): the median of each
+
+
+# What carries over a resume (Engine.state_dict): the step being gathered, the bad steps (count,
+# bounded samples of their shares), each parameter's unchanged shares (bounded samples) and the
+# spacing and intended steps.
+_CARRIED = ("_step", "_acc", "_first_bad", "_bad_steps", "_bad_shares", "_per_param", "_dtype",
+            "_spacing", "_intended", "_fired", "_span", "_bad_weight", "_diff_stuck", "_stuck_now")
 
 
 class UpdateUnderflow:
@@ -58,6 +66,13 @@ class UpdateUnderflow:
         self._bad_weight = 0
         self._diff_stuck: list[str] = []
         self._stuck_now = False  # a parameter of this step rounded its whole update away
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``)."""
+        return _carry.save(self, _CARRIED)
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, ParamStats)

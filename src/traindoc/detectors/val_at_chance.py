@@ -5,12 +5,20 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, Mapping
 
+from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
+
+
+# What carries over a resume (Engine.state_dict): the evaluations (the latest 256, each with the
+# training accuracy then), the first and latest losses, the streak at chance and where it fired,
+# and the class count.
+_CARRIED = ("_percent", "_train", "_train_best", "_loss_first", "_loss_last", "_vals", "_trains",
+            "_streak", "_fired", "_chance", "_classes", "_measured", "_source")
 
 
 class ValAtChance:
@@ -75,6 +83,14 @@ class ValAtChance:
         self._classes = 0
         self._measured = 0  # C from val_classes (live), 0 when not measured
         self._source = ""  # where the C of the finding comes from
+
+    def state_dict(self) -> dict[str, object]:
+        """Its history, for a resumed run (``_CARRIED``; the latest 256 evaluations)."""
+        latest = {"_vals": _carry.encode(self._vals[-256:]), "_trains": _carry.encode(self._trains[-256:])}
+        return {**_carry.save(self, _CARRIED), **latest}
+
+    def load_state_dict(self, state: Mapping[str, object]) -> None:
+        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

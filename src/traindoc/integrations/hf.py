@@ -9,6 +9,9 @@ report is written in ``on_train_end``. ``on_log`` hands what Trainer logs (its p
 ``grad_norm``, the loss its ``logging_nan_inf_filter`` may have smoothed, the evaluation
 metrics) to the live face as a script's own logging is read: as ``metric.*`` beside the values
 measured live, and the evaluation metrics as their signals (``eval_loss`` -> ``val_loss``).
+Training resumed with ``trainer.train(resume_from_checkpoint=...)`` goes on from the restored
+``state.global_step``, so findings quote the step numbers the user sees; the detectors' history
+of the run before the resume is not carried (Trainer keeps a callback's state only as JSON).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ class TraindocCallback(TrainerCallback):
         report_to = [n for n in names if n in ("wandb", "mlflow", "tensorboard")]
         tb_dir = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(args.output_dir or ".", "runs", "traindoc")
         self.doctor.start(model, inner, report_to, tensorboard_dir=tb_dir)
+        if self.doctor.running and state.global_step > 0:  # resume_from_checkpoint restored it
+            self.doctor.watch.session.resume_at(state.global_step)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> None:

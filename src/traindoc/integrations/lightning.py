@@ -14,7 +14,8 @@ The engine's state is the callback's ``state_dict`` (``Engine.state_dict``: the 
 and each detector's history, plain data that loads under ``weights_only=True``): a fit resumed
 from a Lightning checkpoint (``trainer.fit(model, ckpt_path=...)``) keeps the findings in its
 report and its detectors go on where they stopped (a clip counted before the resume counts
-after it). Step numbers start again at 0 in the resumed process.
+after it). The resumed session's steps go on from the restored ``trainer.global_step`` (known
+in ``on_train_start``), so findings quote the step numbers the user sees.
 
 ``TRAINDOC=1 python train.py`` adds the callback with no code change, through Lightning's
 ``lightning.pytorch.callbacks_factory`` entry point (``callbacks_factory`` below).
@@ -90,6 +91,10 @@ class TraindocCallback(pl.Callback):
                 loggers.append((logger.experiment, logger.run_id))
         self.doctor.start(pl_module, None, loggers,
                           tensorboard_dir=os.path.join(trainer.default_root_dir, "traindoc"))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._active and self.doctor.running and trainer.global_step > 0:  # a resumed fit
+            self.doctor.watch.session.resume_at(trainer.global_step)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                            batch: Any, batch_idx: int) -> None:
