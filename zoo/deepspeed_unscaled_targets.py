@@ -52,6 +52,8 @@ def main(fixed: bool = False) -> None:
     parser.add_argument("--local_rank", type=int, default=-1)  # the deepspeed launcher passes it
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--fixed", action="store_true")
+    parser.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2))
+    parser.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 master copies")
     parser.add_argument("--save", default=None, help="write the model's state_dict here")
     args = parser.parse_args()
     fixed = fixed or args.fixed
@@ -66,14 +68,17 @@ def main(fixed: bool = False) -> None:
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01, "torch_adam": True}},
         "steps_per_print": 1_000_000,
+        "zero_optimization": {"stage": args.zero_stage},
+        "bf16": {"enabled": args.bf16},
     }
     model = nn.Sequential(nn.Linear(8, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 1))
     engine, _, loader, _ = deepspeed.initialize(
         model=model, model_parameters=model.parameters(), training_data=houses(1024, fixed), config=ds_config)
 
+    dtype = torch.bfloat16 if args.bf16 else torch.float32
     for epoch in range(args.epochs):
         for x, y in loader:
-            loss = F.mse_loss(engine(x), y)
+            loss = F.mse_loss(engine(x.to(dtype)).float(), y)
             engine.backward(loss)
             engine.step()
         print(f"epoch {epoch}: loss {loss.item():.4g}")

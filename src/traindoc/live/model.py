@@ -142,7 +142,7 @@ class ModelWatch:
         # Only models trained in this step: a model of an earlier phase keeps stale gradients.
         for root in [m for m, at in self._roots.items() if at == step]:
             for n, p in root.named_parameters():
-                if p.requires_grad and p.grad is not None and id(p) not in held:
+                if p.requires_grad and p.grad is not None and id(p) not in held and p not in self.s.framework_held:
                     held.add(id(p))  # shared by two roots: once
                     stray.append((self._pnames.get(p) or n, p))
         if not stray:

@@ -90,6 +90,9 @@ class Session:
         self._taken: dict[int, int] = {}  # optimizer index -> steps that took effect
         self._cleared = False  # gradients cleared since this round's last backward
         self._trained = False  # a backward or an optimizer step was seen
+        # A step before any gradient was computed, on zero gradients: a framework allocating
+        # its optimizer's state (deepspeed.initialize does), not training. Skipped whole.
+        self.setup_step = False
         self._phase = 0
         self._loss_sum: dict[int, float] = {}  # step -> sum of its decoded backward values
         # In stream order: measurements to read back, round ends, and events that must not
@@ -122,6 +125,9 @@ class Session:
         # Called once, with the optimizer, just before the run's first optimizer step (the
         # model is built by then); emptied after, so later steps pay one truth test.
         self.first_step_listeners: list[Callable[[Any], None]] = []
+        # Model parameters a framework's own optimizer updates through copies it steps (the
+        # fp32 master weights of DeepSpeed's bf16/fp16 optimizers): held, though by no torch optimizer.
+        self.framework_held = ObjectMap()  # parameter -> True (a WeakSet compares tensors with ==)
         # Called with (module, output) for every module output of a sampled training forward.
         self.output_listeners: list[Callable[[Any, Any], None]] = []
         # Called with every event emitted (the guard watches the stream through this).
@@ -326,8 +332,12 @@ class Session:
         if self.micro and not self.round_done:
             self._cleared = True
 
-    def on_step_pre(self, opt: Any) -> None:
+    def on_step_pre(self, opt: Any, closure: bool = False) -> None:
         """Bookkeeping first (never disabled), then the sampled measurement (may be)."""
+        if not self._trained:  # until the first backward or step: nothing else pays for it
+            self.setup_step = not closure and _zero_grads(opt)
+            if self.setup_step:
+                return
         if self.first_step_listeners:
             listeners, self.first_step_listeners = self.first_step_listeners, []
             for listener in listeners:
@@ -342,6 +352,8 @@ class Session:
                 self.fail("params", exc)
 
     def on_step_post(self, opt: Any) -> None:
+        if self.setup_step:
+            return
         self._end_step(opt, _has_grads(opt))
         if not self.sampled:
             return
@@ -392,6 +404,7 @@ class Session:
         step, micro = self.step, self.micro
         self.micro += 1
         self._trained = True
+        self.setup_step = False
         if loss.numel() != 1:
             return
         constant = loss.grad_fn is None or self._fresh_constant(loss)
@@ -517,6 +530,15 @@ class Session:
         for index, outcome, taken in end.outcomes:
             if outcome != STEPPED or self._routine:
                 self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
+
+
+def _zero_grads(opt: Any) -> bool:
+    """Is every gradient ``opt`` holds None or exactly zero? (a sync per parameter: asked only
+    before the run's first backward or step)"""
+    if isinstance(opt, ManualUpdate):
+        return False
+    with torch.no_grad():
+        return all(p.grad is None or not bool(p.grad.any()) for g in opt.param_groups for p in g["params"])
 
 
 def _has_grads(opt: Any) -> bool:

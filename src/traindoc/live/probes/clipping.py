@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from traindoc.live.objects import ObjectMap
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.session import Session
 
@@ -79,6 +80,7 @@ class ClippingProbe:
         self._last_norm: torch.Tensor | None = None
         self._fsdp_patched = False
         self._deepspeed_patched = False
+        self._ds_engines = ObjectMap()  # engines whose parameters are known
         self._ds_norm: Any = None  # the norm DeepSpeed's clip_grad_norm_ returned in this step
 
     def install(self) -> None:
@@ -132,10 +134,28 @@ class ClippingProbe:
         return _take_model_step
 
     def _before_deepspeed_step(self, engine: Any, step: int) -> None:
+        if engine not in self._ds_engines:
+            self._ds_engines[engine] = True
+            self._adopt_deepspeed(engine)
         if float(engine.gradient_clipping()) > 0:
             # The gradients the step's own measurement reads are clipped already; the norm
             # before clipping comes after the step (ZeRO, bf16, fp16 compute it inside).
             self.s.clip_pending(step)
+
+    def _adopt_deepspeed(self, engine: Any) -> None:
+        """DeepSpeed's bf16 / fp16 / ZeRO optimizers step fp32 copies of the model's parameters
+        and copy them back: the model's parameters are held (by the engine), and copies kept one
+        per parameter (fp16/bf16 without ZeRO) are named after theirs. Flat ZeRO partitions
+        keep their group names."""
+        params = dict(engine.module.named_parameters())
+        for p in params.values():
+            self.s.framework_held[p] = True
+        name = {p: f"module.{n}" for n, p in params.items()}  # the engine is the model's root
+        inner = engine.optimizer
+        copies = []
+        for low, high in zip(getattr(inner, "fp16_groups", ()) or (), getattr(inner, "fp32_groups", ()) or ()):
+            copies += [(c, name[p]) for p, c in zip(low, high) if p in name and c.shape == p.shape]
+        self.s.model.name_tensors(copies)
 
     def _after_deepspeed_step(self, engine: Any, step: int) -> None:
         max_norm = float(engine.gradient_clipping())

@@ -52,7 +52,7 @@ class CoreProbes:
     def install(self) -> None:
         s, patcher = self.s, self._patcher
         self._handles.append(register_optimizer_step_pre_hook(
-            lambda opt, a, k: self._guard("optimizer", s.on_step_pre, opt)))
+            lambda opt, a, k: self._guard("optimizer", s.on_step_pre, opt, _closure(a, k) is not None)))
         self._handles.append(register_optimizer_step_post_hook(
             lambda opt, a, k: self._guard("optimizer", s.on_step_post, opt)))
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
@@ -293,3 +293,9 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     if isinstance(batch, dict):
         return [t for b in batch.values() for t in _tensors(b)][:4]
     return []
+
+
+def _closure(args: Any, kwargs: Any) -> Any:
+    """The closure handed to ``optimizer.step`` (LBFGS runs forward and backward inside it);
+    torch's step hooks get the optimizer itself as ``args[0]``."""
+    return args[1] if len(args) > 1 else kwargs.get("closure")

@@ -256,6 +256,8 @@ class LoopProbes:
 
     # ---- optimizer steps -----------------------------------------------------------------------
     def _post_step(self, opt: Any) -> None:
+        if self.s.setup_step:  # not a training step (Session.setup_step)
+            return
         self._opt_steps += 1
         if opt not in self._stepped:
             self._guard("scheduler", self._first_step, opt)
