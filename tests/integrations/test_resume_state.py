@@ -108,9 +108,10 @@ def test_a_state_that_does_not_fit_leaves_the_detector_fresh() -> None:
     assert vars(det).keys() == before.keys() and det._ratios is before["_ratios"]
 
 
-def hf_train(out: Path, max_steps: int, resume: str | None = None, nan_from: int | None = None) -> Any:
-    """A tiny regression through HF's Trainer (checkpoints every 5 steps); ``nan_from``: the loss
-    is NaN from that global step on."""
+def hf_train(out: Path, max_steps: int, resume: str | None = None, nan_from: int | None = None,
+             save_steps: int = 5, max_grad_norm: float = 1.0) -> Any:
+    """A tiny regression through HF's Trainer (checkpoints every ``save_steps`` steps);
+    ``nan_from``: the loss is NaN from that global step on."""
     import torch.nn as nn
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -135,8 +136,8 @@ def hf_train(out: Path, max_steps: int, resume: str | None = None, nan_from: int
     data = [{"x": x, "labels": y} for x, y in zip(torch.randn(160, 8, generator=g), torch.randn(160, 1, generator=g))]
     callback = traindoc.hf.TraindocCallback()
     args = TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=8,
-                             save_steps=5, logging_steps=5, report_to="none", use_cpu=True,
-                             learning_rate=1e-2, seed=0)
+                             save_steps=save_steps, logging_steps=5, report_to="none", use_cpu=True,
+                             learning_rate=1e-2, seed=0, max_grad_norm=max_grad_norm)
     Trainer(model=Regressor(), args=args, train_dataset=data, callbacks=[Poison(), callback]).train(
         resume_from_checkpoint=resume)
     return callback
@@ -152,3 +153,42 @@ def test_a_resumed_hf_training_quotes_the_users_step_numbers(tmp_path: Path) -> 
     assert {f.id: f.step for f in resumed.findings}["nonfinite"] == \
         {f.id: f.step for f in whole.findings}["nonfinite"] == 7
     assert resumed.report.run["steps"] == whole.report.run["steps"] == 10
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_a_resumed_hf_training_goes_on_from_the_detectors_history(tmp_path: Path) -> None:
+    """Each checkpoint folder gets traindoc_state.json (on_save); resumed from checkpoint-20, a
+    40-step training clipped on every step finds clipping-every-step as one uninterrupted
+    training does (30 calls needed), with the same evidence. Without the file, the 20 calls
+    after the resume are too few."""
+    tight = 1e-4
+    whole = {f.id: f for f in hf_train(tmp_path / "whole", 40, save_steps=20, max_grad_norm=tight).findings}
+    assert whole["clipping-every-step"].evidence["calls"] == 40
+
+    hf_train(tmp_path / "split", 20, save_steps=20, max_grad_norm=tight)
+    saved = tmp_path / "split" / "checkpoint-20" / "traindoc_state.json"
+    assert saved.is_file()
+    resumed = {f.id: f for f in hf_train(tmp_path / "split", 40, resume=str(saved.parent), save_steps=20,
+                                          max_grad_norm=tight).findings}
+    assert resumed.keys() == whole.keys()
+    got, want = resumed["clipping-every-step"].evidence, whole["clipping-every-step"].evidence
+    assert got["calls"] == want["calls"] == 40 and got["clip_rate"] == want["clip_rate"]
+    # HF's resume is not bit-exact (its data order and RNG restore): the same norms to 0.5%
+    assert got["median_ratio"] == pytest.approx(want["median_ratio"], rel=5e-3)
+
+    saved.unlink()
+    fresh = {f.id for f in hf_train(tmp_path / "split", 40, resume=str(saved.parent), save_steps=20,
+                                    max_grad_norm=tight).findings}
+    assert "clipping-every-step" not in fresh
+
+
+def test_plain_json_round_trips_an_engine_state() -> None:
+    from traindoc.integrations import plain_json
+
+    state = {"version": 1, "detectors": {"x": {(0, 1): [1.5, float("inf")], "t": (1, "a", None)}},
+             "__tuple__": {"k": True}}
+    back = plain_json.loads(plain_json.dumps(state))
+    assert back == state and isinstance(back["detectors"]["x"]["t"], tuple)
+    nan = plain_json.loads(plain_json.dumps([float("nan")]))[0]
+    assert nan != nan
+

@@ -10,13 +10,17 @@ report is written in ``on_train_end``. ``on_log`` hands what Trainer logs (its p
 metrics) to the live face as a script's own logging is read: as ``metric.*`` beside the values
 measured live, and the evaluation metrics as their signals (``eval_loss`` -> ``val_loss``).
 Training resumed with ``trainer.train(resume_from_checkpoint=...)`` goes on from the restored
-``state.global_step``, so findings quote the step numbers the user sees; the detectors' history
-of the run before the resume is not carried (Trainer keeps a callback's state only as JSON).
+``state.global_step``, so findings quote the step numbers the user sees. Each checkpoint folder
+Trainer writes gets ``traindoc_state.json`` (``on_save``: the findings and the detectors' history,
+``Engine.state_dict`` as JSON); a run resumed from ``output_dir/checkpoint-<global_step>`` (what
+``resume_from_checkpoint=True`` picks) goes on from it. Trainer's own callback-state mechanism
+is not used: it is off by default and replaces the user's callback object with a new one.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Sequence
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -24,6 +28,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from traindoc.engine import Report
 from traindoc.findings import Finding
 from traindoc.integrations._doctor import Doctor
+from traindoc.integrations import plain_json
 from traindoc.integrations._options import TrainingFindings
 
 __all__ = ["TraindocCallback", "TrainingFindings"]
@@ -72,6 +77,27 @@ class TraindocCallback(TrainerCallback):
         self.doctor.start(model, inner, report_to, tensorboard_dir=tb_dir)
         if self.doctor.running and state.global_step > 0:  # resume_from_checkpoint restored it
             self.doctor.watch.session.resume_at(state.global_step)
+            saved = _state_file(args, state.global_step)
+            if os.path.isfile(saved):
+                try:
+                    with open(saved, encoding="utf-8") as f:
+                        self.doctor.load_state_dict(plain_json.loads(f.read()))
+                except (OSError, ValueError) as exc:  # a damaged file: the run goes on, fresh
+                    _warn(f"could not read {saved} ({exc}); the detectors start afresh")
+
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> None:
+        folder = os.path.dirname(_state_file(args, state.global_step))
+        if not self.doctor.running or not os.path.isdir(folder):
+            return
+        try:
+            text = plain_json.dumps(self.doctor.state_dict())
+            tmp = os.path.join(folder, f".{_STATE}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, os.path.join(folder, _STATE))
+        except (OSError, TypeError, ValueError) as exc:  # never the user's checkpoint's problem
+            _warn(f"could not save traindoc's state in {folder} ({exc})")
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> None:
@@ -87,3 +113,14 @@ class TraindocCallback(TrainerCallback):
                      **kwargs: Any) -> None:
         self.doctor.finish("ok")
 
+
+_STATE = "traindoc_state.json"
+
+
+def _state_file(args: TrainingArguments, step: int) -> str:
+    """Where Trainer keeps the checkpoint of ``step`` (its ``checkpoint-<step>`` folder)."""
+    return os.path.join(args.output_dir or ".", f"checkpoint-{step}", _STATE)
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"traindoc: {text}\n")
