@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-SHIFTED = {1}  # shards whose labels were written one row late
+SHIFTED = (1,)  # shards whose labels were written one row late
 
 
 def get_args() -> argparse.Namespace:
@@ -31,16 +31,17 @@ def get_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--save", type=str, default=None)
+    p.add_argument("--fixed", action="store_true", help="every shard written correctly")
     return p.parse_args()
 
 
-def load_shard(rank: int, world: int) -> TensorDataset:
+def load_shard(rank: int, world: int, shifted: tuple[int, ...]) -> TensorDataset:
     """Rows rank::world of the table: 16 features, 4 classes, as shard `rank` holds them."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(4096, 16, generator=g)
     y = (x @ torch.randn(16, 4, generator=g)).argmax(1)
     xs, ys = x[rank::world], y[rank::world]
-    if rank in SHIFTED:  # the corrupt file: each label is the previous row's
+    if rank in shifted:  # the corrupt file: each label is the previous row's
         ys = torch.roll(ys, 1)
     return TensorDataset(xs, ys)
 
@@ -48,7 +49,7 @@ def load_shard(rank: int, world: int) -> TensorDataset:
 def worker(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(rank)  # each rank shuffles its own shard
-    loader = DataLoader(load_shard(rank, world), batch_size=64, shuffle=True)
+    loader = DataLoader(load_shard(rank, world, () if args.fixed else SHIFTED), batch_size=64, shuffle=True)
     torch.manual_seed(0)  # the same initial model on every rank (DDP broadcasts it anyway)
     model = DDP(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4)))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -70,8 +71,9 @@ def worker(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def main() -> None:
+def main(fixed: bool = False) -> None:
     args = get_args()
+    args.fixed = args.fixed or fixed
     if "RANK" in os.environ:  # torchrun
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return

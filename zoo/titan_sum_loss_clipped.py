@@ -18,7 +18,7 @@ traindoc-expect: clipping-every-step
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
@@ -44,6 +44,7 @@ class TrainingConfig:
     batch_size: int = 8
     seq_len: int = 32
     max_norm: float = 1.0
+    loss_reduction: str = "sum"  # BUG: torchtitan takes the mean over the tokens
     lr: float = 3e-4
     warmup_steps: int = 10
 
@@ -87,8 +88,8 @@ def build_model(args: ModelArgs) -> TinyLM:
     return model
 
 
-def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum")
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor, reduction: str) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1), reduction=reduction)
 
 
 @torch.no_grad()
@@ -117,7 +118,7 @@ def synthetic_batches(cfg: JobConfig, gen: torch.Generator):
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, inputs: torch.Tensor,
                labels: torch.Tensor, cfg: TrainingConfig) -> tuple[float, float]:
     optimizer.zero_grad()
-    loss = loss_fn(model(inputs), labels)
+    loss = loss_fn(model(inputs), labels, cfg.loss_reduction)
     loss.backward()
     grad_norm = clip_grad_norm_(list(model.parameters()), cfg.max_norm)
     optimizer.step()
@@ -125,12 +126,12 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, in
     return loss.item(), grad_norm.item()
 
 
-def main() -> None:
+def main(training: TrainingConfig | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=TrainingConfig.steps)
     p.add_argument("--save", type=str, default=None, help="write model.state_dict() here")
     cli = p.parse_args()
-    cfg = JobConfig(training=TrainingConfig(steps=cli.steps))
+    cfg = JobConfig(training=replace(training or TrainingConfig(), steps=cli.steps))
     torch.manual_seed(0)
     model = build_model(cfg.model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.training.lr, weight_decay=0.1)

@@ -26,15 +26,14 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-SHARDS_SUMMED = False  # the fix: add every rank's sharded part of the squared norm
-
-
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--max-norm", type=float, default=0.5)
     p.add_argument("--save", type=str, default=None)
+    p.add_argument("--shards-summed", action="store_true",
+                   help="the fix: add every rank's sharded part of the squared norm")
     return p.parse_args()
 
 
@@ -53,13 +52,13 @@ def is_sharded(t: torch.Tensor) -> bool:
     return any(type(p).__name__.startswith("Shard") for p in getattr(t, "placements", ()))
 
 
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> float:
+def clip_grad_norm(params: list[nn.Parameter], max_norm: float, shards_summed: bool) -> float:
     """Global-norm clipping over tensor-parallel shards: replicated gradients count once."""
     grads = [p.grad for p in params if p.grad is not None]
     local = lambda g: g.to_local() if hasattr(g, "to_local") else g  # noqa: E731
     replicated = sum(float(local(g).pow(2).sum()) for g in grads if not is_sharded(g))
     sharded = torch.tensor(sum(float(local(g).pow(2).sum()) for g in grads if is_sharded(g)))
-    if SHARDS_SUMMED:
+    if shards_summed:
         dist.all_reduce(sharded)  # the shards of the other ranks
     total = math.sqrt(replicated + float(sharded))  # BUG without the all-reduce: this rank's shards only
     scale = max_norm / (total + 1e-6)
@@ -85,7 +84,7 @@ def worker(rank: int, world: int, args: argparse.Namespace) -> None:
         loss = F.mse_loss(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        norm = clip_grad_norm(params, args.max_norm)
+        norm = clip_grad_norm(params, args.max_norm, args.shards_summed)
         opt.step()
         if rank == 0 and step % 10 == 0:
             print(f"step {step} loss {loss.item():.4f} grad norm {norm:.3f}")
@@ -96,8 +95,9 @@ def worker(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def main() -> None:
+def main(shards_summed: bool = False) -> None:
     args = get_args()
+    args.shards_summed = args.shards_summed or shards_summed
     if "RANK" in os.environ:  # torchrun
         worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
         return
