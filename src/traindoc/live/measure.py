@@ -174,3 +174,27 @@ def scalar_leaf(t: torch.Tensor) -> torch.Tensor | None:
             return None
         node = nexts[0]
     return None
+
+
+def read_back(tensors: list[torch.Tensor]) -> list[list[float]]:
+    """The values of ``tensors``, each as a list of floats, in one transfer per device: the
+    session's one sync point (a sampled step, or its pending values piling up)."""
+    by_device: dict[Any, list[int]] = {}
+    for i, t in enumerate(tensors):
+        by_device.setdefault(t.device, []).append(i)
+    values: list[list[float]] = [[] for _ in tensors]
+    for idxs in by_device.values():
+        out = torch.cat([tensors[i].detach().reshape(-1).float() for i in idxs]).tolist()
+        pos = 0
+        for i in idxs:
+            n = tensors[i].numel()
+            values[i] = out[pos:pos + n]
+            pos += n
+    return values
+
+
+def zero_grads(opt: Any) -> bool:
+    """Is every gradient ``opt`` holds None or exactly zero? (a sync per parameter: asked only
+    before the run's first backward or step)"""
+    with torch.no_grad():
+        return all(p.grad is None or not bool(p.grad.any()) for g in opt.param_groups for p in g["params"])

@@ -335,7 +335,7 @@ class Session:
     def on_step_pre(self, opt: Any, closure: bool = False) -> None:
         """Bookkeeping first (never disabled), then the sampled measurement (may be)."""
         if not self._trained:  # until the first backward or step: nothing else pays for it
-            self.setup_step = not closure and _zero_grads(opt)
+            self.setup_step = not closure and not isinstance(opt, ManualUpdate) and measure.zero_grads(opt)
             if self.setup_step:
                 return
         if self.first_step_listeners:
@@ -477,27 +477,15 @@ class Session:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        by_device: dict[Any, list[int]] = {}
-        for i, entry in enumerate(pending):
-            if isinstance(entry, tuple):
-                by_device.setdefault(entry[0].device, []).append(i)
-        values: list[list[float]] = [[] for _ in pending]
-        for idxs in by_device.values():
-            tensors = [entry[0] for i in idxs if isinstance(entry := pending[i], tuple)]
-            flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
-            out = flat.tolist()  # the sync point: one per device per sampled step
-            pos = 0
-            for i, tensor in zip(idxs, tensors):
-                n = tensor.numel()
-                values[i] = out[pos:pos + n]
-                pos += n
+        read = iter(measure.read_back([e[0] for e in pending if isinstance(e, tuple)]))
         emit = self.emit
-        for i, entry in enumerate(pending):
+        for entry in pending:
             if isinstance(entry, tuple):
+                vals = next(read)
                 if "decode" in self.failed:
                     continue
                 try:  # a probe's decoder must not stop the stream (the lifecycle is in it)
-                    events = list(entry[1](values[i]))
+                    events = list(entry[1](vals))
                 except Exception as exc:  # never let traindoc break the user's training
                     self.fail("decode", exc)
                     continue
@@ -523,22 +511,14 @@ class Session:
             self.emit(Scalar(step=step, name="loss", value=loss))
         grad_sq = self.grad_sq.pop(step, None)
         clipped = step in self._clipped
-        if self._clipped:  # a clip reported after its round was read back is forgotten here too
+        self._clipped.discard(step)
+        if self._clipped:  # a clip reported after its round was read back (rare): forget it too
             self._clipped = {s for s in self._clipped if s > step}
         if not clipped and grad_sq is not None:
             self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(grad_sq)))
         for index, outcome, taken in end.outcomes:
             if outcome != STEPPED or self._routine:
                 self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
-
-
-def _zero_grads(opt: Any) -> bool:
-    """Is every gradient ``opt`` holds None or exactly zero? (a sync per parameter: asked only
-    before the run's first backward or step)"""
-    if isinstance(opt, ManualUpdate):
-        return False
-    with torch.no_grad():
-        return all(p.grad is None or not bool(p.grad.any()) for g in opt.param_groups for p in g["params"])
 
 
 def _has_grads(opt: Any) -> bool:
