@@ -355,17 +355,11 @@ class Session:
         if self.setup_step:
             return
         self._end_step(opt, _has_grads(opt))
-        if not self.sampled:
-            return
-        if opt in self._optimizers and "params" not in self.failed:
+        if self.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
-        # Read the sampled step back now, not at the next backward: the sampled step is then
-        # the only slow one of its interval (the next step would otherwise pay the read-back).
-        self._mark_end()
-        self._flush()
 
     def _end_step(self, opt: Any, stepped: bool | None) -> None:
         """``opt``'s part of this round ended: it stepped (True), stepped with no gradient
