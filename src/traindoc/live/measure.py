@@ -152,6 +152,8 @@ def output_spread(out: torch.Tensor) -> torch.Tensor:
 _THROUGH = ("MulBackward0", "DivBackward0", "NegBackward0", "ToCopyBackward0", "CloneBackward0",
             "AliasBackward0", "ViewBackward0", "SqueezeBackward0", "UnsqueezeBackward0",
             "ExpandBackward0", "AddBackward1", "SubBackward1")
+# The nodes a scalar leaf's graph can start with: a loss whose grad_fn is another is no constant.
+SCALAR_PATH = frozenset(_THROUGH) | {"AccumulateGrad"}
 
 
 def scalar_leaf(t: torch.Tensor) -> torch.Tensor | None:

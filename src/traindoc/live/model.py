@@ -38,7 +38,7 @@ class ModelWatch:
         # batches, ever-negative flag or None)
         self._relu = ObjectMap()
         self._relu_outputs: set[int] = set()  # ids of nn.ReLU outputs in this forward
-        self._nan_flags: list[tuple[str, str, torch.Tensor]] = []
+        self.nan_flags: list[tuple[str, str, torch.Tensor]] = []
         self._stray_step = -1
 
     def models(self) -> list[Any]:
@@ -50,10 +50,6 @@ class ModelWatch:
         tensors = list(self._init.values()) + [s.before for s in self._snap.values()]
         tensors += [r[2] for r in self._relu.values()]
         return sum(t.numel() * t.element_size() for t in tensors)
-
-    def has_flags(self) -> bool:
-        """Were forward outputs flagged since the last backward?"""
-        return bool(self._nan_flags)
 
     def module_name(self, module: Any) -> str:
         name: str = self._mnames.get(module, type(module).__name__)
@@ -254,7 +250,7 @@ class ModelWatch:
             return
         name = self._mnames.get(module, type(module).__name__)
         flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
-        self._nan_flags.append((name, type(module).__name__, flag))
+        self.nan_flags.append((name, type(module).__name__, flag))
         if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
             self._relu_outputs.add(id(outs[0]))
             self._track_units(module, name, type(module).__name__, outs[0], None)
@@ -292,7 +288,7 @@ class ModelWatch:
 
     def pack_activations(self) -> None:
         """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
-        flags, self._nan_flags = self._nan_flags, []
+        flags, self.nan_flags = self.nan_flags, []
         self._relu_outputs.clear()
         # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
         # the start" would count units that died later as alive.

@@ -83,6 +83,10 @@ class Session:
         self.round_done = False
         self.sampled = self.level.sampled(0)
         self.next_sampled = self.sampled
+        # Is the work happening now on a sampled step? (``next_sampled`` once an optimizer
+        # stepped in this round, else ``sampled``: kept as a plain attribute, read many times
+        # a step)
+        self.measuring = self.sampled
         self._stepped: set[int] = set()
         self.micro = 0  # backward() calls in this round
         self._outcomes: list[tuple[int, str, int]] = []  # (optimizer, outcome, taken) this round
@@ -122,6 +126,9 @@ class Session:
         self.grad_scale: torch.Tensor | None = None
         # Called with the step that just ended (before the counter moves on).
         self.round_listeners: list[Callable[[int], None]] = []
+        # Called when the round's first optimizer step ended (``round_done`` turns True): what
+        # runs from here to the next backward is the next step's forward, or an evaluation.
+        self.round_done_listeners: list[Callable[[], None]] = []
         # Called once, with the optimizer, just before the run's first optimizer step (the
         # model is built by then); emptied after, so later steps pay one truth test.
         self.first_step_listeners: list[Callable[[Any], None]] = []
@@ -138,11 +145,6 @@ class Session:
     def current_step(self) -> int:
         """The step that work happening now belongs to (the next one once an optimizer stepped)."""
         return self.step + 1 if self.round_done else self.step
-
-    @property
-    def measuring(self) -> bool:
-        """Is the work happening now on a sampled step?"""
-        return self.next_sampled if self.round_done else self.sampled
 
     def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
@@ -249,7 +251,7 @@ class Session:
         if self.level.activations and sampled != self.sampled:  # hooks go on or off
             for listener in self.sampling_listeners:
                 listener(sampled)
-        self.sampled = self.next_sampled = sampled
+        self.sampled = self.next_sampled = self.measuring = sampled
         if self._routine:
             self.emit(StepBegin(step=step))
 
@@ -308,7 +310,7 @@ class Session:
         self._ended = 0
         self.micro = 0  # backward() calls in this round
         self._cleared = False
-        self.sampled = self.next_sampled
+        self.sampled = self.measuring = self.next_sampled
 
     # ---- optimizers ---------------------------------------------------------------------------
     def on_optimizer_created(self, opt: Any) -> None:
@@ -344,7 +346,8 @@ class Session:
                 listener(opt)
         if self.round_done and id(opt) in self._stepped:
             self._close_round()
-        self.on_optimizer_created(opt)
+        if opt is not self._last_opt_ref():  # the common case, every step: no call
+            self.on_optimizer_created(opt)
         if self.sampled and "params" not in self.failed:
             try:
                 self.model.snapshot(opt)
@@ -375,9 +378,11 @@ class Session:
         self._outcomes.append((index, outcome, self._taken.get(index, 0)))
         if first:
             self._sample_next()
+            for listener in self.round_done_listeners:
+                listener()
 
     def _sample_next(self) -> None:
-        self.next_sampled = self.level.sampled(self.step + 1)
+        self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
         if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
             for listener in self.sampling_listeners:
                 listener(self.next_sampled)
@@ -401,9 +406,11 @@ class Session:
         self.setup_step = False
         if loss.numel() != 1:
             return
-        constant = loss.grad_fn is None or self._fresh_constant(loss)
-        where = user_site(3) if self.sampled else ""
-        if self.sampled or self.model.has_flags():  # forward flags are only taken on sampled steps
+        grad_fn = loss.grad_fn
+        constant = grad_fn is None or (
+            type(grad_fn).__name__ in measure.SCALAR_PATH and self._fresh_constant(loss))
+        where = user_site(2) if self.sampled else ""
+        if self.sampled or self.model.nan_flags:  # forward flags are only taken on sampled steps
             self.model.pack_activations()
 
         sums = self._loss_sum
@@ -412,9 +419,12 @@ class Session:
             sums[step] = sums.get(step, 0.0) + vals[0]  # the step's loss, emitted at its end
             yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)
 
-        scale = self.loss_scales.pop(id(loss), None)
+        scale = self.loss_scales.pop(id(loss), None) if self.loss_scales else None
         value = loss.detach() if scale is None else loss.detach() / scale
-        self.defer(value, decode)  # no copy, no sync: read at the flush
+        if type(value) is torch.Tensor:  # no copy, no sync: read at the flush
+            self._pending.append((value, decode))
+        else:
+            self.defer(value, decode)  # a tensor subclass (DTensor)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -433,16 +443,20 @@ class Session:
             total_norm = torch.tensor(float(total_norm))
         if self.grad_scale is not None:  # a device op, no sync: the norm in the user's units
             total_norm = total_norm.detach() / self.grad_scale.to(total_norm.device)
-        where = user_site(3) if self.measuring else ""
+        where = user_site(2) if self.measuring else ""
         if step is None:
-            step = self.current_step
+            step = self.step + 1 if self.round_done else self.step  # current_step, without a call
         self._clipped.add(step)
 
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via)
             yield Scalar(step=step, name="grad_norm", value=vals[0])
 
-        self.defer(total_norm.detach(), decode)
+        value = total_norm.detach()
+        if type(value) is torch.Tensor:
+            self._pending.append((value, decode))
+        else:
+            self.defer(value, decode)  # a tensor subclass (DTensor)
 
     def clip_pending(self, step: int) -> None:
         """A clipping of ``step`` will be reported once the step took it: the gradients measured
@@ -521,4 +535,8 @@ def _has_grads(opt: Any) -> bool:
     the stand-in says whether they were there before it."""
     if isinstance(opt, ManualUpdate):
         return opt.had_grads
-    return any(p.grad is not None for g in opt.param_groups for p in g["params"])
+    for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
+        for p in g["params"]:
+            if p.grad is not None:
+                return True
+    return False

@@ -1,5 +1,11 @@
 """Patching torch safely: remember every original, restore in reverse, never let our code
-raise into the user's."""
+raise into the user's.
+
+The hot path of every step (a backward, an optimizer step) goes through one dispatcher each,
+not one wrapper or hook per probe: on a small model the per-step cost of traindoc is the number
+of Python calls it adds, so a probe with nothing to do this step is not called at all (it is
+registered for sampled steps only, it drops itself once it knows it has no work, or its patch
+is switched on only in the part of the step where it has work)."""
 
 from __future__ import annotations
 
@@ -8,18 +14,54 @@ import threading
 from typing import Any, Callable
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traindoc.live.session import Session
 
 is_compiling = torch.compiler.is_compiling
+
+Hook = tuple[str, Callable[[Any], None]]
+
+
+class Switch:
+    """Patches that are on only while their probe has work: ``on()`` puts the wrappers in
+    place, ``off()`` the originals (attribute stores on classes, no call on the user's path
+    while off). The Patcher's ``restore`` puts the originals back either way."""
+
+    __slots__ = ("_on", "_off", "is_on")
+
+    def __init__(self, targets: list[tuple[Any, str, Any, Any]]) -> None:
+        self._on = [(owner, name, wrapper) for owner, name, _, wrapper in targets]
+        self._off = [(owner, name, orig) for owner, name, orig, _ in targets]
+        self.is_on = False
+
+    def on(self) -> None:
+        if not self.is_on:
+            self.is_on = True
+            for owner, name, value in self._on:
+                setattr(owner, name, value)
+
+    def off(self) -> None:
+        if self.is_on:
+            self.is_on = False
+            for owner, name, value in self._off:
+                setattr(owner, name, value)
 
 
 class Patcher:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._patched: list[tuple[Any, str, Any]] = []
-        self._before: list[tuple[str, Callable[[Any], None]]] = []  # backward, outermost first
-        self._after: list[tuple[str, Callable[[Any], None]]] = []  # backward, innermost first
+        self._switches: list[Switch] = []
+        # Backward callbacks as registered: (probe, before, after, sampled steps only).
+        self._backward: list[tuple[str, Callable[[Any], None] | None, Callable[[Any], None] | None, bool]] = []
+        # Derived from _backward: (every step, sampled steps), before outermost first, after
+        # innermost first. Rebuilt, never mutated, so a dispatch in progress is not disturbed.
+        self._before: tuple[list[Hook], list[Hook]] = ([], [])
+        self._after: tuple[list[Hook], list[Hook]] = ([], [])
+        self._step_pre: list[tuple[str, Callable[[Any, bool], None]]] = []
+        self._step_post: list[Hook] = []
+        self._handles: list[Any] = []
         self._local = threading.local()
         # Whether the backward now running keeps its graph (retain_graph=True): several terms
         # of one loss backpropagated in turn, not micro-batches.
@@ -43,42 +85,67 @@ class Patcher:
         function under two import paths); ``restore`` puts the original back."""
         self.patch(owner, name, lambda _orig: new)
 
+    def switch(self, targets: list[tuple[Any, str, Callable[[Any], Any]]]) -> Switch:
+        """Like ``patch`` for each ``(owner, name, make)``, but off until the probe switches
+        them on together (``Switch.on``). Only for attributes no other probe patches:
+        switching puts these wrappers or the originals back."""
+        made = []
+        for owner, name, make in targets:
+            orig = getattr(owner, name)
+            self._patched.append((owner, name, orig))
+            made.append((owner, name, orig, make(orig)))
+        switch = Switch(made)
+        self._switches.append(switch)
+        return switch
+
     def restore(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for sw in self._switches:
+            sw.is_on = False
+        self._switches.clear()
         for owner, name, orig in reversed(self._patched):
             setattr(owner, name, orig)
         self._patched.clear()
-        self._before.clear()
-        self._after.clear()
+        self._backward.clear()
+        self._before = self._after = ([], [])
+        self._step_pre.clear()
+        self._step_post.clear()
 
+    # ---- backward ------------------------------------------------------------------------------
     def on_backward(self, probe: str, before: Callable[[Any], None] | None = None,
-                    after: Callable[[Any], None] | None = None) -> None:
+                    after: Callable[[Any], None] | None = None, sampled_only: bool = False) -> None:
         """Call ``before(loss)`` ahead of every backward the user starts and ``after(loss)``
         once it returned, as if ``probe`` had wrapped ``Tensor.backward`` and
         ``torch.autograd.backward`` itself: probes registered later run their ``before`` first
         and their ``after`` last, like nested wrappers. But there is one wrapper for all probes,
         so a backward pays one extra call, not one per probe. ``loss`` is the tensor backward
-        started from (None for several); the ``torch.autograd.backward`` that
-        ``Tensor.backward`` makes inside is not reported again. Each callback is guarded."""
-        if not self._before and not self._after:
-            self.patch(torch.Tensor, "backward", self._dispatch_backward)
+        started from (None for several); a backward started inside one (a probe's own) is not
+        reported. Each callback is guarded.
+        ``sampled_only``: called only for the backward of a sampled step."""
+        if not self._backward:  # Tensor.backward calls torch.autograd.backward: one patch sees both
             self.patch(torch.autograd, "backward", self._dispatch_backward)
-        if before is not None:
-            self._before.insert(0, (probe, before))
-        if after is not None:
-            self._after.append((probe, after))
+        self._backward.append((probe, before, after, sampled_only))
+        self._index_backward()
+
+    def drop_backward(self, probe: str) -> None:
+        """``probe`` has no more work around backward in this run: stop calling it."""
+        self._backward = [b for b in self._backward if b[0] != probe]
+        self._index_backward()
+
+    def _index_backward(self) -> None:
+        regs = self._backward
+        before_all = [(p, b) for p, b, _, s in reversed(regs) if b is not None and not s]
+        before_sampled = [(p, b) for p, b, _, s in reversed(regs) if b is not None]
+        after_all = [(p, a) for p, _, a, s in regs if a is not None and not s]
+        after_sampled = [(p, a) for p, _, a, s in regs if a is not None]
+        self._before = (before_all, before_sampled)
+        self._after = (after_all, after_sampled)
 
     def _dispatch_backward(self, orig: Any) -> Any:
-        local, before, after = self._local, self._before, self._after
-        session = self.session
-
-        def run(hooks: list[tuple[str, Callable[[Any], None]]], loss: Any) -> None:
-            failed = session.failed
-            for probe, fn in hooks:
-                if probe not in failed:
-                    try:
-                        fn(loss)
-                    except Exception as exc:  # never let traindoc break the user's training
-                        session.fail(probe, exc)
+        local, session = self._local, self.session
+        patcher = self
 
         @functools.wraps(orig)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
@@ -88,17 +155,76 @@ class Patcher:
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
                 and isinstance(tensors[0], torch.Tensor) else None)
             retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-            self.retain_graph = bool(retain) if retain is not None else bool(kwargs.get("create_graph"))
-            run(before, loss)
+            patcher.retain_graph = bool(retain) if retain is not None else bool(kwargs.get("create_graph"))
+            # The step this backward belongs to is sampled or not from its first callback on
+            # (the round that closes in it was decided at its optimizer step), unless a
+            # hand-written update may end the round in the first callback: then all are called
+            # (a sampled-only callback checks ``session.measuring`` itself).
+            sampled = session.measuring or (
+                not session.manual.off and session.micro > 0 and not session.round_done)
+            failed = session.failed
+            for probe, fn in patcher._before[sampled]:
+                if probe not in failed:
+                    try:
+                        fn(loss)
+                    except Exception as exc:  # never let traindoc break the user's training
+                        session.fail(probe, exc)
             local.busy = True
             try:
                 out = orig(tensors, *args, **kwargs)
             finally:
                 local.busy = False
-            run(after, loss)
+            for probe, fn in patcher._after[sampled]:
+                if probe not in failed:
+                    try:
+                        fn(loss)
+                    except Exception as exc:  # never let traindoc break the user's training
+                        session.fail(probe, exc)
             return out
 
         return backward
+
+    # ---- optimizer steps -----------------------------------------------------------------------
+    def on_step(self, probe: str, pre: Callable[[Any, bool], None] | None = None,
+                post: Callable[[Any], None] | None = None) -> None:
+        """Call ``pre(optimizer, closure)`` before every optimizer step (``closure``: the step
+        was handed one, as LBFGS's is) and ``post(optimizer)`` after it, in the order probes
+        registered, through one global pre hook and one post hook for all probes. Each
+        callback is guarded; inside torch.compile tracing none runs."""
+        if pre is not None:
+            if not self._step_pre:
+                self._handles.append(register_optimizer_step_pre_hook(self._dispatch_pre))
+            self._step_pre.append((probe, pre))
+        if post is not None:
+            if not self._step_post:
+                self._handles.append(register_optimizer_step_post_hook(self._dispatch_post))
+            self._step_post.append((probe, post))
+
+    def _dispatch_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if is_compiling():
+            return
+        # torch's step hooks get the optimizer itself as args[0]
+        closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
+        session = self.session
+        failed = session.failed
+        for probe, fn in self._step_pre:
+            if probe not in failed:
+                try:
+                    fn(opt, closure)
+                except Exception as exc:  # never let traindoc break the user's training
+                    session.fail(probe, exc)
+
+    def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if is_compiling():
+            return
+        session = self.session
+        failed = session.failed
+        for probe, fn in self._step_post:
+            if probe not in failed:
+                try:
+                    fn(opt)
+                except Exception as exc:  # never let traindoc break the user's training
+                    session.fail(probe, exc)
 
     def guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run our part of a hook. An exception disables ``probe`` (reported once by the

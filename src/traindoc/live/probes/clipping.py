@@ -87,7 +87,9 @@ class ClippingProbe:
         utils = torch.nn.utils
         if hasattr(utils, "clip_grads_with_norm_"):  # torch >= 2.6
             self._patcher.patch(utils, "clip_grads_with_norm_", self._wrap)
-        self._patcher.on_backward(self.name, before=self._look_for_frameworks)
+        # Frameworks are imported and wrapped before training; a sampled step (the first
+        # ones all are) finds them before their clipping matters.
+        self._patcher.on_backward(self.name, before=self._look_for_frameworks, sampled_only=True)
 
     def uninstall(self) -> None:
         self._last = self._last_norm = None

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import dataloader as _dl
 
 from traindoc.events import BatchShape
@@ -42,7 +41,6 @@ class CoreProbes:
         self._patcher = patcher
         self._patch = patcher.patch
         self._guard = patcher.guard
-        self._handles: list[Any] = []
         self._forward: list[Any] = []
         self._depth = 0
         self._iterators = 0
@@ -51,10 +49,7 @@ class CoreProbes:
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
         s, patcher = self.s, self._patcher
-        self._handles.append(register_optimizer_step_pre_hook(
-            lambda opt, a, k: self._guard("optimizer", s.on_step_pre, opt, _closure(a, k) is not None)))
-        self._handles.append(register_optimizer_step_post_hook(
-            lambda opt, a, k: self._guard("optimizer", s.on_step_post, opt)))
+        patcher.on_step("optimizer", pre=s.on_step_pre, post=s.on_step_post)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         patcher.on_backward("backward", before=self._on_backward)
         clip = torch.nn.utils.clip_grad
@@ -83,9 +78,6 @@ class CoreProbes:
         if self._filter in filters:
             filters.remove(self._filter)
             warnings._filters_mutated()  # type: ignore[attr-defined]
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
         if self.set_forward_hooks in self.s.sampling_listeners:
             self.s.sampling_listeners.remove(self.set_forward_hooks)
 
@@ -119,10 +111,16 @@ class CoreProbes:
     def _wrap_clip(self, orig: Any) -> Any:
         probes = self
 
+        session = self.s
+
         @functools.wraps(orig)
         def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
             total = orig(parameters, max_norm, *args, **kwargs)
-            probes._guard("clip", probes.s.on_clip, total, max_norm)
+            if "clip" not in session.failed and not _is_compiling():  # guard(), without a call
+                try:
+                    session.on_clip(total, max_norm)
+                except Exception as exc:  # never let traindoc break the user's training
+                    session.fail("clip", exc)
             return total
 
         return clip_grad_norm_
@@ -293,9 +291,3 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     if isinstance(batch, dict):
         return [t for b in batch.values() for t in _tensors(b)][:4]
     return []
-
-
-def _closure(args: Any, kwargs: Any) -> Any:
-    """The closure handed to ``optimizer.step`` (LBFGS runs forward and backward inside it);
-    torch's step hooks get the optimizer itself as ``args[0]``."""
-    return args[1] if len(args) > 1 else kwargs.get("closure")

@@ -30,7 +30,6 @@ from typing import Any
 
 import torch
 from torch.optim import lr_scheduler as _sched
-from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.utils.data import dataloader as _dl
 
 from traindoc.events import Event, GradAccumulation, Scalar, SchedulerStep
@@ -132,7 +131,6 @@ class LoopProbes:
         self._patcher = patcher
         self._patch = patcher.patch
         self._guard = patcher.guard
-        self._handles: list[Any] = []
         self._post_due = False  # this backward was measured before: measure it after
         self._sched_depth = 0
         # scheduler order
@@ -154,11 +152,11 @@ class LoopProbes:
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
-        self._handles.append(register_optimizer_step_post_hook(
-            lambda opt, args, kwargs: self._guard("loop", self._post_step, opt)))
+        self._patcher.on_step("loop", post=self._post_step)
         hook = "_update_lr" if hasattr(_sched.LRScheduler, "_update_lr") else "step"  # torch < 2.6: step
         self._patch(_sched.LRScheduler, hook, self._wrap_sched_step)
-        self._patcher.on_backward("accumulation", self._before_backward, self._after_backward)
+        self._patcher.on_backward("accumulation", before=self._before_backward)
+        self._patcher.on_backward("accumulation", after=self._after_backward, sampled_only=True)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
@@ -166,9 +164,6 @@ class LoopProbes:
             self._patch(scaler, "scale", self._wrap_scaler_scale)
 
     def uninstall(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
         # Schedulers whose optimizer never stepped: report what was seen.
         for sched, _ in self._early.items():
             self._guard("scheduler", self._emit_early, sched, math.nan)

@@ -67,13 +67,14 @@ class LossTermsProbe:
         self._patcher = patcher
         self._patch = patcher.patch
         self._guard = patcher.guard
-        self._named: list[tuple[str, Any]] = []
+        self._named: list[tuple[str, Any]] = []  # the terms the script named, this step's only
+        self._named_step = -1
         self._last_step = -1
         self._measured = 0
         self._off = ""  # why measuring stopped for this run
 
     def install(self) -> None:
-        self._patcher.on_backward(self.name, before=self._on_backward)
+        self._patcher.on_backward(self.name, before=self._on_backward, sampled_only=True)
         import torch.utils.checkpoint as ckpt
 
         for name in ("checkpoint", "checkpoint_sequential"):
@@ -87,9 +88,7 @@ class LossTermsProbe:
 
     # ---- wrappers ------------------------------------------------------------------------------
     def _on_backward(self, loss: Any) -> None:
-        if not self.s.measuring or self._off:
-            self._named = []  # unsampled step: nothing to do (one attribute test)
-        elif loss is not None:
+        if self.s.measuring and not self._off and loss is not None:
             self._before_backward(loss)
 
     def _wrap_checkpoint(self, orig: Any) -> Any:
@@ -106,11 +105,14 @@ class LossTermsProbe:
     def _on_terms(self, named: list[tuple[str, Any]]) -> None:
         if self.s.measuring and not self._off:
             self._named = [(n, t) for n, t in named if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+            self._named_step = self.s.current_step
 
     # ---- measuring -----------------------------------------------------------------------------
     def _before_backward(self, loss: torch.Tensor) -> None:
         named, self._named = self._named, []
         step = self.s.current_step
+        if self._named_step != step:  # named on an earlier step whose backward never came
+            named = []
         first, self._last_step = step != self._last_step, step
         if (not first or self._off or not self.s.measuring or loss.grad_fn is None
                 or loss.numel() != 1 or not torch.is_grad_enabled()):
@@ -125,7 +127,7 @@ class LossTermsProbe:
         terms = _split(root, nr, explicit, {})
         if len(terms) < 2 and not explicit:
             return
-        variables = _local_names(sys._getframe(4), exclude={loss.grad_fn, root})
+        variables = _local_names(sys._getframe(1), exclude={loss.grad_fn, root})
         terms = _split(root, nr, explicit, variables)
         if explicit and not any(t.named == "user" for t in terms):
             # The named tensors are not a sum in the loss (stacked, say): measure them as given.
@@ -139,7 +141,7 @@ class LossTermsProbe:
         if not leaves or any(type(t.node).__name__ == "AccumulateGrad" for t in terms):
             return  # a parameter added to the loss as is is not a term we can measure
         self._measured += 1
-        self._measure(terms, leaves, step, user_site(4))
+        self._measure(terms, leaves, step, user_site(2))
 
     def _measure(self, terms: list[_Term], leaves: list[torch.Tensor], step: int, where: str) -> None:
         rows = []

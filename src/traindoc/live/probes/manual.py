@@ -29,5 +29,7 @@ class ManualStepProbe:
 
     def _before(self, loss: Any) -> None:
         s = self.s
-        if not s.round_done and s.micro:
+        if s.manual.off:  # a torch.optim optimizer steps: no hand-written update to look for
+            self._patcher.drop_backward(self.name)
+        elif not s.round_done and s.micro:
             s.manual.step_ended()
