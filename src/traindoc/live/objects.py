@@ -83,7 +83,8 @@ class ObjectMap:
         return item[1] if item is not None and item[0]() is obj else default
 
     def __contains__(self, obj: Any) -> bool:
-        return self.get(obj, _MISSING) is not _MISSING
+        item = self._d.get(id(obj))
+        return item is not None and item[0]() is obj
 
     def __setitem__(self, obj: Any, value: Any) -> None:
         key = id(obj)

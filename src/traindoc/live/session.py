@@ -47,15 +47,12 @@ from traindoc.live.objects import ObjectMap, library_caller, user_site
 Decoder = Callable[[list[float]], Iterable[Event]]
 
 
-class _RoundEnd:
-    """A marker in the pending list: the round ``step`` ended; emit its loss, gradient norm
-    and outcomes once the values before it are decoded."""
+# Lifecycle markers in the pending list, tuples like the deferred measurements but with None
+# where those hold their tensor (made at every step: a tuple, not an object with an __init__):
+# (None, step, outcomes): the round ``step`` ended; its loss, gradient norm and outcomes are
+# emitted once the values before it are decoded. (None, step, None): ``step`` begins.
+Marker = tuple[None, int, "list[tuple[int, str, int]] | None"]
 
-    __slots__ = ("step", "outcomes")
-
-    def __init__(self, step: int, outcomes: list[tuple[int, str, int]]) -> None:
-        self.step = step
-        self.outcomes = outcomes
 
 class Session:
     def __init__(
@@ -101,7 +98,7 @@ class Session:
         self._loss_sum: dict[int, float] = {}  # step -> sum of its decoded backward values
         # In stream order: measurements to read back, round ends, and events that must not
         # overtake the measurements before them.
-        self._pending: list[tuple[torch.Tensor, Decoder] | _RoundEnd | Event] = []
+        self._pending: list[tuple[torch.Tensor, Decoder] | Marker | Event] = []
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
@@ -126,9 +123,8 @@ class Session:
         self.grad_scale: torch.Tensor | None = None
         # Called with the step that just ended (before the counter moves on).
         self.round_listeners: list[Callable[[int], None]] = []
-        # Called when the round's first optimizer step ended (``round_done`` turns True): what
-        # runs from here to the next backward is the next step's forward, or an evaluation.
-        self.round_done_listeners: list[Callable[[], None]] = []
+        # The same, for the rounds of sampled steps only (what sampled steps measured).
+        self.sampled_round_listeners: list[Callable[[int], None]] = []
         # Called once, with the optimizer, just before the run's first optimizer step (the
         # model is built by then); emptied after, so later steps pay one truth test.
         self.first_step_listeners: list[Callable[[Any], None]] = []
@@ -186,10 +182,10 @@ class Session:
         if not self.round_done or self._ended >= len(self._outcomes):
             return
         first = self._ended == 0
-        self._pending.append(_RoundEnd(self.step, self._outcomes[self._ended:]))
+        self._pending.append((None, self.step, self._outcomes[self._ended:]))
         self._ended = len(self._outcomes)
         if first and begin_next and self._routine:
-            self._pending.append(StepBegin(step=self.step + 1))
+            self._pending.append((None, self.step + 1, None))
 
     def models(self) -> list[Any]:
         """The models seen training so far (roots of forward passes), still alive."""
@@ -290,9 +286,9 @@ class Session:
 
     def _end_dropped(self, begin_next: bool = True) -> None:
         """End a round in which backward ran and no optimizer stepped (the script dropped it)."""
-        self._pending.append(_RoundEnd(self.step, [(-1, SKIPPED_BY_SCRIPT, 0)]))
+        self._pending.append((None, self.step, [(-1, SKIPPED_BY_SCRIPT, 0)]))
         if begin_next and self._routine:
-            self._pending.append(StepBegin(step=self.step + 1))
+            self._pending.append((None, self.step + 1, None))
 
     def _close_round(self) -> None:
         if self._outcomes:
@@ -303,6 +299,9 @@ class Session:
             self._flush()
         for listener in self.round_listeners:
             listener(self.step)
+        if self.sampled:
+            for listener in self.sampled_round_listeners:
+                listener(self.step)
         self.step += 1
         self.round_done = False
         self._stepped.clear()
@@ -311,6 +310,16 @@ class Session:
         self.micro = 0  # backward() calls in this round
         self._cleared = False
         self.sampled = self.measuring = self.next_sampled
+
+    def listen_round(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener`` at the end of each round from now on (once, however often asked):
+        for a probe with work at a round's end only after something happened."""
+        if listener not in self.round_listeners:
+            self.round_listeners = [*self.round_listeners, listener]  # a new list: never one being run
+
+    def unlisten_round(self, listener: Callable[[int], None]) -> None:
+        if listener in self.round_listeners:
+            self.round_listeners = [fn for fn in self.round_listeners if fn != listener]
 
     # ---- optimizers ---------------------------------------------------------------------------
     def on_optimizer_created(self, opt: Any) -> None:
@@ -357,7 +366,7 @@ class Session:
     def on_step_post(self, opt: Any) -> None:
         if self.setup_step:
             return
-        self._end_step(opt, _has_grads(opt))
+        self._end_step(opt, opt.had_grads if isinstance(opt, ManualUpdate) else _has_grads(opt))
         if self.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)
@@ -376,16 +385,12 @@ class Session:
             self._taken[index] = self._taken.get(index, 0) + 1
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
         self._outcomes.append((index, outcome, self._taken.get(index, 0)))
-        if first:
-            self._sample_next()
-            for listener in self.round_done_listeners:
-                listener()
-
-    def _sample_next(self) -> None:
-        self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
-        if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
-            for listener in self.sampling_listeners:
-                listener(self.next_sampled)
+        if first:  # is the next step sampled? (Level.sampled, inline: this runs at every step)
+            level, upcoming = self.level, self.step + 1
+            self.next_sampled = self.measuring = upcoming < level.dense or upcoming % level.every == 0
+            if level.activations and self.next_sampled != self.sampled:  # hooks go on or off
+                for listener in self.sampling_listeners:
+                    listener(self.next_sampled)
 
     def on_step_skipped(self, opt: Any) -> None:
         """``opt.step()`` did not run: an AMP GradScaler found Inf/NaN gradients and skipped it.
@@ -397,7 +402,10 @@ class Session:
         self._end_step(opt, None)
 
     # ---- backward and loss ------------------------------------------------------------------
-    def on_backward(self, loss: torch.Tensor) -> None:
+    def on_backward(self, loss: torch.Tensor | None) -> None:
+        """A backward starts from ``loss`` (None: from several tensors, not followed)."""
+        if loss is None:
+            return
         if self.round_done or self._cleared:  # a step ended, or the script dropped the last one
             self._close_round()
         step, micro = self.step, self.micro
@@ -409,7 +417,7 @@ class Session:
         grad_fn = loss.grad_fn
         constant = grad_fn is None or (
             type(grad_fn).__name__ in measure.SCALAR_PATH and self._fresh_constant(loss))
-        where = user_site(2) if self.sampled else ""
+        where = user_site(1) if self.sampled else ""
         if self.sampled or self.model.nan_flags:  # forward flags are only taken on sampled steps
             self.model.pack_activations()
 
@@ -485,10 +493,16 @@ class Session:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        read = iter(measure.read_back([e[0] for e in pending if isinstance(e, tuple)]))
+        read = iter(measure.read_back([e[0] for e in pending if isinstance(e, tuple) and e[0] is not None]))
         emit = self.emit
         for entry in pending:
             if isinstance(entry, tuple):
+                if entry[0] is None:  # a lifecycle marker
+                    if entry[2] is None:
+                        emit(StepBegin(step=entry[1]))
+                    else:
+                        self._end_round(entry[1], entry[2])
+                    continue
                 vals = next(read)
                 if "decode" in self.failed:
                     continue
@@ -499,22 +513,19 @@ class Session:
                     continue
                 for event in events:
                     emit(event)
-            elif isinstance(entry, _RoundEnd):
-                self._end_round(entry)
             else:
                 emit(entry)
         # The column detectors (loss spikes, divergence) judge in chunks of the engine's size,
         # not at every sampled step: each judgement has a fixed cost that a small model's
         # sampled step would pay again and again for a few new points.
 
-    def _end_round(self, end: _RoundEnd) -> None:
+    def _end_round(self, step: int, outcomes: list[tuple[int, str, int]]) -> None:
         """The round's loss and gradient norm, then how each optimizer's step ended."""
-        step = end.step
         loss = self._loss_sum.pop(step, None)
         # A round the script dropped on purpose (backward, then zero_grad and no step, while
         # it steps its optimizer elsewhere) trained on nothing: its loss is not the training
         # loss. Its Backward events still carry the values.
-        dropped = self._taken and all(o == SKIPPED_BY_SCRIPT for _, o, _ in end.outcomes)
+        dropped = self._taken and all(o == SKIPPED_BY_SCRIPT for _, o, _ in outcomes)
         if loss is not None and not dropped:
             self.emit(Scalar(step=step, name="loss", value=loss))
         grad_sq = self.grad_sq.pop(step, None)
@@ -524,17 +535,14 @@ class Session:
             self._clipped = {s for s in self._clipped if s > step}
         if not clipped and grad_sq is not None:
             self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(grad_sq)))
-        for index, outcome, taken in end.outcomes:
+        for index, outcome, taken in outcomes:
             if outcome != STEPPED or self._routine:
                 self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
 
 
 def _has_grads(opt: Any) -> bool:
     """Does any parameter ``opt`` holds have a gradient? (stops at the first one: O(1) in a
-    normal step, a full scan only when nothing has one). A hand-written update clears them:
-    the stand-in says whether they were there before it."""
-    if isinstance(opt, ManualUpdate):
-        return opt.had_grads
+    normal step, a full scan only when nothing has one)."""
     for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
         for p in g["params"]:
             if p.grad is not None:

@@ -48,8 +48,8 @@ PROBES: tuple[type, ...] = (
 class Probes:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._patcher = Patcher(session)
-        self._probes = [cls(session, self._patcher) for cls in PROBES]
+        self.patcher = Patcher(session)
+        self._probes = [cls(session, self.patcher) for cls in PROBES]
 
     def install(self) -> None:
         for probe in self._probes:
@@ -58,4 +58,4 @@ class Probes:
     def uninstall(self) -> None:
         for probe in reversed(self._probes):
             probe.uninstall()
-        self._patcher.restore()
+        self.patcher.restore()

@@ -2,10 +2,8 @@
 raise into the user's.
 
 The hot path of every step (a backward, an optimizer step) goes through one dispatcher each,
-not one wrapper or hook per probe: on a small model the per-step cost of traindoc is the number
-of Python calls it adds, so a probe with nothing to do this step is not called at all (it is
-registered for sampled steps only, it drops itself once it knows it has no work, or its patch
-is switched on only in the part of the step where it has work)."""
+not one wrapper or hook per probe, and a probe with nothing to do this step is not called at
+all: it is registered for sampled steps only, or drops itself once it knows it has no work."""
 
 from __future__ import annotations
 
@@ -23,36 +21,10 @@ is_compiling = torch.compiler.is_compiling
 Hook = tuple[str, Callable[[Any], None]]
 
 
-class Switch:
-    """Patches that are on only while their probe has work: ``on()`` puts the wrappers in
-    place, ``off()`` the originals (attribute stores on classes, no call on the user's path
-    while off). The Patcher's ``restore`` puts the originals back either way."""
-
-    __slots__ = ("_on", "_off", "is_on")
-
-    def __init__(self, targets: list[tuple[Any, str, Any, Any]]) -> None:
-        self._on = [(owner, name, wrapper) for owner, name, _, wrapper in targets]
-        self._off = [(owner, name, orig) for owner, name, orig, _ in targets]
-        self.is_on = False
-
-    def on(self) -> None:
-        if not self.is_on:
-            self.is_on = True
-            for owner, name, value in self._on:
-                setattr(owner, name, value)
-
-    def off(self) -> None:
-        if self.is_on:
-            self.is_on = False
-            for owner, name, value in self._off:
-                setattr(owner, name, value)
-
-
 class Patcher:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._patched: list[tuple[Any, str, Any]] = []
-        self._switches: list[Switch] = []
         # Backward callbacks as registered: (probe, before, after, sampled steps only).
         self._backward: list[tuple[str, Callable[[Any], None] | None, Callable[[Any], None] | None, bool]] = []
         # Derived from _backward: (every step, sampled steps), before outermost first, after
@@ -62,6 +34,7 @@ class Patcher:
         self._step_pre: list[tuple[str, Callable[[Any, bool], None]]] = []
         self._step_post: list[Hook] = []
         self._handles: list[Any] = []
+        self._backward_patched = False
         self._local = threading.local()
         # Whether the backward now running keeps its graph (retain_graph=True): several terms
         # of one loss backpropagated in turn, not micro-batches.
@@ -85,30 +58,15 @@ class Patcher:
         function under two import paths); ``restore`` puts the original back."""
         self.patch(owner, name, lambda _orig: new)
 
-    def switch(self, targets: list[tuple[Any, str, Callable[[Any], Any]]]) -> Switch:
-        """Like ``patch`` for each ``(owner, name, make)``, but off until the probe switches
-        them on together (``Switch.on``). Only for attributes no other probe patches:
-        switching puts these wrappers or the originals back."""
-        made = []
-        for owner, name, make in targets:
-            orig = getattr(owner, name)
-            self._patched.append((owner, name, orig))
-            made.append((owner, name, orig, make(orig)))
-        switch = Switch(made)
-        self._switches.append(switch)
-        return switch
-
     def restore(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        for sw in self._switches:
-            sw.is_on = False
-        self._switches.clear()
         for owner, name, orig in reversed(self._patched):
             setattr(owner, name, orig)
         self._patched.clear()
         self._backward.clear()
+        self._backward_patched = False
         self._before = self._after = ([], [])
         self._step_pre.clear()
         self._step_post.clear()
@@ -124,15 +82,23 @@ class Patcher:
         started from (None for several); a backward started inside one (a probe's own) is not
         reported. Each callback is guarded.
         ``sampled_only``: called only for the backward of a sampled step."""
-        if not self._backward:  # Tensor.backward calls torch.autograd.backward: one patch sees both
+        if not self._backward_patched:  # Tensor.backward calls torch.autograd.backward: one patch sees both
+            self._backward_patched = True
             self.patch(torch.autograd, "backward", self._dispatch_backward)
-        self._backward.append((probe, before, after, sampled_only))
+        entry = (probe, before, after, sampled_only)
+        if entry in self._backward:  # registered again while waiting: once is enough
+            return
+        self._backward.append(entry)
         self._index_backward()
 
     def drop_backward(self, probe: str) -> None:
         """``probe`` has no more work around backward in this run: stop calling it."""
         self._backward = [b for b in self._backward if b[0] != probe]
         self._index_backward()
+
+    def backward_probes(self, sampled: bool) -> list[str]:
+        """The probes called before a backward of a sampled step or of another, in call order."""
+        return [probe for probe, _ in self._before[sampled]]
 
     def _index_backward(self) -> None:
         regs = self._backward

@@ -97,7 +97,7 @@ class AmpProbes:
         self._patcher.patch_descriptor(torch.autograd.Function, "apply", self._wrap_apply)
         s = self.s
         s.sampling_listeners.append(self._on_sampling_change)
-        s.round_listeners.append(self._on_round)
+        s.sampled_round_listeners.append(self._on_round)
         if s.level.activations and s.sampled:
             self._set_forward_hooks(True)
 
@@ -109,8 +109,8 @@ class AmpProbes:
             self._hook = None
         if self._on_sampling_change in s.sampling_listeners:
             s.sampling_listeners.remove(self._on_sampling_change)
-        if self._on_round in s.round_listeners:
-            s.round_listeners.remove(self._on_round)
+        if self._on_round in s.sampled_round_listeners:
+            s.sampled_round_listeners.remove(self._on_round)
         self._guard(self._emit_autocast, 1 << 62)  # the last sampled step's check
         self._active.clear()
 
@@ -393,7 +393,7 @@ class AmpProbes:
         self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type, "custom_fwd"))
 
     def _on_round(self, step: int) -> None:
-        if self._rows or self._scaled:  # every step: nothing to do on most of them
+        if self._rows or self._scaled:  # a sampled round: its forward's autocast rows
             self._guard(self._emit_autocast, step)
 
     def _emit_autocast(self, upto: int) -> None:

@@ -51,7 +51,7 @@ class CoreProbes:
         s, patcher = self.s, self._patcher
         patcher.on_step("optimizer", pre=s.on_step_pre, post=s.on_step_post)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
-        patcher.on_backward("backward", before=self._on_backward)
+        patcher.on_backward("backward", before=s.on_backward)
         clip = torch.nn.utils.clip_grad
         wrapped_clip = self._wrap_clip(clip.clip_grad_norm_)
         for owner in (clip, torch.nn.utils):
@@ -103,10 +103,6 @@ class CoreProbes:
             return out
 
         return zero_grad
-
-    def _on_backward(self, loss: Any) -> None:
-        if loss is not None:
-            self.s.on_backward(loss)
 
     def _wrap_clip(self, orig: Any) -> Any:
         probes = self

@@ -42,13 +42,11 @@ class DataProbes:
 
     def install(self) -> None:
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
-        self.s.round_listeners.append(self._on_round)
         self._last = time.perf_counter()
         self._startup = True  # the first round includes the script's own set-up
 
     def uninstall(self) -> None:
-        if self._on_round in self.s.round_listeners:
-            self.s.round_listeners.remove(self._on_round)
+        self.s.unlisten_round(self._on_round)
         self._guard("data", self._emit, self.s.step)
 
     def _wrap_next(self, orig: Any) -> Any:
@@ -70,6 +68,9 @@ class DataProbes:
         return __next__
 
     def _note_loader(self, it: Any) -> None:
+        # Rounds are timed from a DataLoader's first batch on (a loop without one pays nothing);
+        # the round it comes in is the loader's start-up, not timed.
+        self.s.listen_round(self._on_round)
         sampler = getattr(it, "_index_sampler", None)
         self._settings = dict(
             loader=type(getattr(it, "_dataset", it)).__name__,

@@ -29,7 +29,7 @@ from torch.nn.modules import module as _module
 
 from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.live import measure
-from traindoc.live.probes._patch import Patcher, Switch, is_compiling
+from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.objects import ObjectMap, frame_modules, user_site
 from traindoc.live.session import Session
 
@@ -100,7 +100,6 @@ class EvalProbes:
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._hooks: list[Any] = []
-        self._regions: Switch | None = None  # the no_grad / inference_mode wrappers
         self._depth = 0  # nested tracked no_grad regions
         self._region_t0 = 0.0
         self._fdepth = 0  # module call depth while hooked
@@ -116,23 +115,15 @@ class EvalProbes:
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
-        # An evaluation runs between a round's optimizer step and the next backward: the
-        # no_grad / inference_mode wrappers are switched on for that part of each step only
-        # (the clipping and optimizer code before it enters no_grad several times a step).
-        self._regions = self._patcher.switch([
-            (cls, name, wrap) for cls in (torch.no_grad, torch.inference_mode)
-            for name, wrap in (("__enter__", self._wrap_enter), ("__exit__", self._wrap_exit))])
-        self.s.round_done_listeners.append(self._regions.on)
-        self.s.round_listeners.append(self._on_round)
-        if self.s.round_done:
-            self._regions.on()
+        for cls in (torch.no_grad, torch.inference_mode):
+            # Always on: switching a class's methods at every step would use up its type
+            # version tags (CPython 3.13 stops caching lookups on it after 1000 changes).
+            self._patch(cls, "__enter__", self._wrap_enter)
+            self._patch(cls, "__exit__", self._wrap_exit)
 
     def uninstall(self) -> None:
         self._set_hooks(False)
-        if self._on_round in self.s.round_listeners:
-            self.s.round_listeners.remove(self._on_round)
-        if self._regions is not None and self._regions.on in self.s.round_done_listeners:
-            self.s.round_done_listeners.remove(self._regions.on)
+        self.s.unlisten_round(self._on_round)
         self._guard("eval", self._close_phase)
         self._depth = 0
 
@@ -168,6 +159,7 @@ class EvalProbes:
             return
         ctx.__dict__["_traindoc_region"] = True
         self._depth += 1
+        self.s.listen_round(self._on_round)
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
             self._set_hooks(True)  # until the region's first root forward
@@ -354,8 +346,9 @@ class EvalProbes:
         self.s.defer(packed, decode)
 
     def _on_round(self, step: int) -> None:
-        if self._regions is not None:  # the next backward began: no evaluation until its step
-            self._regions.off()
+        """The round after an evaluation region was entered ended (listened to from then on
+        only: most rounds have no evaluation)."""
+        self.s.unlisten_round(self._on_round)
         if self._depth:  # a region left open (entered by hand, never exited): stop following it
             self._depth = 0
             self._set_hooks(False)

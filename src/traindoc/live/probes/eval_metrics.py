@@ -70,7 +70,7 @@ class EvalMetricsProbe:
         self._mode_depth = 0
         self._drops = 0  # gradient-on calls that turned out to be training
         self.evaluated = False  # an evaluation loss call since the last training backward
-        self.printed = Printed(session, self.pub, self.in_evaluation, patcher.guard)
+        self.printed = Printed(session, self.pub, self.in_evaluation, patcher.guard, self._wake)
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -79,13 +79,10 @@ class EvalMetricsProbe:
         for fn in _BINARY_FNS:
             self._patcher.patch(F, fn, functools.partial(self._wrap, "bin"))
         self._patcher.patch(nn.Module, "train", self._wrap_train)
-        self._patcher.on_backward(self.name, before=self._on_backward)
-        self.s.round_listeners.append(self._on_round)
         self._guard("stdout", self.printed.install)
 
     def uninstall(self) -> None:
-        if self._on_round in self.s.round_listeners:
-            self.s.round_listeners.remove(self._on_round)
+        self.s.unlisten_round(self._on_round)
         try:  # always put the real stdout back, even when reading it was disabled
             self.printed.uninstall()
         except Exception as exc:  # never let traindoc break the user's run
@@ -175,10 +172,12 @@ class EvalMetricsProbe:
         vec, classes = got
         step = self.s.current_step
         self.evaluated = True
+        self._wake()
         if grad and input.requires_grad:
             if self._pending is not None:  # a second call without a backward between
                 self._confirm()
             self._pending = (kind, vec, classes, step)
+            self._patcher.on_backward(self.name, before=self._on_backward)  # until the next backward
         else:
             self._add(kind, vec, classes, step)
 
@@ -204,14 +203,21 @@ class EvalMetricsProbe:
                 ph.bin = [_fold_binary(ph.bin)]
 
     def _on_backward(self, loss: Any) -> None:
+        self._patcher.drop_backward(self.name)
         if self._pending is not None:  # it fed this backward: the model trains in eval mode
             self._pending = None
             self._eval_model = None
             self._drops += 1
 
     # ---- the end of an evaluation ----------------------------------------------------------------
+    def _wake(self) -> None:
+        """Something waits for the round's end (an evaluation loss, printed metrics): listen to
+        it. Rounds with nothing waiting (most of a run) do not call this probe at all."""
+        self.s.listen_round(self._on_round)
+
     def _on_round(self, step: int) -> None:
-        if self.printed.held:  # every step: nothing to do on most of them
+        self.s.unlisten_round(self._on_round)
+        if self.printed.held:
             self._guard("stdout", self.printed.publish)
         if self._phase is not None or self._pending is not None:
             self._guard(self.name, self._end_phase)

@@ -106,10 +106,11 @@ class Printed:
     """Reads the lines the script prints (the stdout stand-in calls ``feed``)."""
 
     def __init__(self, session: Session, pub: Publisher, in_evaluation: Callable[[], bool],
-                 guard: Callable[..., None]) -> None:
+                 guard: Callable[..., None], wake: Callable[[], None]) -> None:
         self.s = session
         self.pub = pub
         self.in_evaluation = in_evaluation  # has an evaluation run since the last backward?
+        self._wake = wake  # values are held: publish them at the round's end
         self._guard = guard  # Patcher.guard: an error disables the reading, never the script
         self.active = False
         self._stream: Any = None
@@ -182,6 +183,7 @@ class Printed:
             self.publish()
         self._held_step = step
         self._held.update(values)
+        self._wake()
 
     @property
     def held(self) -> bool:

@@ -49,15 +49,15 @@ class RouterProbe:
         self._load: dict[int, dict[int, list[float]]] = {}  # step -> router (id) -> counts
 
     def install(self) -> None:
-        self.s.round_listeners.append(self._on_round)
+        self.s.sampled_round_listeners.append(self._on_round)
         self.s.output_listeners.append(self._hook)
         api.router_sinks.append(self._on_router)
         for module, experts in list(api.routers.items()):
             self._add(module, type(module).__name__, experts)
 
     def uninstall(self) -> None:
-        if self._on_round in self.s.round_listeners:
-            self.s.round_listeners.remove(self._on_round)
+        if self._on_round in self.s.sampled_round_listeners:
+            self.s.sampled_round_listeners.remove(self._on_round)
         if self._hook in self.s.output_listeners:
             self.s.output_listeners.remove(self._hook)
         if self._on_router in api.router_sinks:
@@ -131,8 +131,7 @@ class RouterProbe:
         return ()
 
     def _on_round(self, step: int) -> None:
-        if self.s.sampled or self._load:  # models are adopted, and loads read, on sampled steps
-            self._guard(self.name, self._round, step)
+        self._guard(self.name, self._round, step)  # a sampled round: models adopted, loads read
 
     def _round(self, step: int) -> None:
         models = self.s.models()

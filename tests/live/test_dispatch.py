@@ -1,0 +1,143 @@
+"""The hot path's dispatch (probes/_patch.py): one wrapper of ``torch.autograd.backward`` and one
+pair of optimizer step hooks for all probes; callbacks for sampled steps only; probes that drop
+out or listen to round ends only while they have work. Each must call exactly what it should,
+contain a raising callback, and leave torch as it found it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.optim import optimizer as _optim
+
+from traindoc.live.probes import Probes
+from traindoc.live.probes._patch import Patcher
+from traindoc.live.session import Session
+
+
+def _loop(steps: int, session: Session | None = None) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_sampled_only_callbacks_run_on_sampled_steps_and_every_step_ones_always() -> None:
+    session = Session(level="standard")  # steps 0-15 sampled, then every 25th
+    session.start("test", [])
+    patcher = Patcher(session)
+    every: list[int] = []
+    sampled: list[int] = []
+    patcher.on_backward("core", before=session.on_backward)
+    patcher.on_backward("every", before=lambda loss: every.append(session.step))
+    patcher.on_backward("sampled", before=lambda loss: sampled.append(session.step), sampled_only=True)
+    patcher.on_step("optimizer", pre=session.on_step_pre, post=session.on_step_post)
+    try:
+        _loop(60)
+    finally:
+        patcher.restore()
+    # "every" and "sampled" run before the core callback closes the round: the step is the
+    # previous one there, and the backward belongs to the next.
+    assert [s + 1 for s in every[1:]] == list(range(1, 60))
+    assert [s + 1 for s in sampled[1:]] == [*range(1, 16), 25, 50]
+
+
+def test_a_raising_step_callback_is_disabled_once_and_the_others_go_on(capsys: Any) -> None:
+    session = Session(level="standard")
+    session.start("test", [])
+    patcher = Patcher(session)
+    posts: list[int] = []
+
+    def broken(opt: Any) -> None:
+        raise RuntimeError("boom")
+
+    hooks = len(_optim._global_optimizer_pre_hooks), len(_optim._global_optimizer_post_hooks)
+    patcher.on_step("first", post=broken)
+    patcher.on_step("second", post=lambda opt: posts.append(1))
+    try:
+        _loop(5)
+    finally:
+        patcher.restore()
+    assert len(posts) == 5 and "first" in session.failed
+    assert capsys.readouterr().err.count("internal error in probe 'first'") == 1
+    assert (len(_optim._global_optimizer_pre_hooks), len(_optim._global_optimizer_post_hooks)) == hooks
+
+
+def test_dropped_and_repeated_backward_callbacks() -> None:
+    session = Session(level="thorough")
+    session.start("test", [])
+    patcher = Patcher(session)
+    calls: list[str] = []
+
+    def once(loss: Any) -> None:
+        calls.append("once")
+        patcher.drop_backward("once")
+
+    def twice_registered(loss: Any) -> None:
+        calls.append("dup")
+
+    original = torch.autograd.backward
+    patcher.on_backward("once", before=once)
+    patcher.on_backward("dup", before=twice_registered)
+    patcher.on_backward("dup", before=twice_registered)  # the same callback again: kept once
+    patcher.drop_backward("gone")  # nothing registered under it: no change
+    try:
+        _loop(3)
+        assert calls == ["dup", "once", "dup", "dup"]  # registered later, called first
+        patcher.drop_backward("dup")  # nothing left: the patch stays, calls nothing
+        patcher.on_backward("dup", before=twice_registered)  # again: no second patch
+        _loop(1)
+        assert calls[-1] == "dup" and len(calls) == 5
+    finally:
+        patcher.restore()
+    assert torch.autograd.backward is original
+
+
+def test_round_listeners_added_and_removed_while_rounds_end() -> None:
+    session = Session(level="standard")
+    session.start("test", [])
+    seen: list[tuple[str, int]] = []
+
+    def one_shot(step: int) -> None:
+        seen.append(("one_shot", step))
+        session.unlisten_round(one_shot)  # while the listeners are being called
+
+    def always(step: int) -> None:
+        seen.append(("always", step))
+
+    session.listen_round(one_shot)
+    session.listen_round(one_shot)  # once, however often asked
+    session.round_listeners.append(always)
+    probes = Probes(session)
+    probes.install()
+    try:
+        _loop(3)
+    finally:
+        probes.uninstall()
+    # the listener after the one that removed itself still ran in that round
+    assert seen == [("one_shot", 0), ("always", 0), ("always", 1)]
+
+
+def test_idle_probes_are_not_called_on_an_unsampled_step() -> None:
+    """On a plain torch.optim loop, the hand-written-update probe drops out at the first step
+    and the evaluation-metrics and data probes listen to no round: an unsampled step's backward
+    calls the session and the accumulation counter only."""
+    session = Session(level="standard")
+    session.start("test", [])
+    probes = Probes(session)
+    probes.install()
+    try:
+        _loop(30)
+        before_every_step = probes.patcher.backward_probes(sampled=False)
+        names = [getattr(fn, "__qualname__", "") for fn in session.round_listeners]
+    finally:
+        probes.uninstall()
+    assert before_every_step == ["accumulation", "backward"]
+    assert not any("EvalMetrics" in n or "DataProbes" in n or "EvalProbes" in n for n in names)
