@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -141,3 +142,35 @@ def test_idle_probes_are_not_called_on_an_unsampled_step() -> None:
         probes.uninstall()
     assert before_every_step == ["accumulation", "backward"]
     assert not any("EvalMetrics" in n or "DataProbes" in n or "EvalProbes" in n for n in names)
+
+
+def test_no_class_of_torch_is_modified_from_step_to_step() -> None:
+    """Probes patch torch's classes once, at install, never per step: CPython 3.13 stops
+    caching attribute lookups on a class modified 1000 times, which would slow every tensor
+    method call of a long run (a version tag changes with every modification)."""
+    _testcapi = pytest.importorskip("_testcapi")
+    classes = (torch.Tensor, nn.Module, torch.no_grad, torch.inference_mode, torch.optim.Optimizer,
+               torch.optim.SGD)
+    session = Session(level="standard")  # sampled steps 0-15, 25, 50: hooks go on and off
+    session.start("test", [])
+    probes = Probes(session)
+    probes.install()
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        versions: list[tuple[int, ...]] = []
+        for step in range(60):
+            per_sample = F.cross_entropy(model(x), y, reduction="none")
+            loss = per_sample.masked_fill(~torch.isfinite(per_sample), 0).mean()
+            opt.zero_grad()
+            loss.backward()
+            with torch.no_grad():
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            if step >= 2:
+                versions.append(tuple(_testcapi.type_get_version(c) for c in classes))
+    finally:
+        probes.uninstall()
+    assert len(set(versions)) == 1, "a class of torch was modified during training"

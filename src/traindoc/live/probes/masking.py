@@ -10,7 +10,10 @@ these calls are looked at: when a value they replace or choose from is non-finit
 grad, the step gets an ``Activation(nan=True, is_output=True)`` named after the call and its
 line, which ``masked-nonfinite`` weighs against the finite value handed to backward().
 
-The wrappers are installed only for sampled steps (then removed), so other steps pay nothing.
+The wrappers are installed once and look only on sampled steps: other steps pay one flag test
+per call. (Putting ``Tensor.masked_fill`` in place and back at every sampled step would modify
+the ``torch.Tensor`` class thousands of times a run; CPython 3.13 stops caching attribute
+lookups on a class after 1000 changes, which would slow every tensor method call of the run.)
 They read a flag on the device (no sync) and take the caller's file and line from one frame.
 """
 
@@ -33,8 +36,9 @@ class MaskingProbe:
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
+        self._patch = patcher.patch
         self._guard = patcher.guard
-        self._originals: list[tuple[Any, str, Any]] = []
+        self._on = False  # a sampled step of a level that measures activations
         self._targets: list[tuple[Any, str, Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]]] = [
             (torch, "nan_to_num", _first),
             (torch.Tensor, "nan_to_num", _first),
@@ -43,25 +47,18 @@ class MaskingProbe:
         ]
 
     def install(self) -> None:
+        for owner, name, values in self._targets:
+            self._patch(owner, name, functools.partial(self._wrap, name=name, values=values))
         self.s.sampling_listeners.append(self._toggle)
-        if self.s.level.activations and self.s.sampled:
-            self._toggle(True)
+        self._on = self.s.level.activations and self.s.sampled
 
     def uninstall(self) -> None:
         if self._toggle in self.s.sampling_listeners:
             self.s.sampling_listeners.remove(self._toggle)
-        self._toggle(False)
+        self._on = False
 
     def _toggle(self, on: bool) -> None:
-        if on and not self._originals:
-            for owner, name, values in self._targets:
-                orig = getattr(owner, name)
-                self._originals.append((owner, name, orig))
-                setattr(owner, name, self._wrap(orig, name, values))
-        elif not on and self._originals:
-            for owner, name, orig in reversed(self._originals):
-                setattr(owner, name, orig)
-            self._originals = []
+        self._on = on
 
     def _wrap(self, orig: Any, name: str, values: Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]) -> Any:
         probe = self
@@ -69,8 +66,7 @@ class MaskingProbe:
         @functools.wraps(orig)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             out = orig(*args, **kwargs)
-            s = probe.s
-            if not s.in_model_forward and torch.is_grad_enabled() and not is_compiling():
+            if probe._on and not probe.s.in_model_forward and torch.is_grad_enabled() and not is_compiling():
                 frame = sys._getframe(1)  # the caller's file and line: one frame, no walk
                 probe._guard(probe.name, probe._check, name, frame.f_code.co_filename, frame.f_lineno,
                              values(args, kwargs))
