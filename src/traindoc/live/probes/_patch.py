@@ -128,24 +128,13 @@ class Patcher:
             # (a sampled-only callback checks ``session.measuring`` itself).
             sampled = session.measuring or (
                 not session.manual.off and session.micro > 0 and not session.round_done)
-            failed = session.failed
-            for probe, fn in patcher._before[sampled]:
-                if probe not in failed:
-                    try:
-                        fn(loss)
-                    except Exception as exc:  # never let traindoc break the user's training
-                        session.fail(probe, exc)
+            call_each(patcher._before[sampled], session, loss)
             local.busy = True
             try:
                 out = orig(tensors, *args, **kwargs)
             finally:
                 local.busy = False
-            for probe, fn in patcher._after[sampled]:
-                if probe not in failed:
-                    try:
-                        fn(loss)
-                    except Exception as exc:  # never let traindoc break the user's training
-                        session.fail(probe, exc)
+            call_each(patcher._after[sampled], session, loss)
             return out
 
         return backward
@@ -171,26 +160,12 @@ class Patcher:
             return
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
-        session = self.session
-        failed = session.failed
-        for probe, fn in self._step_pre:
-            if probe not in failed:
-                try:
-                    fn(opt, closure)
-                except Exception as exc:  # never let traindoc break the user's training
-                    session.fail(probe, exc)
+        call_each(self._step_pre, self.session, opt, closure)
 
     def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling():
             return
-        session = self.session
-        failed = session.failed
-        for probe, fn in self._step_post:
-            if probe not in failed:
-                try:
-                    fn(opt)
-                except Exception as exc:  # never let traindoc break the user's training
-                    session.fail(probe, exc)
+        call_each(self._step_post, self.session, opt)
 
     def guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run our part of a hook. An exception disables ``probe`` (reported once by the
@@ -201,3 +176,15 @@ class Patcher:
             fn(*args)
         except Exception as exc:  # never let traindoc break the user's training
             self.session.fail(probe, exc)
+
+
+def call_each(hooks: list[tuple[str, Callable[..., None]]], session: Session, *args: Any) -> None:
+    """Call each probe's callback with ``args``; one that raises disables its probe (reported
+    once by the session) and never reaches the user's script."""
+    failed = session.failed
+    for probe, fn in hooks:
+        if probe not in failed:
+            try:
+                fn(*args)
+            except Exception as exc:  # never let traindoc break the user's training
+                session.fail(probe, exc)
