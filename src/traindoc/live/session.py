@@ -366,7 +366,7 @@ class Session:
     def on_step_post(self, opt: Any) -> None:
         if self.setup_step:
             return
-        self._end_step(opt, opt.had_grads if isinstance(opt, ManualUpdate) else _has_grads(opt))
+        self._end_step(opt, _has_grads(opt))
         if self.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)
@@ -385,10 +385,9 @@ class Session:
             self._taken[index] = self._taken.get(index, 0) + 1
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
         self._outcomes.append((index, outcome, self._taken.get(index, 0)))
-        if first:  # is the next step sampled? (Level.sampled, inline: this runs at every step)
-            level, upcoming = self.level, self.step + 1
-            self.next_sampled = self.measuring = upcoming < level.dense or upcoming % level.every == 0
-            if level.activations and self.next_sampled != self.sampled:  # hooks go on or off
+        if first:  # is the next step sampled?
+            self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
+            if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
                 for listener in self.sampling_listeners:
                     listener(self.next_sampled)
 
@@ -429,10 +428,7 @@ class Session:
 
         scale = self.loss_scales.pop(id(loss), None) if self.loss_scales else None
         value = loss.detach() if scale is None else loss.detach() / scale
-        if type(value) is torch.Tensor:  # no copy, no sync: read at the flush
-            self._pending.append((value, decode))
-        else:
-            self.defer(value, decode)  # a tensor subclass (DTensor)
+        self.defer(value, decode)  # no copy, no sync: read at the flush
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -453,18 +449,14 @@ class Session:
             total_norm = total_norm.detach() / self.grad_scale.to(total_norm.device)
         where = user_site(2) if self.measuring else ""
         if step is None:
-            step = self.step + 1 if self.round_done else self.step  # current_step, without a call
+            step = self.current_step
         self._clipped.add(step)
 
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via)
             yield Scalar(step=step, name="grad_norm", value=vals[0])
 
-        value = total_norm.detach()
-        if type(value) is torch.Tensor:
-            self._pending.append((value, decode))
-        else:
-            self.defer(value, decode)  # a tensor subclass (DTensor)
+        self.defer(total_norm.detach(), decode)
 
     def clip_pending(self, step: int) -> None:
         """A clipping of ``step`` will be reported once the step took it: the gradients measured
@@ -542,7 +534,10 @@ class Session:
 
 def _has_grads(opt: Any) -> bool:
     """Does any parameter ``opt`` holds have a gradient? (stops at the first one: O(1) in a
-    normal step, a full scan only when nothing has one)."""
+    normal step, a full scan only when nothing has one). A hand-written update clears them:
+    the stand-in says whether they were there before it."""
+    if isinstance(opt, ManualUpdate):
+        return opt.had_grads
     for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
         for p in g["params"]:
             if p.grad is not None:

@@ -107,16 +107,10 @@ class CoreProbes:
     def _wrap_clip(self, orig: Any) -> Any:
         probes = self
 
-        session = self.s
-
         @functools.wraps(orig)
         def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
             total = orig(parameters, max_norm, *args, **kwargs)
-            if "clip" not in session.failed and not _is_compiling():  # guard(), without a call
-                try:
-                    session.on_clip(total, max_norm)
-                except Exception as exc:  # never let traindoc break the user's training
-                    session.fail("clip", exc)
+            probes._guard("clip", probes.s.on_clip, total, max_norm)
             return total
 
         return clip_grad_norm_
