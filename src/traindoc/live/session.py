@@ -46,7 +46,10 @@ from traindoc.live.objects import ObjectMap, library_caller, user_site
 
 Decoder = Callable[[list[float]], Iterable[Event]]
 
-
+# A deferred measurement in the pending list: (tensor, decoder, arguments); at the flush,
+# ``decoder(values, *arguments)`` makes its events. The session's own measurements of every
+# step (the loss, the clip norm) pass arguments rather than make a closure at every step.
+Deferred = tuple[torch.Tensor, Callable[..., Iterable[Event]], tuple[Any, ...]]
 # Lifecycle markers in the pending list, tuples like the deferred measurements but with None
 # where those hold their tensor (made at every step: a tuple, not an object with an __init__):
 # (None, step, outcomes): the round ``step`` ended; its loss, gradient norm and outcomes are
@@ -98,7 +101,7 @@ class Session:
         self._loss_sum: dict[int, float] = {}  # step -> sum of its decoded backward values
         # In stream order: measurements to read back, round ends, and events that must not
         # overtake the measurements before them.
-        self._pending: list[tuple[torch.Tensor, Decoder] | Marker | Event] = []
+        self._pending: list[Deferred | Marker | Event] = []
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
@@ -142,12 +145,13 @@ class Session:
         """The step that work happening now belongs to (the next one once an optimizer stepped)."""
         return self.step + 1 if self.round_done else self.step
 
-    def defer(self, tensor: torch.Tensor, decode: Decoder) -> None:
+    def defer(self, tensor: torch.Tensor, decode: Callable[..., Iterable[Event]], *args: Any) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
-        values (a list of floats) to make events. Probes use this instead of ``.item()``."""
+        values (a list of floats) and ``args`` to make events. Probes use this instead of
+        ``.item()``."""
         if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):  # traindoc-ranks: a
             tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
-        self._pending.append((tensor, decode))
+        self._pending.append((tensor, decode, args))
 
     def next_step_begins(self) -> None:
         """The next step's work begins (a model's forward, a loss call) while this round is
@@ -291,18 +295,24 @@ class Session:
             self._pending.append((None, self.step + 1, None))
 
     def _close_round(self) -> None:
-        if self._outcomes:
-            self._mark_end()
+        # Runs at every step: locals, and _mark_end's common case written out.
+        step, sampled, pending, outcomes = self.step, self.sampled, self._pending, self._outcomes
+        if outcomes:  # the optimizers that stepped end the round (those not ended already)
+            ended = self._ended
+            if ended < len(outcomes):
+                pending.append((None, step, outcomes[ended:] if ended else outcomes))
+                if not ended and self._routine:
+                    pending.append((None, step + 1, None))
         else:
             self._end_dropped()
-        if self.sampled or len(self._pending) > 512:
+        if sampled or len(pending) > 512:
             self._flush()
         for listener in self.round_listeners:
-            listener(self.step)
-        if self.sampled:
+            listener(step)
+        if sampled:
             for listener in self.sampled_round_listeners:
-                listener(self.step)
-        self.step += 1
+                listener(step)
+        self.step = step + 1
         self.round_done = False
         self._stepped.clear()
         self._outcomes = []
@@ -381,10 +391,12 @@ class Session:
         self.round_done = True
         self._trained = True
         index = self._last_index if opt is self._last_opt_ref() else self._optimizers.get(opt, -1)
+        taken = self._taken.get(index, 0)
         if stepped:
-            self._taken[index] = self._taken.get(index, 0) + 1
+            taken += 1
+            self._taken[index] = taken
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
-        self._outcomes.append((index, outcome, self._taken.get(index, 0)))
+        self._outcomes.append((index, outcome, taken))
         if first:  # is the next step sampled?
             self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
             if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
@@ -407,8 +419,8 @@ class Session:
             return
         if self.round_done or self._cleared:  # a step ended, or the script dropped the last one
             self._close_round()
-        step, micro = self.step, self.micro
-        self.micro += 1
+        micro = self.micro
+        self.micro = micro + 1
         self._trained = True
         self.setup_step = False
         if loss.numel() != 1:
@@ -416,19 +428,18 @@ class Session:
         grad_fn = loss.grad_fn
         constant = grad_fn is None or (
             type(grad_fn).__name__ in measure.SCALAR_PATH and self._fresh_constant(loss))
-        where = user_site(1) if self.sampled else ""
-        if self.sampled or self.model.nan_flags:  # forward flags are only taken on sampled steps
+        where = ""
+        if self.sampled:
+            where = user_site(1)
             self.model.pack_activations()
-
-        sums = self._loss_sum
-
-        def decode(vals: list[float]) -> Iterable[Event]:
-            sums[step] = sums.get(step, 0.0) + vals[0]  # the step's loss, emitted at its end
-            yield Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where)
-
-        scale = self.loss_scales.pop(id(loss), None) if self.loss_scales else None
-        value = loss.detach() if scale is None else loss.detach() / scale
-        self.defer(value, decode)  # no copy, no sync: read at the flush
+        elif self.model.nan_flags:  # forward flags are only taken on sampled steps
+            self.model.pack_activations()
+        value = loss.detach()  # no copy, no sync: read at the flush
+        if self.loss_scales:
+            scale = self.loss_scales.pop(id(loss), None)
+            if scale is not None:
+                value = value / scale
+        self.defer(value, _decode_backward, self._loss_sum, self.step, micro, constant, where)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -451,12 +462,9 @@ class Session:
         if step is None:
             step = self.current_step
         self._clipped.add(step)
-
-        def decode(vals: list[float]) -> Iterable[Event]:
-            yield Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via)
-            yield Scalar(step=step, name="grad_norm", value=vals[0])
-
-        self.defer(total_norm.detach(), decode)
+        if total_norm.requires_grad:
+            total_norm = total_norm.detach()
+        self.defer(total_norm, _decode_clip, step, max_norm, where, via)
 
     def clip_pending(self, step: int) -> None:
         """A clipping of ``step`` will be reported once the step took it: the gradients measured
@@ -499,7 +507,7 @@ class Session:
                 if "decode" in self.failed:
                     continue
                 try:  # a probe's decoder must not stop the stream (the lifecycle is in it)
-                    events = list(entry[1](vals))
+                    events = list(entry[1](vals, *entry[2]))
                 except Exception as exc:  # never let traindoc break the user's training
                     self.fail("decode", exc)
                     continue
@@ -530,6 +538,17 @@ class Session:
         for index, outcome, taken in outcomes:
             if outcome != STEPPED or self._routine:
                 self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
+
+
+def _decode_backward(vals: list[float], sums: dict[int, float], step: int, micro: int, constant: bool,
+                     where: str) -> tuple[Event, ...]:
+    sums[step] = sums.get(step, 0.0) + vals[0]  # the step's loss, emitted at its end
+    return (Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where),)
+
+
+def _decode_clip(vals: list[float], step: int, max_norm: float, where: str, via: str) -> tuple[Event, ...]:
+    return (Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via),
+            Scalar(step=step, name="grad_norm", value=vals[0]))
 
 
 def _has_grads(opt: Any) -> bool:

@@ -111,15 +111,15 @@ class Patcher:
 
     def _dispatch_backward(self, orig: Any) -> Any:
         local, session = self._local, self.session
-        patcher = self
+        patcher, Tensor = self, torch.Tensor
 
         @functools.wraps(orig)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(local, "busy", False) or is_compiling():
                 return orig(tensors, *args, **kwargs)
-            loss = tensors if isinstance(tensors, torch.Tensor) else (
+            loss = tensors if isinstance(tensors, Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
-                and isinstance(tensors[0], torch.Tensor) else None)
+                and isinstance(tensors[0], Tensor) else None)
             retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
             patcher.retain_graph = bool(retain) if retain is not None else bool(kwargs.get("create_graph"))
             # The step this backward belongs to is sampled or not from its first callback on
@@ -134,7 +134,9 @@ class Patcher:
                 out = orig(tensors, *args, **kwargs)
             finally:
                 local.busy = False
-            call_each(patcher._after[sampled], session, loss)
+            after = patcher._after[sampled]
+            if after:
+                call_each(after, session, loss)
             return out
 
         return backward

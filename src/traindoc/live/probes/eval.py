@@ -129,14 +129,14 @@ class EvalProbes:
 
     # ---- regions -----------------------------------------------------------------------------
     def _wrap_enter(self, orig: Any) -> Any:
-        probes = self
+        probes, session = self, self.s
 
         @functools.wraps(orig)
         def __enter__(ctx: Any) -> Any:
             out = orig(ctx)
             # Only regions after the round's optimizer step can be an evaluation (and not
             # traindoc's own: the session measures under no_grad after the step).
-            if probes._depth or (probes.s.round_done and not probes._busy and not _ours(sys._getframe(1))):
+            if probes._depth or (session.round_done and not probes._busy and not _ours(sys._getframe(1))):
                 probes._guard("eval", probes._enter, ctx)
             return out
 
@@ -148,7 +148,7 @@ class EvalProbes:
         @functools.wraps(orig)
         def __exit__(ctx: Any, *args: Any) -> Any:
             out = orig(ctx, *args)
-            if ctx.__dict__.get("_traindoc_region"):
+            if probes._depth and ctx.__dict__.get("_traindoc_region"):  # a region we track is open
                 probes._guard("eval", probes._exit, ctx)
             return out
 

@@ -146,6 +146,10 @@ class LoopProbes:
         self._opt_steps = 0
         self._last_bwd_stamp = 0
         self._intervals = ObjectMap()  # optimizer -> _Interval
+        # The optimizer of the last step (weak) and its interval: the common case of every step
+        # skips both identity-map lookups.
+        self._last_opt: Any = lambda: None
+        self._last_iv: _Interval | None = None
         self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
         self._sites = ObjectMap()  # optimizer -> (step() call site, first backward's call site)
         self._scaled: dict[int, float] = {}
@@ -254,18 +258,23 @@ class LoopProbes:
         if self.s.setup_step:  # not a training step (Session.setup_step)
             return
         self._opt_steps += 1
-        if opt not in self._stepped:
-            self._guard("scheduler", self._first_step, opt)
-        iv = self._intervals.get(opt)
+        if opt is self._last_opt():  # stepped before, its interval made (a stable object)
+            iv = self._last_iv
+        else:
+            if opt not in self._stepped:
+                self._guard("scheduler", self._first_step, opt)
+            iv = self._intervals.get(opt)
         if iv is not None and self._backwards > iv.backwards and self._unmeasured == iv.unmeasured:
             self._guard("accumulation", self._close_interval, opt, iv)
         self._mark = (self._backwards, self._batches, self._unmeasured)
         if iv is None:
-            self._intervals[opt] = _Interval(*self._mark)
+            iv = self._intervals[opt] = _Interval(*self._mark)
         elif iv.first_stamp is None:  # nothing measured: only the counters move
             iv.backwards, iv.batches, iv.unmeasured = self._mark
         else:
             iv.reset(*self._mark)
+        if iv is not self._last_iv:
+            self._last_opt, self._last_iv = weakref.ref(opt), iv
         if self._scaled:
             self._scaled.clear()
         if self.s.sampled and not is_compiling():
