@@ -44,8 +44,6 @@ from traindoc.live.model import ModelWatch
 from traindoc.live.manual import ManualSteps, ManualUpdate
 from traindoc.live.objects import ObjectMap, library_caller, user_site
 
-Decoder = Callable[[list[float]], Iterable[Event]]
-
 # A deferred measurement in the pending list: (tensor, decoder, arguments); at the flush,
 # ``decoder(values, *arguments)`` makes its events. The session's own measurements of every
 # step (the loss, the clip norm) pass arguments rather than make a closure at every step.
