@@ -18,7 +18,7 @@ from traindoc.live.probes._patch import Patcher
 from traindoc.live.session import Session
 
 
-def _loop(steps: int, session: Session | None = None) -> None:
+def _loop(steps: int) -> None:
     torch.manual_seed(0)
     model = nn.Linear(4, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -293,17 +293,12 @@ class Session:
             self._pending.append((None, self.step + 1, None))
 
     def _close_round(self) -> None:
-        # Runs at every step: locals, and _mark_end's common case written out.
-        step, sampled, pending, outcomes = self.step, self.sampled, self._pending, self._outcomes
-        if outcomes:  # the optimizers that stepped end the round (those not ended already)
-            ended = self._ended
-            if ended < len(outcomes):
-                pending.append((None, step, outcomes[ended:] if ended else outcomes))
-                if not ended and self._routine:
-                    pending.append((None, step + 1, None))
+        step, sampled = self.step, self.sampled
+        if self._outcomes:
+            self._mark_end()
         else:
             self._end_dropped()
-        if sampled or len(pending) > 512:
+        if sampled or len(self._pending) > 512:
             self._flush()
         for listener in self.round_listeners:
             listener(step)
