@@ -71,6 +71,67 @@ def test_a_raising_step_callback_is_disabled_once_and_the_others_go_on(capsys: A
     assert (len(_optim._global_optimizer_pre_hooks), len(_optim._global_optimizer_post_hooks)) == hooks
 
 
+@pytest.mark.parametrize("where", ["backward", "step_pre", "clip"])
+def test_a_raising_callback_on_the_hot_path_is_disabled_once(where: str, capsys: Any) -> None:
+    """The per-step callbacks are guarded inline, not through Patcher.guard: each still contains
+    a raising callback (disabled once, reported once) and leaves the training as it was."""
+    def trained(session: Session | None) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        probes = Probes(session) if session is not None else None
+        if probes is not None:
+            probes.install()
+        try:
+            for _ in range(5):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+                opt.step()
+        finally:
+            if probes is not None:
+                probes.uninstall()
+        return [p.detach().clone() for p in model.parameters()]
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("boom")
+
+    session = Session(level="standard")
+    session.start("test", [])
+    probe = {"backward": "backward", "step_pre": "optimizer", "clip": "clip"}[where]
+    setattr(session, {"backward": "on_backward", "step_pre": "on_step_pre", "clip": "on_clip"}[where], broken)
+    observed = trained(session)
+    assert all(torch.equal(a, b) for a, b in zip(observed, trained(None)))
+    assert list(session.failed) == [probe]
+    assert capsys.readouterr().err.count(f"internal error in probe {probe!r}") == 1
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_the_backward_knows_whether_its_graph_is_kept() -> None:
+    """retain_graph as torch reads it (default: create_graph), from Tensor.backward's positional
+    call and from torch.autograd.backward's keywords."""
+    session = Session(level="standard")
+    session.start("test", [])
+    patcher = Patcher(session)
+    seen: list[bool] = []
+    patcher.on_backward("probe", before=lambda loss: seen.append(patcher.retain_graph))
+    x = torch.ones(2, requires_grad=True)
+    try:
+        (x * x).sum().backward()
+        (x * x).sum().backward(retain_graph=True)
+        (x * x).sum().backward(create_graph=True)
+        (x * x).sum().backward(retain_graph=False, create_graph=True)
+        torch.autograd.backward((x * x).sum())
+        torch.autograd.backward((x * x).sum(), retain_graph=True)
+        torch.autograd.backward((x * x).sum(), create_graph=True)
+    finally:
+        patcher.restore()
+        x.grad = None
+    assert seen == [False, True, True, False, False, True, True]
+
+
 def test_dropped_and_repeated_backward_callbacks() -> None:
     session = Session(level="thorough")
     session.start("test", [])

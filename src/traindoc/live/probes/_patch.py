@@ -35,7 +35,7 @@ class Patcher:
         self._step_post: list[Hook] = []
         self._handles: list[Any] = []
         self._backward_patched = False
-        self._local = threading.local()
+        self._local = _Busy()
         # Whether the backward now running keeps its graph (retain_graph=True): several terms
         # of one loss backpropagated in turn, not micro-batches.
         self.retain_graph = False
@@ -115,20 +115,30 @@ class Patcher:
 
         @functools.wraps(orig)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(local, "busy", False) or is_compiling():
+            if local.busy or is_compiling():
                 return orig(tensors, *args, **kwargs)
             loss = tensors if isinstance(tensors, Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
                 and isinstance(tensors[0], Tensor) else None)
-            retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-            patcher.retain_graph = bool(retain) if retain is not None else bool(kwargs.get("create_graph"))
+            if len(args) > 2:  # Tensor.backward's call: (gradient, retain_graph, create_graph)
+                retain, create = args[1], args[2]
+            else:
+                retain = args[1] if len(args) > 1 else kwargs.get("retain_graph")
+                create = kwargs.get("create_graph")
+            patcher.retain_graph = bool(create if retain is None else retain)  # torch's default
             # The step this backward belongs to is sampled or not from its first callback on
             # (the round that closes in it was decided at its optimizer step), unless a
             # hand-written update may end the round in the first callback: then all are called
             # (a sampled-only callback checks ``session.measuring`` itself).
             sampled = session.measuring or (
                 not session.manual.off and session.micro > 0 and not session.round_done)
-            call_each(patcher._before[sampled], session, loss)
+            failed = session.failed
+            for probe, fn in patcher._before[sampled]:  # call_each, written out: every step
+                if probe not in failed:
+                    try:
+                        fn(loss)
+                    except Exception as exc:  # never let traindoc break the user's training
+                        session.fail(probe, exc)
             local.busy = True
             try:
                 out = orig(tensors, *args, **kwargs)
@@ -162,12 +172,26 @@ class Patcher:
             return
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
-        call_each(self._step_pre, self.session, opt, closure)
+        session = self.session
+        failed = session.failed
+        for probe, fn in self._step_pre:  # call_each, written out: every step
+            if probe not in failed:
+                try:
+                    fn(opt, closure)
+                except Exception as exc:  # never let traindoc break the user's training
+                    session.fail(probe, exc)
 
     def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling():
             return
-        call_each(self._step_post, self.session, opt)
+        session = self.session
+        failed = session.failed
+        for probe, fn in self._step_post:  # call_each, written out: every step
+            if probe not in failed:
+                try:
+                    fn(opt)
+                except Exception as exc:  # never let traindoc break the user's training
+                    session.fail(probe, exc)
 
     def guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run our part of a hook. An exception disables ``probe`` (reported once by the
@@ -178,6 +202,12 @@ class Patcher:
             fn(*args)
         except Exception as exc:  # never let traindoc break the user's training
             self.session.fail(probe, exc)
+
+
+class _Busy(threading.local):
+    """Per thread: is a backward of the user's running now (one started inside it is ours)?"""
+
+    busy = False
 
 
 def call_each(hooks: list[tuple[str, Callable[..., None]]], session: Session, *args: Any) -> None:
