@@ -73,8 +73,9 @@ def test_a_raising_step_callback_is_disabled_once_and_the_others_go_on(capsys: A
 
 @pytest.mark.parametrize("where", ["backward", "step_pre", "clip"])
 def test_a_raising_callback_on_the_hot_path_is_disabled_once(where: str, capsys: Any) -> None:
-    """The per-step callbacks are guarded inline, not through Patcher.guard: each still contains
-    a raising callback (disabled once, reported once) and leaves the training as it was."""
+    """The dispatchers call the per-step callbacks in loops written out in place (not through
+    call_each): each still contains a raising callback (disabled once, reported once), as the
+    clip wrapper's guard does, and leaves the training as it was."""
     def trained(session: Session | None) -> list[torch.Tensor]:
         torch.manual_seed(0)
         model = nn.Linear(4, 2)

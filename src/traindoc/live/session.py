@@ -390,10 +390,9 @@ class Session:
             self._taken[index] = taken
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
         self._outcomes.append((index, outcome, taken))
-        if first:  # is the next step sampled? (Level.sampled, written out: every step)
-            level, step = self.level, self.step + 1
-            self.next_sampled = self.measuring = step < level.dense or step % level.every == 0
-            if level.activations and self.next_sampled != self.sampled:  # hooks go on or off
+        if first:  # is the next step sampled?
+            self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
+            if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
                 for listener in self.sampling_listeners:
                     listener(self.next_sampled)
 
@@ -433,10 +432,7 @@ class Session:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:
                 value = value / scale
-        if type(value) is not torch.Tensor:  # a DTensor: see defer
-            self.defer(value, _decode_backward, self._loss_sum, self.step, micro, constant, where)
-        else:  # defer, written out: every step
-            self._pending.append((value, _decode_backward, (self._loss_sum, self.step, micro, constant, where)))
+        self.defer(value, _decode_backward, self._loss_sum, self.step, micro, constant, where)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -457,7 +453,7 @@ class Session:
             total_norm = total_norm.detach() / self.grad_scale.to(total_norm.device)
         where = user_site(2) if self.measuring else ""
         if step is None:
-            step = self.step + 1 if self.round_done else self.step  # current_step, every step
+            step = self.current_step
         self._clipped.add(step)
         if total_norm.requires_grad:
             total_norm = total_norm.detach()
