@@ -19,6 +19,9 @@ from conftest import python, traindoc
 CASES = zoo.cases()
 
 
+_GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
     report, bare, watched = tmp_path / "r.json", tmp_path / "bare.pt", tmp_path / "watched.pt"
@@ -36,6 +39,10 @@ def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
         assert f["evidence"] and f["cause"] and f["fix"] and f["message"], f
 
     plain = python(str(case.path), "--save", str(bare))
+    if plain.returncode != 0 and _GLOO_TEARDOWN_ABORT in plain.stderr:
+        # gloo's process-group teardown can abort a rank after the training ended, in a run
+        # without traindoc too (a known race of torch's, pytorch/pytorch#179291): once more
+        plain = python(str(case.path), "--save", str(bare))
     assert plain.returncode == 0, plain.stderr[-3000:]
     a, b = torch.load(bare), torch.load(watched)
     assert a.keys() == b.keys()
