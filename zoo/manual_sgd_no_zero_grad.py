@@ -7,7 +7,7 @@ this script does not, so every step adds the new gradient to all the previous on
 update becomes a growing sum of stale gradients. The loss still falls for a while, then
 oscillates.
 
-traindoc-expect: missing-zero-grad@2
+traindoc-expect: missing-zero-grad@1
 """
 
 from __future__ import annotations

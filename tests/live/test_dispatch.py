@@ -191,7 +191,8 @@ def test_round_listeners_added_and_removed_while_rounds_end() -> None:
 def test_idle_probes_are_not_called_on_an_unsampled_step() -> None:
     """On a plain torch.optim loop, the hand-written-update probe drops out at the first step
     and the evaluation-metrics and data probes listen to no round: an unsampled step's backward
-    calls the session and the accumulation counter only."""
+    calls the session only (the accumulation probe reads the patcher's count of backward
+    calls)."""
     session = Session(level="standard")
     session.start("test", [])
     probes = Probes(session)
@@ -202,7 +203,7 @@ def test_idle_probes_are_not_called_on_an_unsampled_step() -> None:
         names = [getattr(fn, "__qualname__", "") for fn in session.round_listeners]
     finally:
         probes.uninstall()
-    assert before_every_step == ["accumulation", "backward"]
+    assert before_every_step == ["backward"]
     assert not any("EvalMetrics" in n or "DataProbes" in n or "EvalProbes" in n for n in names)
 
 
@@ -236,3 +237,103 @@ def test_no_class_of_torch_is_modified_from_step_to_step() -> None:
     finally:
         probes.uninstall()
     assert len(set(versions)) == 1, "a class of torch was modified during training"
+
+
+def test_an_unsampled_step_calls_nothing_before_its_update() -> None:
+    """The step pre hook is registered for the steps that measure before their update (a
+    sampled round, and the one after it, whose round the backward closes) and until the first
+    step took effect; an unsampled step calls only the post hook."""
+    session = Session(level="standard")  # steps 0-15 sampled, then every 25th
+    session.start("test", [])
+    pre_steps: list[int] = []
+    on_step_pre = session.on_step_pre
+
+    def spy(opt: Any, closure: bool = False) -> None:
+        pre_steps.append(session.current_step)
+        on_step_pre(opt, closure)
+
+    session.on_step_pre = spy  # type: ignore[method-assign]
+    probes = Probes(session)
+    probes.install()
+    try:
+        _loop(60)
+    finally:
+        probes.uninstall()
+    assert pre_steps == [*range(17), 25, 26, 50, 51]
+    assert probes.patcher.backwards == 60
+
+
+@pytest.mark.parametrize("change", ["steps_twice", "new_optimizer"])
+def test_an_unsampled_step_ends_its_rounds_as_a_sampled_one(change: str) -> None:
+    """Closing the round of an optimizer that steps again with no backward between, and
+    meeting a new optimizer, are the post hook's work where the pre hook is off: the stream
+    of round ends is the one of a run that samples (and pre-hooks) every step."""
+    def run(level: str) -> list[tuple[str, int, Any, Any]]:
+        events: list[Any] = []
+        session = Session(level=level, sink=events.append)
+        session.start("test", [])
+        probes = Probes(session)
+        probes.install()
+        try:
+            torch.manual_seed(0)
+            model = nn.Linear(4, 2)
+            opt: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+            for step in range(30):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                if step == 20 and change == "steps_twice":
+                    opt.step()  # again, on the same gradients
+                if step == 20 and change == "new_optimizer":
+                    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        finally:
+            probes.uninstall()
+        session.finish()
+        return [(type(e).__name__, e.step, getattr(e, "optimizer", None), getattr(e, "outcome", None))
+                for e in events if type(e).__name__ in ("StepEnd", "Phase")]
+
+    standard, thorough = run("standard"), run("thorough")
+    assert standard == thorough
+    ends = [e for e in standard if e[0] == "StepEnd"]
+    if change == "steps_twice":  # the second step is a round of its own: 31 rounds
+        assert len(ends) == 31 and ends[21] == ("StepEnd", 21, 0, "stepped")
+    else:  # Adam is optimizer 1 from step 21 on, after a phase boundary
+        assert ("Phase", 21, None, None) in standard
+        assert ends[20][2] == 0 and ends[21][2] == 1
+
+
+def test_a_sampled_step_after_a_scaler_skipped_one_is_measured_before_its_update() -> None:
+    """A GradScaler that skips a step calls no step hook: the pre hook still goes on for the
+    sampled step that follows (its parameters are snapshotted before the update)."""
+    session = Session(level="standard")  # steps 0-15 sampled, then every 25th
+    session.start("test", [])
+    pre_steps: list[int] = []
+    on_step_pre = session.on_step_pre
+
+    def spy(opt: Any, closure: bool = False) -> None:
+        pre_steps.append(session.current_step)
+        on_step_pre(opt, closure)
+
+    session.on_step_pre = spy  # type: ignore[method-assign]
+    probes = Probes(session)
+    probes.install()
+    try:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        for step in range(30):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            if step == 24:  # an overflow: the scaler skips this step
+                with torch.no_grad():
+                    model.weight.grad[0, 0] = float("inf")
+            scaler.step(opt)
+            scaler.update()
+    finally:
+        probes.uninstall()
+    assert 25 in pre_steps and 24 not in pre_steps

@@ -27,7 +27,7 @@ class MissingZeroGrad:
     needs: ClassVar[frozenset[str]] = frozenset({"accumulation"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/missing_zero_grad.py", 1),
-        Example("zoo/manual_sgd_no_zero_grad.py", 2),
+        Example("zoo/manual_sgd_no_zero_grad.py", 1),
         Example("zoo/healthy_manual_sgd.py", None),
         Example("zoo/healthy_accumulation.py", None),
         Example("live/golden/missing_zero_grad.jsonl", 1),

@@ -18,7 +18,14 @@ class Level:
     activations: bool
 
     def sampled(self, step: int) -> bool:
-        return step < self.dense or step % self.every == 0
+        return self.next_sampled(step - 1) == step
+
+    def next_sampled(self, step: int) -> int:
+        """The first sampled step after ``step`` (the one rule: ``sampled`` asks it)."""
+        following = step + 1
+        if following < self.dense:
+            return following
+        return -(-following // self.every) * self.every  # the next multiple of every
 
 
 LEVELS: dict[str, Level] = {

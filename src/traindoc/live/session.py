@@ -79,7 +79,13 @@ class Session:
         self._routine = sink is not None or self.engine.wants("lifecycle")
         self.step = 0
         self.round_done = False
+        # The step that work happening now belongs to (the next one once an optimizer stepped
+        # in this round): a plain attribute set with ``step`` and ``round_done``, since every
+        # probe reads it and a property would be one more call on the hot path.
+        self.current_step = 0
         self.sampled = self.level.sampled(0)
+        # The next sampled step: an unsampled step compares one integer, calls nothing.
+        self._sample_at = self.level.next_sampled(0)
         self.next_sampled = self.sampled
         # Is the work happening now on a sampled step? (``next_sampled`` once an optimizer
         # stepped in this round, else ``sampled``: kept as a plain attribute, read many times
@@ -91,7 +97,7 @@ class Session:
         self._ended = 0  # outcomes of this round already ended in the stream
         self._taken: dict[int, int] = {}  # optimizer index -> steps that took effect
         self._cleared = False  # gradients cleared since this round's last backward
-        self._trained = False  # a backward or an optimizer step was seen
+        self.trained = False  # a backward or an optimizer step was seen
         # A step before any gradient was computed, on zero gradients: a framework allocating
         # its optimizer's state (deepspeed.initialize does), not training. Skipped whole.
         self.setup_step = False
@@ -138,17 +144,11 @@ class Session:
         self.event_listeners: list[Callable[[Event], None]] = []
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    @property
-    def current_step(self) -> int:
-        """The step that work happening now belongs to (the next one once an optimizer stepped)."""
-        return self.step + 1 if self.round_done else self.step
-
     def defer(self, tensor: torch.Tensor, decode: Callable[..., Iterable[Event]], *args: Any) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) and ``args`` to make events. Probes use this instead of
-        ``.item()``."""
-        if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):  # traindoc-ranks: a
-            tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
+        ``.item()``. (The session's own measurements of every step append to ``_pending``
+        themselves: one call less on the hot path.)"""
         self._pending.append((tensor, decode, args))
 
     def next_step_begins(self) -> None:
@@ -242,10 +242,11 @@ class Session:
         this session's steps go on from there, so findings quote the user's step numbers, and
         the sampled steps are those the uninterrupted run would sample. Only before the first
         step of this session; later (or going backwards) it changes nothing."""
-        if step <= self.step or self._trained or self.round_done or self.micro:
+        if step <= self.step or self.trained or self.round_done or self.micro:
             return
-        self.step = step
+        self.step = self.current_step = step
         sampled = self.level.sampled(step)
+        self._sample_at = self.level.next_sampled(step)
         if self.level.activations and sampled != self.sampled:  # hooks go on or off
             for listener in self.sampling_listeners:
                 listener(sampled)
@@ -262,7 +263,7 @@ class Session:
             self._end_dropped(begin_next=False)
         self._flush()
         self.emit(RunEnd(steps=self.current_step, duration_s=time.perf_counter() - self._t0, status=status,
-                         trained=self._trained, exit_code=exit_code,
+                         trained=self.trained, exit_code=exit_code,
                          optimizer_steps=sum(self._taken.values())))
         report = self.engine.finish()
         chosen = report.ran + [id_ for id_, _ in report.not_applicable]
@@ -305,7 +306,7 @@ class Session:
         if sampled:
             for listener in self.sampled_round_listeners:
                 listener(step)
-        self.step = step + 1
+        self.step = self.current_step = step + 1
         self.round_done = False
         self._stepped.clear()
         self._outcomes = []
@@ -348,7 +349,7 @@ class Session:
 
     def on_step_pre(self, opt: Any, closure: bool = False) -> None:
         """Bookkeeping first (never disabled), then the sampled measurement (may be)."""
-        if not self._trained:  # until the first backward or step: nothing else pays for it
+        if not self.trained:  # until the first backward or step: nothing else pays for it
             self.setup_step = not closure and not isinstance(opt, ManualUpdate) and measure.zero_grads(opt)
             if self.setup_step:
                 return
@@ -356,10 +357,7 @@ class Session:
             listeners, self.first_step_listeners = self.first_step_listeners, []
             for listener in listeners:
                 listener(opt)
-        if self.round_done and id(opt) in self._stepped:
-            self._close_round()
-        if opt is not self._last_opt_ref():  # the common case, every step: no call
-            self.on_optimizer_created(opt)
+        self._step_begins(opt)
         if self.sampled and "params" not in self.failed:
             try:
                 self.model.snapshot(opt)
@@ -367,14 +365,40 @@ class Session:
                 self.fail("params", exc)
 
     def on_step_post(self, opt: Any) -> None:
+        """After ``opt.step()``. ``on_step_pre`` runs only before the steps it measures and
+        the first one (``Patcher.on_step``): the bookkeeping of every step's beginning is done
+        here when it did not run (a no-op when it did)."""
         if self.setup_step:
             return
-        self._end_step(opt, _has_grads(opt))
+        self._step_begins(opt)
+        # Did ``opt`` hold any gradient? (stops at the first one: O(1) in a normal step, a full
+        # scan only when nothing has one). A hand-written update clears them: its stand-in
+        # says whether they were there before it.
+        if isinstance(opt, ManualUpdate):
+            stepped = opt.had_grads
+        else:
+            stepped = False
+            for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
+                for p in g["params"]:
+                    if p.grad is not None:
+                        stepped = True
+                        break
+                if stepped:
+                    break
+        self._end_step(opt, stepped)
         if self.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
+
+    def _step_begins(self, opt: Any) -> None:
+        """A step of ``opt`` begins: it ends the round if ``opt`` stepped in it already (no
+        backward between: several optimizers, LBFGS, a step taken twice); ``opt`` may be new."""
+        if self.round_done and id(opt) in self._stepped:
+            self._close_round()
+        if opt is not self._last_opt_ref():  # the common case, every step: no call
+            self.on_optimizer_created(opt)
 
     def _end_step(self, opt: Any, stepped: bool | None) -> None:
         """``opt``'s part of this round ended: it stepped (True), stepped with no gradient
@@ -382,7 +406,8 @@ class Session:
         first = not self.round_done
         self._stepped.add(id(opt))
         self.round_done = True
-        self._trained = True
+        self.current_step = self.step + 1
+        self.trained = True
         index = self._last_index if opt is self._last_opt_ref() else self._optimizers.get(opt, -1)
         taken = self._taken.get(index, 0)
         if stepped:
@@ -391,7 +416,12 @@ class Session:
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
         self._outcomes.append((index, outcome, taken))
         if first:  # is the next step sampled?
-            self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
+            following = self.step + 1
+            sampled = following >= self._sample_at
+            if sampled:
+                sampled = self.level.sampled(following)
+                self._sample_at = self.level.next_sampled(following)
+            self.next_sampled = self.measuring = sampled
             if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
                 for listener in self.sampling_listeners:
                     listener(self.next_sampled)
@@ -400,9 +430,7 @@ class Session:
         """``opt.step()`` did not run: an AMP GradScaler found Inf/NaN gradients and skipped it.
         The step still ends, as in the user's loop (whose counter and scheduler move on), so the
         steps stay aligned; nothing is measured for it."""
-        if self.round_done and id(opt) in self._stepped:
-            self._close_round()
-        self.on_optimizer_created(opt)
+        self._step_begins(opt)
         self._end_step(opt, None)
 
     # ---- backward and loss ------------------------------------------------------------------
@@ -414,7 +442,7 @@ class Session:
             self._close_round()
         micro = self.micro
         self.micro = micro + 1
-        self._trained = True
+        self.trained = True
         self.setup_step = False
         if loss.numel() != 1:
             return
@@ -432,7 +460,7 @@ class Session:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:
                 value = value / scale
-        self.defer(value, _decode_backward, self._loss_sum, self.step, micro, constant, where)
+        self._pending.append((value, _decode_backward, (self._loss_sum, self.step, micro, constant, where)))
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -457,7 +485,7 @@ class Session:
         self._clipped.add(step)
         if total_norm.requires_grad:
             total_norm = total_norm.detach()
-        self.defer(total_norm, _decode_clip, step, max_norm, where, via)
+        self._pending.append((total_norm, _decode_clip, (step, max_norm, where, via)))
 
     def clip_pending(self, step: int) -> None:
         """A clipping of ``step`` will be reported once the step took it: the gradients measured
@@ -542,16 +570,3 @@ def _decode_backward(vals: list[float], sums: dict[int, float], step: int, micro
 def _decode_clip(vals: list[float], step: int, max_norm: float, where: str, via: str) -> tuple[Event, ...]:
     return (Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via),
             Scalar(step=step, name="grad_norm", value=vals[0]))
-
-
-def _has_grads(opt: Any) -> bool:
-    """Does any parameter ``opt`` holds have a gradient? (stops at the first one: O(1) in a
-    normal step, a full scan only when nothing has one). A hand-written update clears them:
-    the stand-in says whether they were there before it."""
-    if isinstance(opt, ManualUpdate):
-        return opt.had_grads
-    for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
-        for p in g["params"]:
-            if p.grad is not None:
-                return True
-    return False

@@ -33,9 +33,13 @@ class Patcher:
         self._after: tuple[list[Hook], list[Hook]] = ([], [])
         self._step_pre: list[tuple[str, Callable[[Any, bool], None]]] = []
         self._step_post: list[Hook] = []
+        self._pre_handle: Any = None  # torch's handle of the step pre hook, while registered
         self._handles: list[Any] = []
         self._backward_patched = False
         self._local = _Busy()
+        # The user's backward calls so far (not a probe's own): counted here, where every
+        # backward passes, so that a probe needs no callback of its own on unsampled steps.
+        self.backwards = 0
         # Whether the backward now running keeps its graph (retain_graph=True): several terms
         # of one loss backpropagated in turn, not micro-batches.
         self.retain_graph = False
@@ -59,6 +63,7 @@ class Patcher:
         self.patch(owner, name, lambda _orig: new)
 
     def restore(self) -> None:
+        self._hook_pre(False)
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -139,6 +144,9 @@ class Patcher:
                         fn(loss)
                     except Exception as exc:  # never let traindoc break the user's training
                         session.fail(probe, exc)
+            # Counted once the before callbacks ran: a round they end (a hand-written update
+            # found at this backward) ends before it.
+            patcher.backwards += 1
             local.busy = True
             try:
                 out = orig(tensors, *args, **kwargs)
@@ -154,14 +162,15 @@ class Patcher:
     # ---- optimizer steps -----------------------------------------------------------------------
     def on_step(self, probe: str, pre: Callable[[Any, bool], None] | None = None,
                 post: Callable[[Any], None] | None = None) -> None:
-        """Call ``pre(optimizer, closure)`` before every optimizer step (``closure``: the step
-        was handed one, as LBFGS's is) and ``post(optimizer)`` after it, in the order probes
-        registered, through one global pre hook and one post hook for all probes. Each
-        callback is guarded; inside torch.compile tracing none runs."""
+        """Call ``post(optimizer)`` after every optimizer step and ``pre(optimizer, closure)``
+        before the steps that need it (``closure``: the step was handed one, as LBFGS's is):
+        every step until the first one took effect, then the steps of sampled rounds only
+        (what a post callback must do at every step it does itself). Callbacks run in the
+        order probes registered, through one global pre hook and one post hook for all
+        probes; each is guarded; inside torch.compile tracing none runs."""
         if pre is not None:
-            if not self._step_pre:
-                self._handles.append(register_optimizer_step_pre_hook(self._dispatch_pre))
             self._step_pre.append((probe, pre))
+            self._hook_pre(True)
         if post is not None:
             if not self._step_post:
                 self._handles.append(register_optimizer_step_post_hook(self._dispatch_post))
@@ -174,7 +183,7 @@ class Patcher:
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
         session = self.session
         failed = session.failed
-        for probe, fn in self._step_pre:  # call_each, written out: every step
+        for probe, fn in self._step_pre:  # call_each, written out: on the hot path
             if probe not in failed:
                 try:
                     fn(opt, closure)
@@ -192,6 +201,25 @@ class Patcher:
                     fn(opt)
                 except Exception as exc:  # never let traindoc break the user's training
                     session.fail(probe, exc)
+        self.step_ended()
+
+    def step_ended(self) -> None:
+        """An optimizer step ended (its post hook ran, or a GradScaler skipped it and no hook
+        ran): the pre hook goes on for the steps of a sampled round (this one, a later
+        optimizer of it, or the next) and stays on until the first step took effect, so that
+        an unsampled step calls nothing before its update."""
+        session = self.session
+        wanted = bool(self._step_pre) and (session.measuring or session.sampled or not session.trained
+                                           or bool(session.first_step_listeners))
+        if wanted != (self._pre_handle is not None):
+            self._hook_pre(wanted)
+
+    def _hook_pre(self, on: bool) -> None:
+        if on and self._pre_handle is None:
+            self._pre_handle = register_optimizer_step_pre_hook(self._dispatch_pre)
+        elif not on and self._pre_handle is not None:
+            self._pre_handle.remove()
+            self._pre_handle = None
 
     def guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run our part of a hook. An exception disables ``probe`` (reported once by the

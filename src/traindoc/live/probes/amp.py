@@ -181,6 +181,7 @@ class AmpProbes:
             return
         s = self.s
         s.on_step_skipped(optimizer)  # the hooks did not fire: the scaler skipped this step
+        self._patcher.step_ended()
         if not s.sampled:
             return
         step = s.step

@@ -139,10 +139,9 @@ class LoopProbes:
         self._scaler_tried = ObjectMap()  # optimizers passed to GradScaler.step
         self._early = ObjectMap()  # scheduler -> _Early
         self._sched_done = ObjectMap()  # schedulers whose order is settled
-        # gradients between steps
-        self._backwards = 0
+        # gradients between steps (the backward calls are counted by the patcher: every step)
+        self._measured = 0  # backward calls measured (sampled steps)
         self._batches = 0
-        self._unmeasured = 0
         self._opt_steps = 0
         self._last_bwd_stamp = 0
         self._intervals = ObjectMap()  # optimizer -> _Interval
@@ -159,8 +158,8 @@ class LoopProbes:
         self._patcher.on_step("loop", post=self._post_step)
         hook = "_update_lr" if hasattr(_sched.LRScheduler, "_update_lr") else "step"  # torch < 2.6: step
         self._patch(_sched.LRScheduler, hook, self._wrap_sched_step)
-        self._patcher.on_backward("accumulation", before=self._before_backward)
-        self._patcher.on_backward("accumulation", after=self._after_backward, sampled_only=True)
+        self._patcher.on_backward("accumulation", before=self._before_backward, after=self._after_backward,
+                                  sampled_only=True)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
@@ -264,9 +263,11 @@ class LoopProbes:
             if opt not in self._stepped:
                 self._guard("scheduler", self._first_step, opt)
             iv = self._intervals.get(opt)
-        if iv is not None and self._backwards > iv.backwards and self._unmeasured == iv.unmeasured:
+        backwards = self._patcher.backwards
+        unmeasured = backwards - self._measured
+        if iv is not None and backwards > iv.backwards and unmeasured == iv.unmeasured:
             self._guard("accumulation", self._close_interval, opt, iv)
-        self._mark = (self._backwards, self._batches, self._unmeasured)
+        self._mark = (backwards, self._batches, unmeasured)
         if iv is None:
             iv = self._intervals[opt] = _Interval(*self._mark)
         elif iv.first_stamp is None:  # nothing measured: only the counters move
@@ -308,12 +309,10 @@ class LoopProbes:
         return __next__
 
     def _before_backward(self, loss: Any) -> None:
-        self._backwards += 1
         self._post_due = self.s.measuring and loss is not None
         if self._post_due:
+            self._measured += 1
             self._pre_backward(loss)
-        else:
-            self._unmeasured += 1
 
     def _after_backward(self, loss: Any) -> None:
         if self._post_due:
@@ -372,7 +371,7 @@ class LoopProbes:
         s = self.s
         index = s.optimizer_index(opt)
         step = s.step
-        backwards = self._backwards - iv.backwards
+        backwards = self._patcher.backwards - iv.backwards
         batches = self._batches - iv.batches
         interleaved = iv.first_stamp != self._last_bwd_stamp
         factors = iv.factors
