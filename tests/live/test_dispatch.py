@@ -239,11 +239,10 @@ def test_no_class_of_torch_is_modified_from_step_to_step() -> None:
     assert len(set(versions)) == 1, "a class of torch was modified during training"
 
 
-def test_an_unsampled_step_calls_nothing_before_its_update() -> None:
-    """The step pre hook is registered for the steps that measure before their update (a
-    sampled round, and the one after it, whose round the backward closes) and until the first
-    step took effect; an unsampled step calls only the post hook."""
-    session = Session(level="standard")  # steps 0-15 sampled, then every 25th
+def _spied_session() -> tuple[Session, list[int]]:
+    """A session at ``standard`` (steps 0-15 sampled, then every 25th) and the steps whose
+    ``on_step_pre`` ran, as they are called."""
+    session = Session(level="standard")
     session.start("test", [])
     pre_steps: list[int] = []
     on_step_pre = session.on_step_pre
@@ -253,6 +252,14 @@ def test_an_unsampled_step_calls_nothing_before_its_update() -> None:
         on_step_pre(opt, closure)
 
     session.on_step_pre = spy  # type: ignore[method-assign]
+    return session, pre_steps
+
+
+def test_an_unsampled_step_calls_nothing_before_its_update() -> None:
+    """The step pre hook is registered for the steps that measure before their update (a
+    sampled round, and the one after it, whose round the backward closes) and until the first
+    step took effect; an unsampled step calls only the post hook."""
+    session, pre_steps = _spied_session()
     probes = Probes(session)
     probes.install()
     try:
@@ -307,16 +314,7 @@ def test_an_unsampled_step_ends_its_rounds_as_a_sampled_one(change: str) -> None
 def test_a_sampled_step_after_a_scaler_skipped_one_is_measured_before_its_update() -> None:
     """A GradScaler that skips a step calls no step hook: the pre hook still goes on for the
     sampled step that follows (its parameters are snapshotted before the update)."""
-    session = Session(level="standard")  # steps 0-15 sampled, then every 25th
-    session.start("test", [])
-    pre_steps: list[int] = []
-    on_step_pre = session.on_step_pre
-
-    def spy(opt: Any, closure: bool = False) -> None:
-        pre_steps.append(session.current_step)
-        on_step_pre(opt, closure)
-
-    session.on_step_pre = spy  # type: ignore[method-assign]
+    session, pre_steps = _spied_session()
     probes = Probes(session)
     probes.install()
     try:
@@ -330,8 +328,10 @@ def test_a_sampled_step_after_a_scaler_skipped_one_is_measured_before_its_update
             opt.zero_grad()
             scaler.scale(loss).backward()
             if step == 24:  # an overflow: the scaler skips this step
+                grad = model.weight.grad
+                assert grad is not None
                 with torch.no_grad():
-                    model.weight.grad[0, 0] = float("inf")
+                    grad[0, 0] = float("inf")
             scaler.step(opt)
             scaler.update()
     finally:
