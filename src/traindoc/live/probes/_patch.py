@@ -2,8 +2,9 @@
 raise into the user's.
 
 The hot path of every step (a backward, an optimizer step) goes through one dispatcher each,
-not one wrapper or hook per probe, and a probe with nothing to do this step is not called at
-all: it is registered for sampled steps only, or drops itself once it knows it has no work."""
+not one wrapper or hook per probe (the step pre hook is registered only for the steps that
+measure before their update), and a probe with nothing to do this step is not called at all:
+it is registered for sampled steps only, or drops itself once it knows it has no work."""
 
 from __future__ import annotations
 
