@@ -18,14 +18,7 @@ class Level:
     activations: bool
 
     def sampled(self, step: int) -> bool:
-        return self.next_sampled(step - 1) == step
-
-    def next_sampled(self, step: int) -> int:
-        """The first sampled step after ``step`` (the one rule: ``sampled`` asks it)."""
-        following = step + 1
-        if following < self.dense:
-            return following
-        return -(-following // self.every) * self.every  # the next multiple of every
+        return step < self.dense or step % self.every == 0
 
 
 LEVELS: dict[str, Level] = {

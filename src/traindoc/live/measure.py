@@ -181,7 +181,6 @@ def scalar_leaf(t: torch.Tensor) -> torch.Tensor | None:
 def read_back(tensors: list[torch.Tensor]) -> list[list[float]]:
     """The values of ``tensors``, each as a list of floats, in one transfer per device: the
     session's one sync point (a sampled step, or its pending values piling up)."""
-    tensors = [_local(t) for t in tensors]
     by_device: dict[Any, list[int]] = {}
     for i, t in enumerate(tensors):
         by_device.setdefault(t.device, []).append(i)
@@ -194,14 +193,6 @@ def read_back(tensors: list[torch.Tensor]) -> list[list[float]]:
             values[i] = out[pos:pos + n]
             pos += n
     return values
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's part on this rank (FSDP2, tensor parallel: the loss, a clip's total norm),
-    never a collective; any other tensor as it is."""
-    if type(t) is not torch.Tensor and hasattr(t, "to_local"):
-        return t.to_local()
-    return t
 
 
 def zero_grads(opt: Any) -> bool:

@@ -79,13 +79,7 @@ class Session:
         self._routine = sink is not None or self.engine.wants("lifecycle")
         self.step = 0
         self.round_done = False
-        # The step that work happening now belongs to (the next one once an optimizer stepped
-        # in this round): a plain attribute set with ``step`` and ``round_done``, since every
-        # probe reads it and a property would be one more call on the hot path.
-        self.current_step = 0
         self.sampled = self.level.sampled(0)
-        # The next sampled step: an unsampled step compares one integer, calls nothing.
-        self._sample_at = self.level.next_sampled(0)
         self.next_sampled = self.sampled
         # Is the work happening now on a sampled step? (``next_sampled`` once an optimizer
         # stepped in this round, else ``sampled``: kept as a plain attribute, read many times
@@ -144,11 +138,17 @@ class Session:
         self.event_listeners: list[Callable[[Event], None]] = []
 
     # ---- bookkeeping -------------------------------------------------------------------------
+    @property
+    def current_step(self) -> int:
+        """The step that work happening now belongs to (the next one once an optimizer stepped)."""
+        return self.step + 1 if self.round_done else self.step
+
     def defer(self, tensor: torch.Tensor, decode: Callable[..., Iterable[Event]], *args: Any) -> None:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) and ``args`` to make events. Probes use this instead of
-        ``.item()``. (The session's own measurements of every step append to ``_pending``
-        themselves: one call less on the hot path.)"""
+        ``.item()``."""
+        if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):  # traindoc-ranks: a
+            tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
         self._pending.append((tensor, decode, args))
 
     def next_step_begins(self) -> None:
@@ -244,9 +244,8 @@ class Session:
         step of this session; later (or going backwards) it changes nothing."""
         if step <= self.step or self.trained or self.round_done or self.micro:
             return
-        self.step = self.current_step = step
+        self.step = step
         sampled = self.level.sampled(step)
-        self._sample_at = self.level.next_sampled(step)
         if self.level.activations and sampled != self.sampled:  # hooks go on or off
             for listener in self.sampling_listeners:
                 listener(sampled)
@@ -306,7 +305,7 @@ class Session:
         if sampled:
             for listener in self.sampled_round_listeners:
                 listener(step)
-        self.step = self.current_step = step + 1
+        self.step = step + 1
         self.round_done = False
         self._stepped.clear()
         self._outcomes = []
@@ -371,21 +370,7 @@ class Session:
         if self.setup_step:
             return
         self._step_begins(opt)
-        # Did ``opt`` hold any gradient? (stops at the first one: O(1) in a normal step, a full
-        # scan only when nothing has one). A hand-written update clears them: its stand-in
-        # says whether they were there before it.
-        if isinstance(opt, ManualUpdate):
-            stepped = opt.had_grads
-        else:
-            stepped = False
-            for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
-                for p in g["params"]:
-                    if p.grad is not None:
-                        stepped = True
-                        break
-                if stepped:
-                    break
-        self._end_step(opt, stepped)
+        self._end_step(opt, _has_grads(opt))
         if self.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)
@@ -406,7 +391,6 @@ class Session:
         first = not self.round_done
         self._stepped.add(id(opt))
         self.round_done = True
-        self.current_step = self.step + 1
         self.trained = True
         index = self._last_index if opt is self._last_opt_ref() else self._optimizers.get(opt, -1)
         taken = self._taken.get(index, 0)
@@ -416,12 +400,7 @@ class Session:
         outcome = STEPPED if stepped else NO_GRADS if stepped is False else SKIPPED_BY_SCALER
         self._outcomes.append((index, outcome, taken))
         if first:  # is the next step sampled?
-            following = self.step + 1
-            sampled = following >= self._sample_at
-            if sampled:
-                sampled = self.level.sampled(following)
-                self._sample_at = self.level.next_sampled(following)
-            self.next_sampled = self.measuring = sampled
+            self.next_sampled = self.measuring = self.level.sampled(self.step + 1)
             if self.level.activations and self.next_sampled != self.sampled:  # hooks go on or off
                 for listener in self.sampling_listeners:
                     listener(self.next_sampled)
@@ -460,7 +439,7 @@ class Session:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:
                 value = value / scale
-        self._pending.append((value, _decode_backward, (self._loss_sum, self.step, micro, constant, where)))
+        self.defer(value, _decode_backward, self._loss_sum, self.step, micro, constant, where)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -485,7 +464,7 @@ class Session:
         self._clipped.add(step)
         if total_norm.requires_grad:
             total_norm = total_norm.detach()
-        self._pending.append((total_norm, _decode_clip, (step, max_norm, where, via)))
+        self.defer(total_norm, _decode_clip, step, max_norm, where, via)
 
     def clip_pending(self, step: int) -> None:
         """A clipping of ``step`` will be reported once the step took it: the gradients measured
@@ -570,3 +549,16 @@ def _decode_backward(vals: list[float], sums: dict[int, float], step: int, micro
 def _decode_clip(vals: list[float], step: int, max_norm: float, where: str, via: str) -> tuple[Event, ...]:
     return (Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via),
             Scalar(step=step, name="grad_norm", value=vals[0]))
+
+
+def _has_grads(opt: Any) -> bool:
+    """Does any parameter ``opt`` holds have a gradient? (stops at the first one: O(1) in a
+    normal step, a full scan only when nothing has one). A hand-written update clears them:
+    the stand-in says whether they were there before it."""
+    if isinstance(opt, ManualUpdate):
+        return opt.had_grads
+    for g in opt.param_groups:  # loops, not any(genexpr): this runs at every step
+        for p in g["params"]:
+            if p.grad is not None:
+                return True
+    return False

@@ -182,14 +182,7 @@ class Patcher:
             return
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
-        session = self.session
-        failed = session.failed
-        for probe, fn in self._step_pre:  # call_each, written out: on the hot path
-            if probe not in failed:
-                try:
-                    fn(opt, closure)
-                except Exception as exc:  # never let traindoc break the user's training
-                    session.fail(probe, exc)
+        call_each(self._step_pre, self.session, opt, closure)  # sampled rounds only: off the hot path
 
     def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling():

@@ -105,17 +105,12 @@ class CoreProbes:
         return zero_grad
 
     def _wrap_clip(self, orig: Any) -> Any:
-        session = self.s
+        probes = self
 
         @functools.wraps(orig)
         def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
             total = orig(parameters, max_norm, *args, **kwargs)
-            # Patcher.guard, written out: the clip runs at every step (one call less).
-            if "clip" not in session.failed and not _is_compiling():
-                try:
-                    session.on_clip(total, max_norm)
-                except Exception as exc:  # never let traindoc break the user's training
-                    session.fail("clip", exc)
+            probes._guard("clip", probes.s.on_clip, total, max_norm)
             return total
 
         return clip_grad_norm_
