@@ -8,7 +8,7 @@ Feeds a synthetic live-like stream through ``traindoc.engine.Engine`` with every
 ``traindoc.detectors.build()``. Per step: the Scalars loss, grad_norm and lr (a healthy
 decaying loss with noise, a warmup-then-decay LR), a backward(), a clip_grad_norm_ call and the
 step's lifecycle (StepBegin, StepEnd); on the steps a live run samples at the standard level
-(the first 16, then every 25th): ParamStats for 10 parameters of a bf16 model (two fp32 norms),
+(the first 16, then every 25th, every 50th from step 1,000): ParamStats for 10 parameters of a bf16 model (two fp32 norms),
 the accumulation record (GradAccumulation), the DataLoader waits since the last sampled step
 (LoaderWait) and the activations of two ReLUs and the output. Prints the tracemalloc peak of
 the whole run (engine, detectors, the events in flight) and what is still held at the end, with
@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from traindoc.detectors import build  # noqa: E402
 from traindoc.engine import Engine  # noqa: E402
+from traindoc.live.levels import LEVELS  # noqa: E402
 from traindoc.events import (  # noqa: E402
     Activation, Backward, Clip, Event, GradAccumulation, LoaderWait, ParamStats, RunEnd, RunStart,
     Scalar, StepBegin, StepEnd,
@@ -45,8 +46,8 @@ PARAMS = [(f"h.{i // 2}.{'attn' if i % 2 == 0 else 'mlp'}.weight", "torch.bfloat
 
 
 def sampled(step: int) -> bool:
-    """A live run's sampled steps at the standard level: the first 16, then every 25th."""
-    return step < 16 or step % 25 == 0
+    """A live run's sampled steps at the standard level."""
+    return LEVELS["standard"].sampled(step)
 
 
 def stream(steps: int, mix: bool = True) -> Iterator[Event]:

@@ -119,3 +119,8 @@ def test_sampling_schedule() -> None:
     lv = LEVELS["standard"]
     assert all(lv.sampled(s) for s in range(lv.dense))
     assert not lv.sampled(lv.dense + 1) and lv.sampled(lv.every * 10)
+    # A long run's later steps are sampled half as often: every 25th step before step 1000,
+    # every 50th from there on.
+    assert [s for s in range(lv.dense, 1000) if lv.sampled(s)] == list(range(25, 1000, 25))
+    assert [s for s in range(1000, 1200) if lv.sampled(s)] == [1000, 1050, 1100, 1150]
+    assert [s for s in range(64, 200) if LEVELS["thorough"].sampled(s)] == list(range(64, 200))

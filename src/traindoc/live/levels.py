@@ -11,19 +11,30 @@ from traindoc.events import SIGNALS
 @dataclass(frozen=True)
 class Level:
     """The one cost dial. Steps < ``dense`` are all sampled (most silent failures show at steps
-    0-2), then every ``every``-th step. ``activations``: forward hooks on sampled steps."""
+    0-2), then every ``every``-th step, and from step ``later`` on (when set) every
+    ``later_every``-th: a long run's later steps pay for half as many sampled steps, and a
+    failure that begins there is still seen within ``later_every`` steps, a small share of the
+    steps the run has taken by then. ``activations``: forward hooks on sampled steps."""
 
     dense: int
     every: int
     activations: bool
+    later: int | None = None
+    later_every: int = 0
 
     def sampled(self, step: int) -> bool:
-        return step < self.dense or step % self.every == 0
+        if step < self.dense:
+            return True
+        if self.later is not None and step >= self.later:
+            return step % self.later_every == 0
+        return step % self.every == 0
 
 
 LEVELS: dict[str, Level] = {
     "cheap": Level(dense=4, every=100, activations=False),
-    "standard": Level(dense=16, every=25, activations=True),
+    # Every 25th step costs a small model's median step 2-4% more than every 50th
+    # (benchmarks/overhead.py): denser where failures begin, sparser where a run spends its time.
+    "standard": Level(dense=16, every=25, activations=True, later=1000, later_every=50),
     "thorough": Level(dense=64, every=1, activations=True),
 }
 
