@@ -121,4 +121,4 @@ def test_a_tied_parameter_keeps_its_first_name() -> None:
     with traindoc.watch(announce=False) as doc:
         F.cross_entropy(model(idx).flatten(0, 1), idx.flatten()).backward()
         opt.step()
-        assert doc.session.param_name(model.wte.weight) == "wte.weight"
+        assert doc.session.model.param_name(model.wte.weight) == "wte.weight"

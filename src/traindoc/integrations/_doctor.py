@@ -70,7 +70,7 @@ class Doctor:
             if optimizer is not None:
                 joined.session.on_optimizer_created(optimizer)
             if model is not None:
-                joined.session.adopt_model(model)
+                joined.session.model.adopt_model(model)
         else:
             settings = config.load()
             select = self.select if self.select is not None else settings.select

@@ -381,7 +381,7 @@ def _replicated(session: Any) -> tuple[list[str], list[torch.Tensor], int]:
     for opt in session.optimizers():
         for group in opt.param_groups:
             for p in group["params"]:
-                add(session.param_name(p), p)
+                add(session.model.param_name(p), p)
     for var, module in _loop_modules():
         for name, p in module.named_parameters():
             add(f"{var}.{name}", p)

@@ -34,15 +34,15 @@ import torch
 from traindoc import config, detectors
 from traindoc.engine import Engine, Report
 from traindoc.events import (
-    NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Backward, Batch, Cast,
-    Classification, Clip, Event, Phase, RunEnd, RunStart, Scalar, StepBegin, StepEnd,
+    NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Backward, Clip, Event, Phase, RunEnd,
+    RunStart, Scalar, StepBegin, StepEnd,
 )
 from traindoc.findings import Finding
 from traindoc.live import measure
 from traindoc.live.levels import LEVELS, PROBE_SIGNALS
 from traindoc.live.model import ModelWatch
 from traindoc.live.manual import ManualSteps, ManualUpdate
-from traindoc.live.objects import ObjectMap, library_caller, user_site
+from traindoc.live.objects import ObjectMap, user_site
 
 # A deferred measurement in the pending list: (tensor, decoder, arguments); at the flush,
 # ``decoder(values, *arguments)`` makes its events. The session's own measurements of every
@@ -196,28 +196,6 @@ class Session:
     def elapsed(self, at: float | None = None) -> float:
         """Seconds from the session's start to ``at`` (a ``time.perf_counter()``; now)."""
         return (time.perf_counter() if at is None else at) - self._t0
-
-    # The model's names and sampled measurements (live/model.py), for the probes.
-    def adopt_model(self, module: Any) -> None:
-        self.model.adopt_model(module)
-
-    def on_root_forward(self, module: Any, output: Any) -> None:
-        self.model.on_root_forward(module, output)
-
-    def on_module_output(self, module: Any, output: Any) -> None:
-        self.model.on_module_output(module, output)
-
-    def on_loss_input(self, fn: str, probs: Any) -> None:
-        self.model.on_loss_input(fn, probs)
-
-    def on_module_input(self, module: Any, args: Any) -> None:
-        self.model.on_module_input(module, args)
-
-    def param_name(self, p: Any) -> str:
-        return self.model.param_name(p)
-
-    def module_name(self, module: Any) -> str:
-        return self.model.module_name(module)
 
     def optimizers(self) -> list[Any]:
         """The optimizers seen so far, still alive, in the order they were first seen."""
@@ -449,7 +427,7 @@ class Session:
             return False
         return not any(leaf is p for opt in self.optimizers() for g in opt.param_groups for p in g["params"])
 
-    # ---- clip, batches, classification, casts -------------------------------------------------
+    # ---- clip ------------------------------------------------------------------------------------
     def on_clip(self, total_norm: Any, max_norm: float, step: int | None = None,
                 via: str = "clip_grad_norm_") -> None:
         """A clipping: the total norm before it and max_norm, at ``step`` (default: now; a
@@ -470,23 +448,6 @@ class Session:
         """A clipping of ``step`` will be reported once the step took it: the gradients measured
         in the step are clipped ones, so they give no gradient norm of their own."""
         self._clipped.add(step)
-
-    def on_batch(self, dataset: str, length: int, iterator: int, index: int, fingerprint: str) -> None:
-        self.emit(Batch(step=self.current_step, loader=dataset, iterator=iterator, index=index,
-                        fingerprint=fingerprint, loader_len=length))
-
-    def on_classification(self, classes: int, value: torch.Tensor) -> None:
-        self.next_step_begins()
-        step = self.current_step
-
-        def decode(vals: list[float]) -> Iterable[Event]:
-            yield Classification(step=step, classes=classes, value=vals[0])
-
-        self.defer(value.detach(), decode)
-
-    def on_cast(self, module: Any, dtype: Any) -> None:
-        self.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(3),
-                       via=library_caller(3)))
 
     # ---- the one batched transfer ------------------------------------------------------------
     def _flush(self) -> None:

@@ -91,7 +91,7 @@ class Watch:
         if self._optimizer is not None:
             self.session.on_optimizer_created(self._optimizer)
         if self._model is not None:
-            self.session.adopt_model(self._model)
+            self.session.model.adopt_model(self._model)
         self._probes = Probes(self.session)
         self._probes.install()
         from traindoc.live.ranks import Ranks  # traindoc-ranks: cross-rank checks, mp.spawn children

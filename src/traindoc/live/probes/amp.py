@@ -188,7 +188,7 @@ class AmpProbes:
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not params or len({p.grad.device for p in params}) != 1:
             return
-        names = [s.param_name(p) for p in params]
+        names = [s.model.param_name(p) for p in params]
         with torch.no_grad():
             flags = torch.stack([torch.stack([p.grad.isnan().any(), p.grad.isinf().any()]) for p in params])
 
@@ -363,7 +363,7 @@ class AmpProbes:
             reason = "device"
         else:
             reason = "outside"
-        name = self.s.module_name(module)
+        name = self.s.model.module_name(module)
         numel = sum(p.numel() for p in module.parameters())
         self._rows.append((step, name, numel, fp32, device, reason))
 
@@ -390,7 +390,7 @@ class AmpProbes:
         step = self.s.current_step
         self._seen.setdefault(step, set()).add(
             f"{device}:{str(torch.get_autocast_dtype(device)).removeprefix('torch.')}")
-        name = f"{cls.__name__}({self.s.param_name(params[0])})"
+        name = f"{cls.__name__}({self.s.model.param_name(params[0])})"
         self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type, "custom_fwd"))
 
     def _on_round(self, step: int) -> None:

@@ -14,15 +14,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import warnings
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 import torch.nn.functional as F
 from torch.utils.data import dataloader as _dl
 
-from traindoc.events import BatchShape
+from traindoc.events import Batch, BatchShape, Cast, Classification, Event
 from traindoc.live import measure
-from traindoc.live.objects import file_line
+from traindoc.live.objects import file_line, library_caller, user_site
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
@@ -145,8 +145,9 @@ class CoreProbes:
             length = len(it._index_sampler)
         except (AttributeError, TypeError):
             length = -1
-        dataset = type(getattr(it, "_dataset", it)).__name__
-        self.s.on_batch(dataset, length, self._iterators, index, digest.hexdigest())
+        self.s.emit(Batch(step=self.s.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
+                          iterator=self._iterators, index=index, fingerprint=digest.hexdigest(),
+                          loader_len=length))
 
     def _batch_shape(self, it: Any, batch: Any, tensors: list[torch.Tensor], index: int) -> None:
         """Shapes are host metadata: no device sync."""
@@ -193,14 +194,20 @@ class CoreProbes:
         if isinstance(input, torch.Tensor) and input.ndim >= 1 and input.shape[0] >= 2:
             with torch.no_grad():
                 probs = torch.sigmoid(input.detach().float()) if logits else input.detach()
-            self.s.on_loss_input(name, probs)
+            self.s.model.on_loss_input(name, probs)
 
     def _on_cross_entropy(self, input: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         reduction = kwargs.get("reduction", args[4] if len(args) > 4 else "mean")
         if not torch.is_grad_enabled() or reduction != "mean" or out.numel() != 1:
             return
         classes = int(input.shape[1]) if input.ndim >= 2 else int(input.shape[0])
-        self.s.on_classification(classes, out)
+        self.s.next_step_begins()
+        step = self.s.current_step
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            yield Classification(step=step, classes=classes, value=vals[0])
+
+        self.s.defer(out.detach(), decode)
 
     def _wrap_cast(self, orig: Any) -> Any:
         probes = self
@@ -220,7 +227,8 @@ class CoreProbes:
         else:
             dtype = torch.bfloat16 if name == "bfloat16" else torch.float16
         if dtype in measure.LOW_PRECISION:
-            self.s.on_cast(module, dtype)
+            self.s.emit(Cast(module=type(module).__name__, dtype=str(dtype), where=user_site(2),
+                             via=library_caller(2)))
 
     # ---- forward hooks (sampled steps) ------------------------------------------------------
     def set_forward_hooks(self, on: bool) -> None:
@@ -242,10 +250,10 @@ class CoreProbes:
             self.s.in_model_forward = True  # until this module returns
             self.s.next_step_begins()
             if torch.is_grad_enabled():
-                self._guard("forward", self.s.adopt_model, module)  # names before inner modules run
+                self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled():
             with torch.no_grad():
-                self._guard("forward", self.s.on_module_input, module, args)
+                self._guard("forward", self.s.model.on_module_input, module, args)
         self._depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
@@ -257,11 +265,11 @@ class CoreProbes:
         if not torch.is_grad_enabled():
             return
         with torch.no_grad():
-            self._guard("forward", self.s.on_module_output, module, output)
+            self._guard("forward", self.s.model.on_module_output, module, output)
             for listener in self.s.output_listeners:
                 listener(module, output)
             if self._depth == 0 and next(module.parameters(), None) is not None:
-                self._guard("forward", self.s.on_root_forward, module, output)
+                self._guard("forward", self.s.model.on_root_forward, module, output)
 
 
 def _describe(fn: Any) -> str:

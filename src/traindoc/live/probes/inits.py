@@ -137,7 +137,7 @@ class InitProbe:
         for p, notes in self._notes.items():
             if len(notes) >= 2 and _changed(notes[-2][1], notes[-1][1]):
                 self.s.emit(InitOverwritten(
-                    step=self.s.current_step, name=self.s.param_name(p),
+                    step=self.s.current_step, name=self.s.model.param_name(p),
                     sites=tuple(s for s, _ in notes[-4:]), stds=tuple(v for _, v in notes[-4:]),
                     counts=tuple(self._counts.get(s, 0) for s, _ in notes[-4:])))
 

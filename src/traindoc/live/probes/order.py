@@ -72,7 +72,7 @@ class OrderProbe:
             actual = _spectral_norm(mat)
             # sync point: once per spectral-normalised module, at its first eval-mode forward
             est, act = float(estimate), float(actual)
-        name = self.s.module_name(module)
+        name = self.s.model.module_name(module)
         if name == type(module).__name__:  # not named yet (no training step so far)
             owner = largest_container(module, frame_modules(sys._getframe(3)))
             name = next((n for n, m in owner.named_modules() if m is module and n), name)
