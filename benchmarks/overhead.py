@@ -7,11 +7,12 @@ once, untimed, before the blocks). The first steps after each switch are not cou
 either condition: switching probes on or off leaves the next steps' code and data out of the
 caches (measured: +280, +106, +76 us over the steady state for the first three observed
 steps, +93 us for the first bare one), a cost a real run pays once, when traindoc installs,
-not every hundred steps. Reported: the median
-step time of each condition and their ratio, per level (a level that samples less often later in
-a run, as ``standard`` does from step 1,000, in both stretches); the same for this thread's CPU time
-per step (steadier on a shared machine, where preemption inflates wall times); the mean ratio,
-which includes the sampled steps' extra work; and the memory traindoc holds.
+not every hundred steps. Reported: the median step time of each condition and their ratio,
+per level; the same for this thread's CPU time per step (steadier on a shared machine, where
+preemption inflates wall times); the mean ratio, which includes the sampled steps' extra work;
+and the memory traindoc holds. A level that samples less often later in a run (``standard``,
+from step 1,000) is timed in both stretches: the early one, too short for enough blocks in one
+run, in several runs with a fresh model and session each.
 
     OMP_NUM_THREADS=2 python benchmarks/overhead.py            # both models, all levels
     python benchmarks/overhead.py --model mlp --rounds 40
@@ -116,28 +117,32 @@ def held_bytes(session: Session) -> int:
     return session.model.held_bytes()
 
 
-def measure(kind: str, level: str, rounds: int, block: int, start: int = 0) -> dict[str, float]:
-    """Observed blocks from step ``start`` on (at least the end of the dense start)."""
-    model, opt, loss_fn = make(kind)
-    steps(model, opt, loss_fn, 3)  # warm up allocator and kernels
-    session = Session(level=level)
-    session.start("benchmark", [])
-    probes = Probes(session)
-    # A long run spends a negligible share of its steps in the dense start (every step sampled):
-    # observe it once, untimed, so the blocks below see the steady state of a real run.
-    probes.install()
-    steps(model, opt, loss_fn, max(start, LEVELS[level].dense + 1))
-    probes.uninstall()
+def measure(kind: str, level: str, rounds: int, block: int, start: int = 0,
+            sessions: int = 1) -> dict[str, float]:
+    """Observed blocks from step ``start`` on (at least the end of the dense start), in
+    ``sessions`` runs of ``rounds`` blocks each (a stretch too short for enough blocks in one run
+    is timed in several, each with its own model and session)."""
     bare: list[float] = []
     watched: list[float] = []
     bare_cpu: list[float] = []
     watched_cpu: list[float] = []
-    for _ in range(rounds):
-        bare += steps(model, opt, loss_fn, block, bare_cpu, SETTLE)
+    for _ in range(sessions):
+        model, opt, loss_fn = make(kind)
+        steps(model, opt, loss_fn, 3)  # warm up allocator and kernels
+        session = Session(level=level)
+        session.start("benchmark", [])
+        probes = Probes(session)
+        # A long run spends a negligible share of its steps in the dense start (every step
+        # sampled): observe it once, untimed, so the blocks below see the steady state of a run.
         probes.install()
-        watched += steps(model, opt, loss_fn, block, watched_cpu, SETTLE)
+        steps(model, opt, loss_fn, max(start, LEVELS[level].dense + 1))
         probes.uninstall()
-    report = session.finish()
+        for _ in range(rounds):
+            bare += steps(model, opt, loss_fn, block, bare_cpu, SETTLE)
+            probes.install()
+            watched += steps(model, opt, loss_fn, block, watched_cpu, SETTLE)
+            probes.uninstall()
+        report = session.finish()
     nparams = sum(p.numel() for p in model.parameters())
     b, w = statistics.median(bare), statistics.median(watched)
     # The mean includes the sampled steps' extra work: the honest per-step cost over a run.
@@ -167,15 +172,19 @@ def main() -> None:
         for level in levels:
             lv = LEVELS[level]
             # A level that samples less often later in a run: its denser early steps are timed
-            # too (as many blocks as fit before ``later``), the later ones on the toy model only
-            # (a thousand untimed GPT steps would take a quarter of an hour).
-            phases = [(f"{level}, steps {lv.dense}-{lv.later - 1}", lv.dense + 1,
-                       min(rounds, (lv.later - lv.dense) // (block + SETTLE))),
-                      (f"{level}, steps {lv.later}+", lv.later, rounds)] if lv.later else [(level, 0, rounds)]
+            # too (as many blocks as fit before ``later``, in as many runs as it takes for
+            # ``rounds`` blocks), the later ones on the toy model only (a thousand untimed GPT
+            # steps would take a quarter of an hour). (name, first step, blocks per run, runs)
+            fit = (lv.later - lv.dense) // (block + SETTLE) if lv.later else rounds
+            phases = [(lv.dense + 1, min(rounds, fit), -(-rounds // fit)), (lv.later, rounds, 1)
+                      ] if lv.later else [(lv.dense + 1, rounds, 1)]
             if kind == "gpt":
                 phases = phases[:1]
-            for name, start, n in phases:
-                r = measure(kind, level, n, block, start)
+            for start, n, runs in phases:
+                r = measure(kind, level, n, block, start, runs)
+                name = f"{level}, steps {start}-{start + n * (block + SETTLE) - 1}"
+                if runs > 1:
+                    name += f", {runs} runs"
                 print(f"| {kind} | {r['params'] / 1e6:.1f}M | {name} | {r['bare_ms']:.2f} ms | "
                       f"{r['watched_ms']:.2f} ms | {r['median_ratio']:.3f}x | {r['cpu_ratio']:.3f}x | {r['mean_ratio']:.3f}x | "
                       f"{r['held_kb']:.0f} KB |", flush=True)
