@@ -8,9 +8,9 @@ Feeds a synthetic live-like stream through ``traindoc.engine.Engine`` with every
 ``traindoc.detectors.build()``. Per step: the Scalars loss, grad_norm and lr (a healthy
 decaying loss with noise, a warmup-then-decay LR), a backward(), a clip_grad_norm_ call and the
 step's lifecycle (StepBegin, StepEnd); on the steps a live run samples at the standard level
-(the first 16, then every 25th, every 50th from step 1,000): ParamStats for 10 parameters of a bf16 model (two fp32 norms),
-the accumulation record (GradAccumulation), the DataLoader waits since the last sampled step
-(LoaderWait) and the activations of two ReLUs and the output. Prints the tracemalloc peak of
+(the first 16, then every 25th, every 50th from step 1,000): ParamStats for 10 parameters of
+a bf16 model (two fp32 norms), the accumulation record (GradAccumulation), the DataLoader waits
+since the last sampled step (LoaderWait) and the activations of two ReLUs and the output. Prints the tracemalloc peak of
 the whole run (engine, detectors, the events in flight) and what is still held at the end, with
 the detectors that hold the most. Per-step state must be bounded: the numbers for 200,000 or
 1,000,000 steps should be those for 1,000 plus a constant (tests/test_memory.py checks it on a

@@ -171,15 +171,16 @@ def main() -> None:
         block = 10 if kind == "gpt" else 100
         for level in levels:
             lv = LEVELS[level]
-            # A level that samples less often later in a run: its denser early steps are timed
-            # too (as many blocks as fit before ``later``, in as many runs as it takes for
-            # ``rounds`` blocks), the later ones on the toy model only (a thousand untimed GPT
-            # steps would take a quarter of an hour). (name, first step, blocks per run, runs)
-            fit = (lv.later - lv.dense) // (block + SETTLE) if lv.later else rounds
-            phases = [(lv.dense + 1, min(rounds, fit), -(-rounds // fit)), (lv.later, rounds, 1)
-                      ] if lv.later else [(lv.dense + 1, rounds, 1)]
-            if kind == "gpt":
-                phases = phases[:1]
+            # (first step, blocks per run, runs). A level that samples less often later in a
+            # run: its denser early steps are timed as many blocks as fit before ``later``, in
+            # as many runs as it takes for ``rounds`` blocks; the later ones on the toy model
+            # only (a thousand untimed GPT steps would take a quarter of an hour).
+            phases = [(lv.dense + 1, rounds, 1)]
+            if lv.later is not None:
+                fit = (lv.later - lv.dense) // (block + SETTLE)
+                phases = [(lv.dense + 1, min(rounds, fit), -(-rounds // fit))]
+                if kind != "gpt":
+                    phases.append((lv.later, rounds, 1))
             for start, n, runs in phases:
                 r = measure(kind, level, n, block, start, runs)
                 name = f"{level}, steps {start}-{start + n * (block + SETTLE) - 1}"

@@ -30,6 +30,17 @@ def _loop(steps: int) -> None:
         opt.step()
 
 
+def _watched_loop(session: Session, steps: int) -> Probes:
+    """``_loop(steps)`` with every probe installed on ``session``; the probes, uninstalled."""
+    probes = Probes(session)
+    probes.install()
+    try:
+        _loop(steps)
+    finally:
+        probes.uninstall()
+    return probes
+
+
 def test_sampled_only_callbacks_run_on_sampled_steps_and_every_step_ones_always() -> None:
     session = Session(level="standard")  # steps 0-15 sampled, then every 25th
     session.start("test", [])
@@ -178,12 +189,7 @@ def test_round_listeners_added_and_removed_while_rounds_end() -> None:
     session.listen_round(one_shot)
     session.listen_round(one_shot)  # once, however often asked
     session.round_listeners.append(always)
-    probes = Probes(session)
-    probes.install()
-    try:
-        _loop(3)
-    finally:
-        probes.uninstall()
+    _watched_loop(session, 3)
     # the listener after the one that removed itself still ran in that round
     assert seen == [("one_shot", 0), ("always", 0), ("always", 1)]
 
@@ -260,12 +266,7 @@ def test_an_unsampled_step_calls_nothing_before_its_update() -> None:
     sampled round, and the one after it, whose round the backward closes) and until the first
     step took effect; an unsampled step calls only the post hook."""
     session, pre_steps = _spied_session()
-    probes = Probes(session)
-    probes.install()
-    try:
-        _loop(60)
-    finally:
-        probes.uninstall()
+    probes = _watched_loop(session, 60)
     assert pre_steps == [*range(17), 25, 26, 50, 51]
     assert probes.patcher.backwards == 60
 
