@@ -61,8 +61,11 @@ FINDING_OF = {"initial-loss": "bad-initial-loss", "gradients": "no-gradient", "o
 def preflight(tmp_path: Path, script: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     report = tmp_path / "pf.json"
     ran = traindoc("preflight", "--json", str(report), *options, str(script), cwd=tmp_path, timeout=300)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    return ran, json.loads(report.read_text())
+    data = json.loads(report.read_text())
+    # A gate: a failed probe exits 3 without --fail-on (test_gate.py), a clean run 0.
+    failed = any(v["status"] == "fail" for v in data["preflight"]["probes"])
+    assert ran.returncode == (3 if failed else 0), ran.stderr[-3000:]
+    return ran, data
 
 
 def verdict(data: dict, probe: str) -> dict:

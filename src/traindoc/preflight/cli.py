@@ -3,11 +3,15 @@
 Prints one verdict per probe (pass / fail / n/a and why), then the report of the baseline launch
 (the live probes' findings, as ``traindoc run`` shows them) with the probes' findings added.
 ``--json`` writes ``traindoc run``'s JSON report plus a ``preflight`` block.
+
+It is a gate, run before the long job (``traindoc preflight train.py && sbatch train.sh``): a
+probe that fails exits 3 without any ``--fail-on``; ``--fail-on never`` turns that off.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -15,8 +19,16 @@ from pathlib import Path
 
 from traindoc import config
 from traindoc.errors import UsageError
-from traindoc.preflight.verdict import PROBES, Verdict
+from traindoc.preflight.verdict import FAIL, PROBES, Verdict
 from traindoc.report import output
+
+EXIT_CODES = """exit codes:
+  0  every probe passed or was not applicable (and no finding reached --fail-on)
+  1  the script raised in the baseline launch (the probes then say n/a and why)
+  2  bad usage or input (one line on stderr, no traceback)
+  3  a probe failed, or a finding is at or above --fail-on; with --fail-on never, never 3
+
+  traindoc preflight train.py && sbatch train.sh    # the long job starts only if every probe passed"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume-args", default="", metavar="'ARGS'",
                         help="arguments added to the relaunch that must resume from the checkpoint "
                              "(default: none, for scripts that resume by themselves)")
-    output.add_report_options(parser)
+    output.add_report_options(parser, gate_help=(
+        "exit 3 when a probe fails (the default: preflight is a gate), and also when a finding "
+        "of this severity or worse exists; 'never' always exits 0 unless the script raised"))
+    parser.epilog = EXIT_CODES
     parser.add_argument("target", nargs=argparse.REMAINDER, help="script.py and its own arguments")
 
 
@@ -62,11 +77,22 @@ def run(args: argparse.Namespace) -> int:
     block = {"probes": [v.to_dict() for v in outcome.verdicts], "seconds": round(outcome.seconds, 3),
              "removed_files": outcome.removed, "restored_files": outcome.restored}
     json_path = args.json
-    fail = output.emit(report, argparse.Namespace(**{**vars(args), "json": None}), settings)
+    never = (args.fail_on or settings.fail_on) == "never"
+    fail = output.emit(report, argparse.Namespace(**{**vars(args), "json": None, "fail_on": None if never
+                                                     else args.fail_on}),
+                       dataclasses.replace(settings, fail_on=None) if never else settings)
     if json_path:
         _write_json(report, block, json_path)
     crashed = outcome.baseline is not None and outcome.baseline.status == "error"
-    return 1 if crashed else fail
+    if crashed:
+        return 1
+    failed = [v.probe for v in outcome.verdicts if v.status == FAIL]
+    if failed and not never:
+        sys.stderr.write(f"traindoc preflight: {len(failed)} probe(s) failed ({', '.join(failed)}): exit "
+                         f"{output.EXIT_FAIL_ON}, so a following `&& sbatch ...` does not start "
+                         "(--fail-on never to go on anyway)\n")
+        return output.EXIT_FAIL_ON
+    return 0 if never else fail
 
 
 def _only(text: str) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from traindoc.config import Settings
 from traindoc.engine import Report
 from traindoc.errors import UsageError
 from traindoc.findings import severity_rank
+from traindoc.report import safe
 
 EXIT_FAIL_ON = 3
 
@@ -31,11 +32,14 @@ EXIT_CODES = """exit codes:
   3  the script succeeded and a finding is at or above --fail-on"""
 
 
-def add_report_options(parser: argparse.ArgumentParser, *, detectors: bool = True) -> None:
+def add_report_options(parser: argparse.ArgumentParser, *, detectors: bool = True,
+                       gate_help: str | None = None) -> None:
+    """``gate_help``: a face that exits 3 by default (preflight, a gate before the long job)
+    says so there, and ``--fail-on never`` turns its gate off."""
     parser.add_argument("--json", metavar="PATH", help="write the JSON report to PATH ('-' for stdout)")
     parser.add_argument("--html", metavar="PATH", help="write a self-contained HTML report (plots) to PATH")
-    parser.add_argument("--fail-on", choices=("error", "warning", "info"),
-                        help="exit 3 if a finding of this severity or worse exists (for CI)")
+    parser.add_argument("--fail-on", choices=("error", "warning", "info") + (("never",) if gate_help else ()),
+                        help=gate_help or "exit 3 if a finding of this severity or worse exists (for CI)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="list the detectors that were not applicable, and why")
     if detectors:
@@ -131,4 +135,4 @@ def _safely(what: str, write: Callable[[], object]) -> None:
     try:
         write()
     except Exception as exc:  # an output failing must not lose the others or the exit code
-        sys.stderr.write(f"traindoc: could not write {what}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(safe.terminal(f"traindoc: could not write {what}: {type(exc).__name__}: {exc}") + "\n")
