@@ -44,6 +44,8 @@ from traindoc.lint._values import (
     nonfinite_checked,
     resolve,
     torch_saves,
+    value_of,
+    config_read,
 )
 
 __all__ = [
@@ -51,4 +53,5 @@ __all__ = [
     "AssignValue", "Backward", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
     "dotted", "fixed_filename", "is_constant_value", "is_detached_value", "kwarg", "loss_roots", "method",
     "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "torch_saves", "unparse",
+    "value_of", "config_read",
 ]

@@ -52,8 +52,10 @@ class Module(IndexedFile):
         scaled = method(receiver, "scale")
         if scaled is not None and isinstance(receiver, ast.Call) and len(receiver.args) == 1:
             return Backward(call, receiver.args[0], "scaler", dotted(scaled))
-        if isinstance(receiver, ast.Call) and not isinstance(receiver.func, ast.Attribute):
-            return None  # f(x).backward(): not a name we can follow
+        if isinstance(receiver, ast.Call) and not isinstance(receiver.func, ast.Attribute) and not (
+            self.callee(receiver).startswith("torch.")
+        ):
+            return None  # f(x).backward(): not a name we can follow (torch's own functions are)
         return Backward(call, receiver, "tensor")
 
     # -- calls into this file's own functions ---------------------------------------------------

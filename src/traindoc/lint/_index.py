@@ -287,11 +287,10 @@ class IndexedFile:
         q = self.qualname(node)
         if q in LOW_PRECISION:
             return q
-        if isinstance(node, ast.Name) and scope is not None:
-            value = scope.reaching(node.id, node.lineno)
-            if value is None and scope.name != "<module>":
-                value = self.scopes[0].reaching(node.id, node.lineno)
-            q = self.qualname(value)
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)) and scope is not None:
+            from traindoc.lint._values import value_of  # _values reads this index: no cycle at import
+
+            q = self.qualname(value_of(self, node, node, scope=scope))
             if q in LOW_PRECISION:
                 return q
         return None

@@ -12,6 +12,8 @@ from traindoc.lint._nodes import TENSOR_FACTORIES, arg, arith_names, dotted, met
 
 if TYPE_CHECKING:
     from traindoc.lint._flow import Module
+    from traindoc.lint._index import IndexedFile
+    from traindoc.lint._scope import Scope
 
 
 def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
@@ -39,14 +41,13 @@ def is_constant_value(mod: Module, node: ast.AST | None) -> bool:
 
 
 def _number_value(mod: Module, node: ast.AST, call: ast.Call) -> bool:
-    """A numeric literal, or a name assigned one before ``call`` (in the function of ``call``,
-    else at module level)."""
+    """A number: a literal, a name, constant or config field that holds one, or a run setting
+    the file does not show (``args.max_loss``), an unknown number all the same."""
     if number(node) is not None:
         return True
-    if isinstance(node, ast.Name):
-        line = call.lineno
-        value = mod.scope(call).reaching(node.id, line) or mod.scopes[0].reaching(node.id, line)
-        return number(value) is not None
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        value = value_of(mod, node, call)
+        return number(value) is not None or config_read(mod, value, call)
     return False
 
 
@@ -192,8 +193,13 @@ def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | Non
     ``os.path.join(out_dir, "ckpt.pt")`` or ``f"{out}/last.pt"``), None when it varies
     (``f"ckpt_{epoch}.pt"``) or cannot be followed (a function argument)."""
     node = resolve(mod, path, at)
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+        node = value_of(mod, node, at)
     if node is None or isinstance(node, ast.Name):
         return None
+    if isinstance(node, (ast.Attribute, ast.Subscript)):
+        # a path from the run's settings (``args.ckpt``) names one file for the whole run
+        return mod.text(node) if config_read(mod, node, at) else None
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value.rsplit("/", 1)[-1] or None
     if isinstance(node, ast.JoinedStr):
@@ -219,3 +225,125 @@ def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | Non
             text = right.value
             return text.rsplit("/", 1)[-1] if "/" in text and not text.endswith("/") else None
     return None
+
+
+# -- values read from names, constants and configs ----------------------------------------------
+
+# Objects that hold run settings: their attributes are settings (``args.max_loss``).
+CONFIG_WORDS = ("args", "cfg", "config", "conf", "hparams", "hp", "opts", "options", "settings", "flags")
+
+
+def value_of(mod: IndexedFile, node: ast.AST | None, at: ast.AST, depth: int = 4,
+             scope: Scope | None = None) -> ast.AST | None:
+    """The expression behind ``node`` as far as the file shows it: a name's last assignment
+    before ``at`` (in its function, else at module level), ``self.x``'s only assignment in the
+    class, a dataclass config's field (``cfg.lr`` with ``cfg = TrainConfig()``: the keyword
+    passed, else the field's default), an argparse option's default (``args.lr``), a dict
+    config's entry (``CONFIG["lr"]``). ``node`` itself when it cannot be followed."""
+    at = _located(mod, at)
+    home = scope or mod.scope(at)  # names, constants and leaves are not indexed: the caller's scope
+    while depth and node is not None:
+        depth -= 1
+        if isinstance(node, ast.Name):
+            found = home.reaching(node.id, getattr(at, "lineno", 0))
+            if found is None and home.name != "<module>" and node.id not in _params(home):
+                found = mod.scopes[0].reaching(node.id, 10**9)
+            if found is None or isinstance(found, ast.AugAssign):
+                return node
+            node = found
+        elif isinstance(node, ast.Attribute):
+            found = _attribute_value(mod, node, at)
+            if found is None:
+                return node
+            node = found
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            table = value_of(mod, node.value, at, depth)
+            if not isinstance(table, ast.Dict):
+                return node
+            found = None
+            for key, value in zip(table.keys, table.values):
+                if isinstance(key, ast.Constant) and key.value == node.slice.value:
+                    found = value
+            if found is None:
+                return node
+            node = found
+        else:
+            return node
+    return node
+
+
+def _located(mod: IndexedFile, node: ast.AST) -> ast.AST:
+    """``node`` or the nearest enclosing node the index knows the function of."""
+    while node not in mod.scope_of:
+        up = mod.parent.get(node)
+        if up is None:
+            return node
+        node = up
+    return node
+
+
+def _params(scope: Scope) -> set[str]:
+    fn = scope.node
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        a = fn.args
+        return {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
+    return set()
+
+
+def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.AST | None:
+    text = dotted(node)
+    cls = mod.scope(at).cls
+    if text and text.startswith("self.") and text.count(".") == 1 and cls:
+        values = [
+            v for s in mod.scopes if s.cls == cls
+            for t, _, v in s.assigns if t == text and not isinstance(v, ast.AugAssign)
+        ]
+        return values[0] if len(values) == 1 else None
+    owner = value_of(mod, node.value, at, 2)
+    if not isinstance(owner, ast.Call):
+        return None
+    if method(owner, "parse_args", "parse_known_args") is not None:
+        return _argparse_default(mod, node.attr)
+    name = dotted(owner.func)
+    for kw in owner.keywords:
+        if kw.arg == node.attr:
+            return kw.value
+    for stmt in ast.walk(mod.tree):
+        if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+            for item in stmt.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) \
+                        and item.target.id == node.attr and item.value is not None:
+                    return item.value
+                if isinstance(item, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == node.attr for t in item.targets
+                ):
+                    return item.value
+    return None
+
+
+def _argparse_default(mod: IndexedFile, option: str) -> ast.AST | None:
+    for call in mod.named("add_argument"):
+        flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        dest = next((kw.value for kw in call.keywords if kw.arg == "dest"), None)
+        names = {f.lstrip("-").replace("-", "_") for f in flags}
+        if isinstance(dest, ast.Constant):
+            names = {dest.value}
+        if option in names:
+            return next((kw.value for kw in call.keywords if kw.arg == "default"), None)
+    return None
+
+
+def config_read(mod: IndexedFile, node: ast.AST | None, at: ast.AST) -> bool:
+    """``node`` reads a run setting whose value the file does not show: ``args.max_loss``,
+    ``cfg.cap``, ``self.config.path``, ``hparams["lr"]``: an unknown of the setting's type."""
+    if isinstance(node, ast.Subscript):
+        base: ast.AST = node.value
+    elif isinstance(node, ast.Attribute):
+        base = node.value
+    else:
+        return False
+    text = dotted(base)
+    if text and text.split(".")[-1].lower() in CONFIG_WORDS:
+        return True
+    owner = value_of(mod, base, at, 2)
+    return isinstance(owner, ast.Call) and method(owner, "parse_args", "parse_known_args") is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, arg, dotted, kwarg, number, resolve
+from traindoc.lint._ast import Module, arg, dotted, kwarg, number, value_of
 from traindoc.lint.rules._common import Hit, Invalid
 
 LIMIT = 5e-4  # at or below this, an LR is AdamW-scale; Muon's default is 1e-3
@@ -83,9 +83,7 @@ class MuonAdamwScaleLr:
             for node in candidates:
                 if node is None:
                     continue
-                lr = number(resolve(mod, node, call))
-                if lr is None and isinstance(node, ast.Name):
-                    lr = number(mod.scopes[0].reaching(node.id, call.lineno))
+                lr = number(value_of(mod, node, call))
                 if lr is None or not 0 < lr <= LIMIT:
                     continue
                 owner = self._owner(mod, call)
