@@ -16,19 +16,14 @@ DEMO = Path(__file__).parents[2] / "src" / "traindoc" / "demo_scripts"
 
 def test_corpus_is_large_enough():
     files = sorted(CORPUS.glob("*.py"))
-    assert len(files) >= 38
-    assert sum(len(f.read_text().splitlines()) for f in files) >= 8500
+    assert len(files) >= 17
+    assert sum(len(f.read_text().splitlines()) for f in files) >= 1500
 
 
-def test_real_public_files_carry_their_source_and_license():
-    """Files copied from public projects name their source in a header and in the README."""
-    readme = (CORPUS / "README.md").read_text()
-    real = [f for f in sorted(CORPUS.glob("*.py")) if f.read_text().startswith("# From ")]
-    assert len(real) >= 17
-    for f in real:
-        header = f.read_text().splitlines()[0]
-        assert " @ " in header and ("License" in header or "Apache" in header or "BSD" in header)
-        assert f"`{f.name}`" in readme
+def test_corpus_holds_no_copied_public_files():
+    """Only scripts written here: none carries a header naming an upstream source."""
+    for f in sorted(CORPUS.glob("*.py")):
+        assert not f.read_text().startswith("# From "), f.name
 
 
 def test_healthy_corpus_is_clean():
@@ -55,10 +50,11 @@ MUTATIONS = [
      "", "unscaled-grad-accumulation"),
     ("accelerate_glue.py", "                loss = outputs.loss\n",
      "                loss = outputs.loss / args.gradient_accumulation_steps\n", "unscaled-grad-accumulation"),
-    ("mnist_basic.py", "    model.eval()\n", "", "eval-in-train-mode"),
-    ("mnist_basic.py", "        optimizer.zero_grad()\n", "", "missing-zero-grad"),
-    ("mnist_basic.py", "        loss.backward()\n        optimizer.step()\n",
-     "        loss.backward()\n        optimizer.zero_grad()\n        optimizer.step()\n", "grad-cleared-before-step"),
+    ("cifar_amp_resnet.py", "    model.eval()\n", "", "eval-in-train-mode"),
+    ("ddp_torchrun.py", "        optimizer.zero_grad(set_to_none=True)\n", "", "missing-zero-grad"),
+    ("ddp_torchrun.py", "        optimizer.zero_grad(set_to_none=True)\n        loss.backward()\n        optimizer.step()\n",
+     "        loss.backward()\n        optimizer.zero_grad(set_to_none=True)\n        optimizer.step()\n",
+     "grad-cleared-before-step"),
     ("distill_kd.py", "        with torch.no_grad():\n            t_logits",
      "        with torch.inference_mode():\n            t_logits", "inference-tensor-in-autograd"),
     ("ddp_torchrun.py", "            with torch.no_grad():\n                dist.all_reduce(loss, op=dist.ReduceOp.AVG)\n",
@@ -68,17 +64,13 @@ MUTATIONS = [
     ("muon_speedrun.py", "muon_lr = 0.02", "muon_lr = 3e-4", "muon-adamw-scale-lr"),
     ("gpt_grad_accum.py", "            loss = loss / gradient_accumulation_steps\n",
      "            loss = torch.nan_to_num(loss) / gradient_accumulation_steps\n", "masked-nonfinite"),
-    ("reinforce.py", "    policy_loss = torch.cat(policy_loss).sum()\n",
-     "    policy_loss = torch.cat(policy_loss).sum()\n    if policy_loss > 1e4:\n        policy_loss = torch.tensor(1e4)\n",
-     "constant-loss"),
+    ("ddp_torchrun.py", "            loss = criterion(output, target)\n",
+     "            loss = criterion(output, target)\n            if loss > cfg.max_loss:\n"
+     "                loss = torch.tensor(cfg.max_loss, device=loss.device)\n", "constant-loss"),
     ("swa_cifar.py", "update_bn(train_loader, swa_model, device=device)\n", "\n", "stale-bn-eval"),
     ("simclr.py", "    model = SimCLR().cuda()\n", "    model = SimCLR().cuda().half()\n", "bf16-master-weights"),
     ("swa_cifar.py", "    for x, y in train_loader:\n", "    scheduler.step()\n    for x, y in train_loader:\n",
      "scheduler-before-optimizer"),
-    # real public files: the rule follows the step into `train(...)` / the loop's own clearing
-    ("imagenet_main.py", "        # train for one epoch\n", "        scheduler.step()\n        # train for one epoch\n",
-     "scheduler-before-optimizer"),
-    ("timm_train.py", "        optimizer.zero_grad()\n", "", "missing-zero-grad"),
     ("distill_kd.py", '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits\n',
      '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits.detach()\n',
      "no-gradient"),

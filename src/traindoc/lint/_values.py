@@ -233,8 +233,8 @@ def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | Non
 CONFIG_WORDS = ("args", "cfg", "config", "conf", "hparams", "hp", "opts", "options", "settings", "flags")
 
 
-def value_of(mod: IndexedFile, node: ast.AST | None, at: ast.AST, depth: int = 4,
-             scope: Scope | None = None) -> ast.AST | None:
+def value_of(mod: IndexedFile, node: ast.expr | None, at: ast.AST, depth: int = 4,
+             scope: Scope | None = None) -> ast.expr | None:
     """The expression behind ``node`` as far as the file shows it: a name's last assignment
     before ``at`` (in its function, else at module level), ``self.x``'s only assignment in the
     class, a dataclass config's field (``cfg.lr`` with ``cfg = TrainConfig()``: the keyword
@@ -290,7 +290,7 @@ def _params(scope: Scope) -> set[str]:
     return set()
 
 
-def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.AST | None:
+def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.expr | None:
     text = dotted(node)
     cls = mod.scope(at).cls
     if text and text.startswith("self.") and text.count(".") == 1 and cls:
@@ -321,13 +321,13 @@ def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.
     return None
 
 
-def _argparse_default(mod: IndexedFile, option: str) -> ast.AST | None:
+def _argparse_default(mod: IndexedFile, option: str) -> ast.expr | None:
     for call in mod.named("add_argument"):
         flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         dest = next((kw.value for kw in call.keywords if kw.arg == "dest"), None)
         names = {f.lstrip("-").replace("-", "_") for f in flags}
         if isinstance(dest, ast.Constant):
-            names = {dest.value}
+            names = {str(dest.value)}
         if option in names:
             return next((kw.value for kw in call.keywords if kw.arg == "default"), None)
     return None
@@ -337,7 +337,7 @@ def config_read(mod: IndexedFile, node: ast.AST | None, at: ast.AST) -> bool:
     """``node`` reads a run setting whose value the file does not show: ``args.max_loss``,
     ``cfg.cap``, ``self.config.path``, ``hparams["lr"]``: an unknown of the setting's type."""
     if isinstance(node, ast.Subscript):
-        base: ast.AST = node.value
+        base: ast.expr = node.value
     elif isinstance(node, ast.Attribute):
         base = node.value
     else:

@@ -16,7 +16,7 @@ class MissingZeroGrad:
     then adds this batch's gradient to every previous one. Quiet when the only clearing sits in
     a function this file never calls itself (a hook or closure something else may run), for
     engines that clear gradients themselves (``engine.backward(loss); engine.step()`` in
-    DeepSpeed), and for RPC training (``dist_autograd.backward(ctx, ...)``: every context starts
+    DeepSpeed; ``accelerator.backward`` and ``fabric.backward`` clear nothing, so they count), and for RPC training (``dist_autograd.backward(ctx, ...)``: every context starts
     with fresh gradients).
     """
 
@@ -230,7 +230,11 @@ def _step_loops(mod: Module, scope: Scope) -> list[ast.stmt]:
     for loop in scope.loops:
         backwards = mod.backwards_in(scope, loop)
         steps = [s for s, _, o in mod.steps_in(scope, loop) if not _built_inside(mod, scope, o, loop)]
-        if steps and backwards and all(b.via in ("tensor", "scaler", "autograd") for _, b in backwards):
+        if steps and backwards and all(
+            b.via in ("tensor", "scaler", "autograd")
+            or (b.via == "wrapper" and mod.role(b.owner) == "accelerator")  # never clears grads
+            for _, b in backwards
+        ):
             found.append((loop, steps))
     judged: list[ast.stmt] = []
     for loop, steps in found:
