@@ -79,6 +79,9 @@ class Module(IndexedFile):
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             cls = self.scope(call).cls
             found = [s for s in self.functions.get(func.attr, ()) if cls is not None and s.cls == cls]
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id not in self.aliases:
+            # ``Steps.save(...)``: a static or class method of a class of this file
+            found = [s for s in self.functions.get(func.attr, ()) if s.cls == func.value.id]
         else:
             return None
         return found[0] if len(found) == 1 else None

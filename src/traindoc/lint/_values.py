@@ -141,7 +141,7 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
     torch.save(state, path)``) is a site too, with the caller's arguments: names are followed
     one function deep.
     """
-    helpers: dict[str, tuple[int | None, int | None, ast.Call]] = {}
+    helpers: dict[str, tuple[int | None, int | None, ast.Call, list[str]]] = {}
     for call in mod.named("save"):
         if mod.callee(call) != "torch.save":
             continue
@@ -155,16 +155,16 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
             i_obj = params.index(obj.id) if isinstance(obj, ast.Name) and obj.id in params else None
             i_path = params.index(path.id) if isinstance(path, ast.Name) and path.id in params else None
             if i_obj is not None or i_path is not None:
-                helpers[fn.name] = (i_obj, i_path, call)
+                helpers[fn.name] = (i_obj, i_path, call, params)
     if not helpers:
         return
     for call in mod.named(*helpers):
-        name = dotted(call.func) or ""
-        name = name[5:] if name.startswith("self.") else name
-        if name in helpers:
-            i_obj, i_path, inner = helpers[name]
-            obj = call.args[i_obj] if i_obj is not None and i_obj < len(call.args) else None
-            path = call.args[i_path] if i_path is not None and i_path < len(call.args) else None
+        owner, _, name = (dotted(call.func) or "").rpartition(".")  # f(...), self.f(...), Steps.f(...)
+        classes = {s.cls for s in mod.scopes if s.cls}
+        if name in helpers and (not owner or owner == "self" or owner in classes):
+            i_obj, i_path, inner, params = helpers[name]
+            obj = arg(call, i_obj, params[i_obj]) if i_obj is not None else None
+            path = arg(call, i_path, params[i_path]) if i_path is not None else None
             yield call, obj, path, inner
 
 
