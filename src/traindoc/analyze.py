@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 
 from traindoc import config, detectors, record
 from traindoc.engine import Engine, Report
-from traindoc.errors import UsageError
+from traindoc.errors import UsageError, regular_file, too_deep
 from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, RunEnd
 from traindoc.findings import Finding
 from traindoc.report import output
@@ -128,16 +128,21 @@ def _streams(paths: list[str]) -> dict[int, list[Event]]:
                 raise UsageError(f"{p}: no .jsonl streams in this folder; record a run with "
                                  f"`traindoc run --record {p} train.py`")
             files += found
-        elif p.is_file():
-            files.append(p)
         else:
-            raise UsageError(f"{p}: no such file; pass the .jsonl written by `traindoc run --record`")
+            regular_file(p, "pass the .jsonl written by `traindoc run --record`")
+            files.append(p)
     streams: dict[int, list[Event]] = {}
     for path in files:
+        regular_file(path, "pass the .jsonl written by `traindoc run --record`")  # a FIFO would block
         try:
             events = list(record.read(path))
         except (ValueError, UnicodeDecodeError) as exc:
             raise UsageError(f"{exc}; is this a stream written by `traindoc run --record`?") from None
+        except RecursionError:
+            raise too_deep(path, "is this a stream written by `traindoc run --record`?") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}); pass the .jsonl written by "
+                             "`traindoc run --record`") from None
         if not events:
             raise UsageError(f"{path} is empty; record a run with `traindoc run --record {path} train.py`")
         rank = record.rank_of(path, events)

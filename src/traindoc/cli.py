@@ -14,12 +14,13 @@ from typing import NoReturn, Sequence
 from traindoc.version import __version__
 from traindoc.errors import UsageError
 from traindoc.report.output import EXIT_CODES, check_outputs
+from traindoc.report.safe import terminal
 
 # name -> (module, one-line help). Modules must import fast (no torch at import time).
 FACES: dict[str, tuple[str, str]] = {
     "run": ("traindoc.live.runner", "run a training script under observation (zero code changes)"),
     "analyze": ("traindoc.analyze", "replay a recorded event stream (--record) through the detectors"),
-    "logs": ("traindoc.sources.logs.cli", "diagnose a finished run from its logs (CSV, TensorBoard, trainer_state.json, JSONL)"),
+    "logs": ("traindoc.sources.fleet.cli", "diagnose a finished run from its logs (CSV, TensorBoard, trainer_state.json, JSONL), or a folder or tracker of runs"),
     "ckpt": ("traindoc.sources.ckpt.cli", "inspect one checkpoint or diff two"),
     "lint": ("traindoc.lint.cli", "find training mistakes in source code, without running it"),
     "report": ("traindoc.report.cli", "show a saved JSON report again: as text, --html or --json"),
@@ -33,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but errors in our voice: ``Error: ...`` plus a hint, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"Error: {message}\nTry '{self.prog} --help'.\n")
+        sys.stderr.write(f"Error: {terminal(message)}\nTry '{self.prog} --help'.\n")
         raise SystemExit(2)
 
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_outputs(args)  # a report that cannot be written is refused now, not after the run
         return int(args._run(args))
     except UsageError as exc:
-        sys.stderr.write(f"Error: {exc}\n")
+        sys.stderr.write(f"Error: {terminal(str(exc))}\n")  # messages echo user paths and names
         return 2
     except KeyboardInterrupt:
         return 130

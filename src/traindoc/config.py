@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from traindoc.errors import UsageError
 
@@ -44,7 +44,7 @@ def find_table(start: Path) -> tuple[Path, dict[str, object]] | None:
             continue
         try:
             text = candidate.read_text(encoding="utf-8")
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {candidate}: {exc}; fix the file or run from another folder") from None
         if "traindoc" not in text:
             continue  # no table here: skip parsing (most pyproject.toml files)
@@ -58,6 +58,7 @@ def find_table(start: Path) -> tuple[Path, dict[str, object]] | None:
             continue
         if not isinstance(table, dict):
             raise UsageError(f"{candidate}: [tool.traindoc] must be a table")
+        check_table(candidate, table)
         return candidate, table
     return None
 
@@ -70,15 +71,124 @@ def load(start: Path | None = None) -> Settings:
         return Settings()
     path, table = found
     select = table.get("select")
-    ignore = table.get("ignore", ())
-    detectors = table.get("detectors", {})
     fail_on = table.get("fail-on")
-    if not isinstance(ignore, (list, tuple)) or not isinstance(detectors, dict):
-        raise UsageError(f"{path}: [tool.traindoc] ignore must be a list of ids and detectors a table")
+    detectors = _detector_tables(path, table.get("detectors", {}))
     return Settings(
-        select=tuple(select) if isinstance(select, (list, tuple)) else None,
-        ignore=tuple(ignore),
+        select=None if select is None else _ids(path, "select", select),
+        ignore=_ids(path, "ignore", table.get("ignore", [])),
         fail_on=fail_on if isinstance(fail_on, str) else None,
-        detectors=dict(detectors),
+        detectors=detectors,
         path=str(path),
     )
+
+
+# Every key of [tool.traindoc] and what its value must be; anything else is refused by name, so
+# a typo (`fail_on`, `ignores`) is never silently a default.
+_KEYS = {"select": "a list of failure ids", "ignore": "a list of failure ids",
+         "fail-on": 'one of "error", "warning", "info"', "detectors": "a table of [tool.traindoc.detectors.ID] tables",
+         "per-file-ignores": "a table of pattern = [failure ids]", "lint": "a table"}
+_LINT_KEYS = ("select", "ignore", "per-file-ignores")
+
+
+def check_table(path: Path, table: Mapping[str, object], where: str = "[tool.traindoc]") -> None:
+    """UsageError naming the file and the key for an unknown key, a value of the wrong type,
+    an unknown failure id or an unknown severity. Detector thresholds are checked by ``load``."""
+    from traindoc.findings import SEVERITIES
+
+    known = _KEYS if where == "[tool.traindoc]" else {k: _KEYS[k] for k in _LINT_KEYS}
+    for key, value in table.items():
+        if key not in known:
+            raise UsageError(f"{path}: {where} has an unknown key {key!r}{_did_you_mean(key, known)}; "
+                             f"the keys are {', '.join(known)}")
+        if key in ("select", "ignore"):
+            _ids(path, f"{where} {key}", value)
+        elif key == "fail-on" and value not in SEVERITIES:
+            raise UsageError(f"{path}: {where} fail-on must be {_KEYS[key]}, got {value!r}")
+        elif key == "per-file-ignores":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: {where} per-file-ignores must be {_KEYS[key]}")
+            for pattern, ids in value.items():
+                _ids(path, f"{where} per-file-ignores.{pattern!r}", ids)
+        elif key == "detectors" and not isinstance(value, dict):
+            raise UsageError(f"{path}: {where} detectors must be {_KEYS[key]}")
+        elif key == "lint":
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: [tool.traindoc.lint] must be a table")
+            check_table(path, value, "[tool.traindoc.lint]")
+
+
+def _ids(path: Path, key: str, value: object) -> tuple[str, ...]:
+    """A list of catalog ids (one id as a string is a list of one)."""
+    from traindoc import catalog
+
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise UsageError(f"{path}: {key} must be a list of failure ids, got {value!r}")
+    for id_ in ids:
+        try:
+            catalog.get(id_)
+        except KeyError as exc:
+            raise UsageError(f"{path}: {key}: {exc.args[0]}") from None
+    return tuple(ids)
+
+
+def _detector_tables(path: Path, tables: object) -> dict[str, dict[str, object]]:
+    """``[tool.traindoc.detectors.ID]`` tables checked against each detector's Config: a known
+    id, known fields, values of the default's type, and the Config's own checks."""
+    import dataclasses
+
+    from traindoc import detectors
+
+    assert isinstance(tables, dict)  # check_table refused anything else
+    by_id = detectors.by_id()
+    out: dict[str, dict[str, object]] = {}
+    for id_, values in tables.items():
+        where = f"[tool.traindoc.detectors.{id_}]"
+        if id_ not in by_id:
+            hint = _did_you_mean(id_, by_id) or f"; the detectors are {', '.join(sorted(by_id))}"
+            raise UsageError(f"{path}: {where}: no detector has the id {id_!r}{hint}")
+        if not isinstance(values, dict):
+            raise UsageError(f"{path}: {where} must be a table of thresholds (name = value)")
+        fields = {f.name: f for f in dataclasses.fields(by_id[id_].Config)}
+        checked: dict[str, object] = {}
+        for key, value in values.items():
+            if key not in fields:
+                raise UsageError(f"{path}: {where} has an unknown key {key!r}{_did_you_mean(key, fields)}; "
+                                 f"its keys are {', '.join(fields) or 'none'}")
+            checked[key] = _typed(path, f"{where} {key}", value, _default(fields[key]))
+        make_config: Callable[..., object] = by_id[id_].Config  # a concrete dataclass, typed as a protocol
+        try:
+            make_config(**checked)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{path}: {where} {exc}") from None
+        out[id_] = checked
+    return out
+
+
+def _default(field_: object) -> object:
+    import dataclasses
+
+    assert isinstance(field_, dataclasses.Field)
+    if field_.default_factory is not dataclasses.MISSING:
+        return field_.default_factory()
+    return field_.default
+
+
+def _typed(path: Path, key: str, value: object, default: object) -> object:
+    """``value`` when it has the type of the field's default (an int for a float; a list for a
+    tuple, made one), else UsageError."""
+    if isinstance(default, tuple) and isinstance(value, list):
+        return tuple(value)
+    if default is None or isinstance(value, bool) is isinstance(default, bool) and (
+            isinstance(value, type(default)) or (isinstance(default, float) and isinstance(value, int))):
+        return value
+    what = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            tuple: "a list"}.get(type(default), type(default).__name__)
+    raise UsageError(f"{path}: {key} must be {what}, got {value!r}")
+
+
+def _did_you_mean(name: str, known: Mapping[str, object]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -15,6 +15,7 @@ from traindoc import catalog
 from traindoc.lint import render
 from traindoc.lint.config import ConfigError
 from traindoc.lint.engine import UsageError, lint_ids, lint_paths, summary
+from traindoc.report import safe
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             _check_known(unknown)
         result = lint_paths(args.paths, select=select, ignore=ignore, use_config=not args.no_config)
     except (UsageError, ConfigError) as e:
-        print(f"Error: {e}", file=sys.stderr)
+        print(safe.terminal(f"Error: {e}"), file=sys.stderr)
         return 2
     for error in result.errors:
         print(error.render(), file=sys.stderr)
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             Path(args.output).write_text(report, encoding="utf-8")
         except OSError as e:
-            print(f"Error: cannot write {args.output}: {e}", file=sys.stderr)
+            print(safe.terminal(f"Error: cannot write {args.output}: {e}"), file=sys.stderr)
             return 2
         print(summary(result), file=sys.stderr)
     else:

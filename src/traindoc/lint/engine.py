@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from traindoc.lint import config as config_mod
 from traindoc.lint._ast import Module
 from traindoc.lint.rules import RULES
 from traindoc.progress import Progress
+from traindoc.report import safe
 
 SKIP_DIRS = frozenset(
     {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "env", ".env", ".tox", ".nox",
@@ -55,7 +57,7 @@ class LintError:
 
     def render(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path
-        return f"Error: {where}: {self.message}"
+        return safe.terminal(f"Error: {where}: {self.message}")
 
 
 @dataclass
@@ -87,6 +89,9 @@ def lint_source(
         return [], [LintError(path, e.lineno, msg, "parse")]
     except ValueError as e:  # source with NUL bytes
         return [], [LintError(path, None, f"cannot parse: {e}", "parse")]
+    except RecursionError:  # `x = 1+1+...` of 20,000 terms, `a.a.a...` 30,000 long
+        return [], [LintError(path, None, "cannot parse: an expression nests too deeply for Python's "
+                              "parser (python itself raises RecursionError compiling this file)", "parse")]
     chosen = None if select is None else set(select)
     muted = set(ignore)
     suppressed = _suppressions(source)
@@ -135,7 +140,7 @@ def lint_paths(
     result = LintResult()
     with Progress("traindoc lint") as progress:
         for i, file in enumerate(iter_files(paths)):
-            progress.update(i, display_path(file))
+            progress.update(i, safe.terminal(display_path(file)))
             _lint_file(file, result, cli_select, cli_ignore, use_config)
     return result
 
@@ -149,6 +154,10 @@ def _lint_file(file: Path, result: LintResult, cli_select: tuple[str, ...] | Non
     _check_ids(cfg.ignore, where=cfg.root)
     chosen = cli_select if cli_select is not None else cfg.select
     muted = set(cli_ignore) | set(cfg.ignore) | cfg.ignored_for(file)
+    if not _regular(file):  # a FIFO or a device: opening it would block, or never end
+        result.errors.append(LintError(shown, None, "not a regular file (a FIFO, socket or device); "
+                                       "lint reads Python source files", "read"))
+        return
     try:
         with tokenize.open(file) as f:  # honours a coding cookie
             source = f.read()
@@ -182,6 +191,13 @@ def iter_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
         elif p.resolve() not in seen:
             seen.add(p.resolve())
             yield p
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return True  # opening it says what is wrong
 
 
 def display_path(path: Path) -> str:

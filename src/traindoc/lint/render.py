@@ -11,24 +11,26 @@ from urllib.parse import quote
 
 from traindoc import __version__, catalog
 from traindoc.lint.engine import LintResult, summary
+from traindoc.report import safe
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def text(result: LintResult) -> str:
-    """``path:line:col: id message`` plus an indented ``fix:`` line per finding, then a summary."""
+    """``path:line:col: id message`` plus an indented ``fix:`` line per finding, then a summary.
+    Paths and messages (which quote the source) are escaped for the terminal."""
     out = []
     for f in result.findings:
-        out.append(f"{f.path}:{f.line}:{f.col}: {f.finding.id} {f.finding.message}")
-        out.append(f"    fix: {f.finding.fix}")
+        out.append(safe.terminal(f"{f.path}:{f.line}:{f.col}: {f.finding.id} {f.finding.message}"))
+        out.append(safe.terminal(f"    fix: {f.finding.fix}"))
     out.append(summary(result))
     return "\n".join(out) + "\n"
 
 
 def json_report(result: LintResult) -> str:
     """A list of findings with the run report's fields plus ``path``, ``line``, ``col``."""
-    return json.dumps([f.to_dict() for f in result.findings], indent=2) + "\n"
+    return json.dumps(safe.json_safe([f.to_dict() for f in result.findings]), indent=2) + "\n"
 
 
 def github(result: LintResult, base: Path | None = None) -> str:
@@ -122,7 +124,7 @@ def sarif(result: LintResult, rule_ids: list[str], base: Path | None = None) -> 
             }
         ],
     }
-    return json.dumps(log, indent=2) + "\n"
+    return json.dumps(safe.json_safe(log), indent=2) + "\n"  # no lone surrogate from a file name
 
 
 def repo_root(start: Path | None = None) -> Path:
@@ -146,7 +148,8 @@ def _location(path: str, base: Path, line: int, col: int) -> dict[str, object]:
     full = Path(path).resolve()
     try:
         rel = full.relative_to(base.resolve()).as_posix()
-        artifact: dict[str, str] = {"uri": quote(rel), "uriBaseId": "%SRCROOT%"}
+        # a name that is not UTF-8 is percent-encoded as its own bytes (%FF), as as_uri does
+        artifact: dict[str, str] = {"uri": quote(rel, errors="surrogateescape"), "uriBaseId": "%SRCROOT%"}
     except ValueError:
         artifact = {"uri": full.as_uri()}
     return {
@@ -174,6 +177,7 @@ def _section(body: str, title: str) -> str:
 
 
 def _data(text: str) -> str:
+    text = safe.terminal(text, keep="\r\n")  # a workflow command is read from the job's log
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from traindoc.errors import UsageError
+from traindoc.errors import UsageError, regular_file, too_deep
 from traindoc.report import output
 
 
@@ -23,11 +23,15 @@ def run(args: argparse.Namespace) -> int:
     from traindoc.report import json as json_report
 
     path = Path(args.report)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file; give a report written with `--json PATH`")
+    hint = "give a report written with `--json PATH`"
+    regular_file(path, hint)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         report = json_report.from_dict(data)
+    except RecursionError:
+        raise too_deep(path, hint) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot be read ({exc.strerror or exc}); {hint}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: {exc}; is this a report written with `--json`?") from None
     return output.emit(report, args)

@@ -9,12 +9,11 @@ Readable on a phone (fluid width) and in dark mode (``prefers-color-scheme``).
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Mapping, Sequence
 
 from traindoc.engine import Report
 from traindoc.findings import SEVERITIES, Finding
-from traindoc.report import plots, svg
+from traindoc.report import plots, safe, svg
 from traindoc.report.json import clean
 
 _CSS = """
@@ -62,10 +61,10 @@ def render(report: Report) -> str:
     out = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
            "<meta name='viewport' content='width=device-width,initial-scale=1'>",
            "<meta name='color-scheme' content='light dark'>",
-           f"<title>traindoc report: {escape(name)}</title><style>{_CSS}</style></head><body>",
-           f"<header><h1>traindoc report: {escape(name)}</h1>",
-           f"<p class='run'>{escape(_run_line(report, unit))}</p>",
-           f"<p class='summary'>{escape(_summary(report))}</p></header>"]
+           f"<title>traindoc report: {safe.html(name)}</title><style>{_CSS}</style></head><body>",
+           f"<header><h1>traindoc report: {safe.html(name)}</h1>",
+           f"<p class='run'>{safe.html(_run_line(report, unit))}</p>",
+           f"<p class='summary'>{safe.html(_summary(report))}</p></header>"]
     out.append("<section id='findings'>")
     for sev in SEVERITIES:
         for f in (f for f in report.findings if f.severity == sev):
@@ -106,10 +105,11 @@ def _summary(report: Report) -> str:
 
 def _finding(f: Finding, report: Report, unit: str) -> str:
     at = f" ({unit} {f.step})" if f.step is not None else ""
-    step = f" data-step='{f.step}'" if f.step is not None else ""
-    out = [f"<article class='finding {f.severity}' id='finding-{escape(f.id)}' data-id='{escape(f.id)}'{step}>",
-           f"<h2><span class='sev'>{f.severity}</span>{escape(f.id)}{at}: {escape(f.title)}</h2>",
-           f"<p class='evidence'>{escape(f.message)}</p>"]
+    step = f" data-step='{safe.html(f.step)}'" if f.step is not None else ""
+    sev = safe.html(f.severity)
+    out = [f"<article class='finding {sev}' id='finding-{safe.html(f.id)}' data-id='{safe.html(f.id)}'{step}>",
+           f"<h2><span class='sev'>{sev}</span>{safe.html(f.id)}{safe.html(at)}: {safe.html(f.title)}</h2>",
+           f"<p class='evidence'>{safe.html(f.message)}</p>"]
     for p in plots.for_finding(f, report):
         out.append(_figure(report, p.series, p.label, p.trigger, p.threshold, unit))
     rows = plots.param_rows(f, report)
@@ -120,10 +120,10 @@ def _finding(f: Finding, report: Report, unit: str) -> str:
             out.append(_dict_table(key, value))
     out.append("<dl>")
     if f.where:
-        out.append(f"<dt>where</dt><dd>{escape(', '.join(f.where))}</dd>")
-    out.append(f"<dt>cause</dt><dd>{escape(f.cause)}</dd><dt>fix</dt><dd>{escape(f.fix)}</dd></dl>")
+        out.append(f"<dt>where</dt><dd>{safe.html(', '.join(f.where))}</dd>")
+    out.append(f"<dt>cause</dt><dd>{safe.html(f.cause)}</dd><dt>fix</dt><dd>{safe.html(f.fix)}</dd></dl>")
     data = json.dumps(clean(f.evidence), indent=1, default=str)
-    out.append(f"<details><summary>evidence as data</summary><pre>{escape(data)}</pre></details></article>")
+    out.append(f"<details><summary>evidence as data</summary><pre>{safe.html(data)}</pre></details></article>")
     return "".join(out)
 
 
@@ -136,22 +136,22 @@ def _figure(report: Report, name: str, label: str, trigger: int | None, threshol
     if curve.nonfinite:
         note += f"; non-finite values marked at the top ({len(curve.nonfinite)} bucket(s))"
     plot = svg.plot(curve, label=label, trigger=trigger, threshold=threshold, unit=unit)
-    return f"<figure>{plot}<figcaption>{escape(label)} ({escape(note)})</figcaption></figure>"
+    return f"<figure>{plot}<figcaption>{safe.html(label)} ({safe.html(note)})</figcaption></figure>"
 
 
 def _param_table(rows: Sequence[tuple[str, Mapping[str, object]]]) -> str:
-    head = "".join(f"<th>{escape(title)}</th>" for _, title in _PARAM_COLUMNS)
+    head = "".join(f"<th>{safe.html(title)}</th>" for _, title in _PARAM_COLUMNS)
     out = [f"<div class='scroll'><table class='params'><tr><th>parameter</th>{head}</tr>"]
     for name, row in rows:
-        cells = "".join(f"<td>{escape(_cell(row.get(key)))}</td>" for key, _ in _PARAM_COLUMNS)
-        out.append(f"<tr><td>{escape(name)}</td>{cells}</tr>")
+        cells = "".join(f"<td>{safe.html(_cell(row.get(key)))}</td>" for key, _ in _PARAM_COLUMNS)
+        out.append(f"<tr><td>{safe.html(name)}</td>{cells}</tr>")
     out.append("</table></div>")
     return "".join(out)
 
 
 def _dict_table(key: str, value: Mapping[str, object]) -> str:
-    rows = "".join(f"<tr><td>{escape(str(k))}</td><td>{escape(_cell(v))}</td></tr>" for k, v in list(value.items())[:20])
-    return f"<div class='scroll'><table class='evidence-table'><tr><th>{escape(key)}</th><th></th></tr>{rows}</table></div>"
+    rows = "".join(f"<tr><td>{safe.html(str(k))}</td><td>{safe.html(_cell(v))}</td></tr>" for k, v in list(value.items())[:20])
+    return f"<div class='scroll'><table class='evidence-table'><tr><th>{safe.html(key)}</th><th></th></tr>{rows}</table></div>"
 
 
 def _cell(value: object) -> str:
@@ -173,7 +173,7 @@ def _overview(report: Report, unit: str) -> str:
     out.append("</div>")
     others = sorted(n for n in report.series if n not in names and report.series[n].points)
     if others:
-        out.append(f"<p class='muted'>Other curves in the JSON report: {escape(', '.join(others))}.</p>")
+        out.append(f"<p class='muted'>Other curves in the JSON report: {safe.html(', '.join(others))}.</p>")
     if report.params and not report.findings:
         out.append("<details><summary>parameters</summary>")
         out.append(_param_table(list(report.params.items())[:50]) + "</details>")
@@ -185,12 +185,12 @@ def _detectors(report: Report) -> str:
     out = ["<section id='detectors'><h2>Detectors</h2>"]
     if report.disabled:
         out.append("<p><b>disabled after an internal error:</b></p><ul>")
-        out += [f"<li>{escape(i)}: {escape(e)}</li>" for i, e in report.disabled]
+        out += [f"<li>{safe.html(i)}: {safe.html(e)}</li>" for i, e in report.disabled]
         out.append("</ul>")
-    out.append(f"<p><b>ran ({len(report.ran)}):</b> {escape(', '.join(report.ran)) or 'none'}</p>")
+    out.append(f"<p><b>ran ({len(report.ran)}):</b> {safe.html(', '.join(report.ran)) or 'none'}</p>")
     if report.not_applicable:
         out.append(f"<details><summary>not applicable ({len(report.not_applicable)})</summary><ul>")
-        out += [f"<li>{escape(i)}: {escape(r)}</li>" for i, r in report.not_applicable]
+        out += [f"<li>{safe.html(i)}: {safe.html(r)}</li>" for i, r in report.not_applicable]
         out.append("</ul></details>")
     out.append("</section>")
     return "".join(out)

@@ -14,7 +14,8 @@ from typing import Any
 
 from traindoc.curves import Curve
 from traindoc.engine import Report
-from traindoc.findings import Finding
+from traindoc.findings import SEVERITIES, Finding
+from traindoc.report import safe
 from traindoc.version import __version__
 
 SCHEMA_VERSION = 2
@@ -23,11 +24,14 @@ MAX_PARAMS = 200
 
 
 def clean(value: Any) -> Any:
-    """JSON has no NaN/Inf: write them as the strings "nan", "inf", "-inf"."""
+    """JSON has no NaN/Inf: write them as the strings "nan", "inf", "-inf". Strings and keys
+    lose their lone surrogates (a file name that was not UTF-8), so the file is valid UTF-8."""
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return safe.json_text(value)
     if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
+        return {safe.json_text(k) if isinstance(k, str) else k: clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [clean(v) for v in value]
     return value
@@ -73,30 +77,113 @@ def schema() -> dict[str, Any]:
 
 def from_dict(data: dict[str, Any]) -> Report:
     """A saved report back as a Report (schema 1 or 2; schema 1 has no series). Raises
-    ValueError on a document that is not a traindoc report."""
+    ValueError naming the first field that is missing or of the wrong type (``findings[0].step
+    must be an integer or null, got 'x'``): the renderers then meet only the types they write."""
     if not isinstance(data, dict) or "findings" not in data or "run" not in data:
         raise ValueError("not a traindoc JSON report (no 'run' and 'findings')")
     version = data.get("schema_version", data.get("schema"))
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ValueError(f"report schema {version!r}: this traindoc reads schema 1 to {SCHEMA_VERSION}")
-    try:
-        findings = [Finding(id=f["id"], severity=f["severity"], title=f["title"], message=f["message"],
-                            cause=f["cause"], fix=f["fix"], step=f.get("step"),
-                            evidence=dict(f.get("evidence") or {}), where=tuple(f.get("where") or ()))
-                    for f in data["findings"]]
-        series = {name: Curve(steps=[int(s) for s in c["steps"]], values=[_number(v) for v in c["values"]],
-                              nonfinite=[(int(s), str(w)) for s, w in c.get("nonfinite", [])],
-                              points=int(c.get("points", len(c["steps"]))), width=int(c.get("width", 1)))
-                  for name, c in (data.get("series") or {}).items()}
-        return Report(
-            run=dict(data["run"]), findings=findings, ran=list(data.get("ran", [])),
-            not_applicable=[(n["id"], n["reason"]) for n in data.get("not_applicable", [])],
-            disabled=[(d["id"], d["error"]) for d in data.get("disabled", [])],
-            series=series, params=dict(data.get("params") or {}),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"malformed traindoc report: {type(exc).__name__}: {exc}") from None
+    if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
+        raise ValueError(f"report schema {_shown(version)}: this traindoc reads schema 1 to {SCHEMA_VERSION}")
+    run = _check(data["run"], dict, "run", "an object")
+    for key, kinds, what in _RUN_FIELDS:
+        if key in run:
+            _check(run[key], kinds, f"run.{key}", what)
+    _strings(run.get("argv", []), "run.argv")
+    findings = []
+    for i, f in enumerate(_check(data["findings"], list, "findings", "a list")):
+        at = f"findings[{i}]"
+        f = _check(f, dict, at, "an object")
+        for key in ("id", "severity", "title", "message", "cause", "fix"):
+            _check(f.get(key), str, f"{at}.{key}", "a string")
+        if f["severity"] not in SEVERITIES:
+            raise ValueError(f"{at}.severity must be one of {', '.join(SEVERITIES)}, got {_shown(f['severity'])}")
+        step = _check(f.get("step"), (int, type(None)), f"{at}.step", "an integer or null")
+        evidence = _check(f.get("evidence") or {}, dict, f"{at}.evidence", "an object")
+        where = _strings(f.get("where") or [], f"{at}.where")
+        findings.append(Finding(id=f["id"], severity=f["severity"], title=f["title"], message=f["message"],
+                                cause=f["cause"], fix=f["fix"], step=step, evidence=dict(evidence),
+                                where=tuple(where)))
+    series = {}
+    for name, c in _check(data.get("series") or {}, dict, "series", "an object").items():
+        at = f"series[{_shown(name)}]"
+        c = _check(c, dict, at, "an object")
+        steps = _ints(_check(c.get("steps"), list, f"{at}.steps", "a list"), f"{at}.steps")
+        values = [_number(v, f"{at}.values") for v in _check(c.get("values"), list, f"{at}.values", "a list")]
+        nonfinite = []
+        for pair in _check(c.get("nonfinite", []), list, f"{at}.nonfinite", "a list"):
+            if not (isinstance(pair, list) and len(pair) == 2 and pair[1] in ("nan", "inf", "-inf")):
+                raise ValueError(f"{at}.nonfinite must hold [step, \"nan\" | \"inf\" | \"-inf\"] pairs, "
+                                 f"got {_shown(pair)}")
+            nonfinite.append((_ints([pair[0]], f"{at}.nonfinite")[0], str(pair[1])))
+        points = _check(c.get("points", len(steps)), int, f"{at}.points", "an integer")
+        width = _check(c.get("width", 1), int, f"{at}.width", "an integer")
+        if len(values) != len(steps) or width < 1:
+            raise ValueError(f"{at}: steps and values must be as long as each other and width >= 1")
+        series[name] = Curve(steps=steps, values=values, nonfinite=nonfinite, points=points, width=width)
+    params = _check(data.get("params") or {}, dict, "params", "an object")
+    for name, row in params.items():
+        _check(row, dict, f"params[{_shown(name)}]", "an object")
+    return Report(
+        run=dict(run), findings=findings, ran=_strings(data.get("ran", []), "ran"),
+        not_applicable=_pairs(data.get("not_applicable", []), "not_applicable", "reason"),
+        disabled=_pairs(data.get("disabled", []), "disabled", "error"),
+        series=series, params=dict(params),
+    )
 
 
-def _number(value: Any) -> float:
-    return float(value)  # float("nan") / float("inf") read the strings clean wrote
+# The run fields the renderers read, with the types the writers give them ("nan"/"inf" where a
+# number was not finite).
+_NUMBER = (int, float, str, type(None))
+_RUN_FIELDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    *((k, str, "a string") for k in ("script", "python", "torch", "source", "level", "status", "x")),
+    *((k, int, "an integer") for k in ("steps", "ranks")),
+    ("exit_code", (int, type(None)), "an integer or null"),
+    ("optimizer_steps", (int, type(None)), "an integer or null"),
+    ("started", _NUMBER, "a number or null"),
+    ("duration_s", _NUMBER, "a number or null"),
+    ("trained", bool, "true or false"),
+    ("argv", list, "a list of strings"),
+)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check(value: Any, kinds: type | tuple[type, ...], where: str, what: str) -> Any:
+    """``value`` when it is of ``kinds`` (a bool is no integer here), else ValueError."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds):
+        return value
+    raise ValueError(f"{where} must be {what}, got {_shown(value)}")
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    items = _check(value, list, where, "a list of strings")
+    for item in items:
+        _check(item, str, where, "a list of strings")
+    return list(items)
+
+
+def _ints(value: list[Any], where: str) -> list[int]:
+    for item in value:
+        _check(item, int, where, "a list of integers")
+    return list(value)
+
+
+def _pairs(value: Any, where: str, second: str) -> list[tuple[str, str]]:
+    """``[{"id": ..., second: ...}, ...]`` as (id, text) pairs."""
+    out = []
+    for i, item in enumerate(_check(value, list, where, "a list")):
+        item = _check(item, dict, f"{where}[{i}]", "an object")
+        out.append((_check(item.get("id"), str, f"{where}[{i}].id", "a string"),
+                    _check(item.get(second), str, f"{where}[{i}].{second}", "a string")))
+    return out
+
+
+def _number(value: Any, where: str) -> float:
+    """A number, or one of the strings clean writes for a non-finite one."""
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):
+        return float(value)
+    return float(_check(value, (int, float), where, "a list of numbers"))

@@ -9,9 +9,9 @@ than three decades (gradient norms, update ratios, a GradScaler's scale) gets a 
 from __future__ import annotations
 
 import math
-from html import escape
 
 from traindoc.curves import Curve
+from traindoc.report import safe
 
 W, H = 640, 200
 LEFT, RIGHT, TOP, BOTTOM = 70, 12, 16, 28  # room for the axis labels
@@ -46,8 +46,8 @@ def plot(curve: Curve, *, label: str, trigger: int | None = None, threshold: flo
 
     where = f"; {unit} {trigger} marked" if trigger is not None else ""
     out = [f"<svg class='plot' viewBox='0 0 {W} {H}' role='img' preserveAspectRatio='xMidYMid meet' "
-           f"data-series='{escape(label.split(':')[0])}' aria-label='{escape(label)}{where}'>",
-           f"<title>{escape(label)}{where}</title>",
+           f"data-series='{safe.html(label.split(':')[0])}' aria-label='{safe.html(label)}{where}'>",
+           f"<title>{safe.html(label)}{where}</title>",
            f"<rect class='frame' x='{LEFT}' y='{TOP}' width='{W - LEFT - RIGHT}' height='{H - TOP - BOTTOM}'/>"]
     top_label, bottom_label = (10 ** (hi - pad), 10 ** (lo + pad)) if log else (hi - pad, lo + pad)
     out.append(f"<text class='tick' x='{LEFT - 4}' y='{TOP + 10}' text-anchor='end'>{_fmt(top_label)}</text>")
@@ -67,7 +67,7 @@ def plot(curve: Curve, *, label: str, trigger: int | None = None, threshold: flo
         for s, word in curve.nonfinite:
             x = px(s)
             out.append(f"<path d='M{x - 4:.1f},{TOP} L{x + 4:.1f},{TOP} L{x:.1f},{TOP + 7} Z' data-step='{s}'>"
-                       f"<title>{word} at {unit} {s}</title></path>")
+                       f"<title>{safe.html(word)} at {unit} {s}</title></path>")
         out.append("</g>")
     if threshold is not None and math.isfinite(threshold) and (threshold > 0 or not log):
         y = py(threshold)

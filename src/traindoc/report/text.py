@@ -15,6 +15,7 @@ from typing import TextIO
 
 from traindoc.engine import Report
 from traindoc.findings import SEVERITIES, Finding
+from traindoc.report import safe
 
 _COLOR = {"error": "1;31", "warning": "1;33", "info": "1;36", "dim": "2", "bold": "1"}
 _LABEL = 10  # "  evidence: " is 2 + 10 characters
@@ -23,7 +24,7 @@ _LABEL = 10  # "  evidence: " is 2 + 10 characters
 def live_line(f: Finding) -> str:
     """The one line printed to stderr the moment a finding first fires."""
     at = f" at step {f.step}" if f.step is not None else ""
-    return f"traindoc: [{f.severity}] {f.id}{at}: {f.message}"
+    return safe.terminal(f"traindoc: [{f.severity}] {f.id}{at}: {f.message}")
 
 
 def is_tty(file: TextIO) -> bool:
@@ -44,7 +45,9 @@ class _Page:
         return f"\x1b[{_COLOR[style]}m{text}\x1b[0m" if self.color else text
 
     def add(self, text: str = "", *, indent: int = 0, lead: str = "", lead_style: str = "dim") -> None:
-        """One logical line: ``lead`` (a label) then ``text``, continuation lines indented."""
+        """One logical line: ``lead`` (a label) then ``text``, continuation lines indented.
+        Both are escaped here, the one place every line passes (names come from user files)."""
+        text, lead = safe.terminal(text), safe.terminal(lead)
         if self.width is None or len(lead) + len(text) <= self.width:
             self.lines.append(self.paint(lead, lead_style) + text if lead else text)
             return

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from traindoc.errors import UsageError
+from traindoc.errors import UsageError, regular_file, too_deep
+from traindoc.report import safe
 from traindoc.events import Event, RunEnd, RunStart
 from traindoc.sources.logs import _table, mapping
 from traindoc.sources.logs._table import Table
@@ -82,7 +83,7 @@ def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
     with _gc_paused(), Progress("traindoc logs", len(paths), after=0.0 if big else 0.5) as progress:
         tables = []
         for i, p in enumerate(paths):
-            progress.update(i, f"reading {p}")
+            progress.update(i, safe.terminal(f"reading {p}"))
             tables.append(read(p, x_override))
     table = tables[0] if len(tables) == 1 else merge(tables)
     if table.events is not None:
@@ -152,6 +153,7 @@ def _read_file(path: Path, x_override: tuple[str, str] | None) -> Table:
     # The readers import numpy: only when a log is read (the CLI's parser imports this package).
     from traindoc.sources.logs import csv_file, jsonl, tensorboard, trainer_state
 
+    regular_file(path, "pass a metrics log (CSV, TensorBoard event file, trainer_state.json, JSONL)")
     name = path.name.lower()
     if "tfevents" in name:
         return tensorboard.read(path)
@@ -185,6 +187,8 @@ def _whole_json(text: str) -> bool:
         json.loads(text)
     except ValueError:
         return False
+    except RecursionError:
+        return True  # whole JSON as far as it goes: its reader says it is too deep
     return True
 
 

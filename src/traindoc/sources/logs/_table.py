@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence, cast
 
 from traindoc import events as ev
 from traindoc.events import Event
+from traindoc.report import safe
 
 if TYPE_CHECKING:
     import numpy as np
@@ -165,9 +166,7 @@ def series(table: Table, signal_of: dict[str, str]) -> list[ev.Series]:
 
 def one_line(text: str) -> str:
     """``text`` with control characters (a newline in a column name) escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return safe.terminal(text)
 
 
 def to_float(text: str) -> float | None:

@@ -118,6 +118,9 @@ def _split(path: Path, text: str, table: Table) -> tuple[list[str], list[Sequenc
     if '"' not in text and all(map((ncol - 1).__eq__, map(str.count, body_lines, repeat(delim)))):
         flat = delim.join(body_lines).split(delim)
         return _unique([h.strip() for h in head.split(delim)]), [flat[j::ncol] for j in range(ncol)]
+    if head.count('"') % 2:  # the quote would run on to the end of the file: one header cell
+        raise UsageError(f"{path}: the header row has an unbalanced quote (\"), so its column names "
+                         f"cannot be told apart ({head[:60]!r}); fix the header")
     try:
         rows = [r for r in csv.reader([head, *body_lines], delimiter=delim) if r]
     except csv.Error as exc:
@@ -125,6 +128,9 @@ def _split(path: Path, text: str, table: Table) -> tuple[list[str], list[Sequenc
     header = [h.strip() for h in rows[0]]
     ncol = len(header)
     body = rows[1:]
+    if not body:  # a quoted cell that never ends took the rows in
+        raise UsageError(f"{path}: a quoted cell runs on to the end of the file, so no row of values "
+                         "is left; fix the unbalanced quote (\")")
     lengths = list(map(len, body))
     if max(lengths) > ncol:
         bad = next(i for i, n in enumerate(lengths) if n > ncol)

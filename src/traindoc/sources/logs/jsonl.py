@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from traindoc import record
-from traindoc.errors import UsageError
+from traindoc.errors import UsageError, too_deep
 from traindoc.events import EVENT_TYPES
 from traindoc.sources.logs._table import Series, Table
 from traindoc.sources.logs.mapping import EPOCH_NAMES, STEP_NAMES
@@ -32,12 +32,19 @@ def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Ta
                 break
             raise UsageError(f"{path}:{i + 1}: not JSON ({exc.msg}); a JSONL log has one JSON object "
                              "per line: fix or remove that line") from None
+        except RecursionError:
+            raise too_deep(f"{path}:{i + 1}", "a JSONL log has one flat JSON object per line: fix or remove "
+                           "that line") from None
         if not isinstance(obj, dict):
             raise UsageError(f"{path}:{i + 1}: a JSON {type(obj).__name__}, not an object; a JSONL log "
                              "has one JSON object per line")
         if not rows and str(obj.get("kind")) in EVENT_TYPES:
             return _stream(path)
-        rows.append(_flatten(obj))
+        try:
+            rows.append(_flatten(obj))
+        except RecursionError:  # nested objects a little less deep than json's own limit
+            raise too_deep(f"{path}:{i + 1}", "a JSONL log has one flat JSON object per line: fix or "
+                           "remove that line") from None
     if not rows:
         raise UsageError(f"{path} holds no JSON objects; pass a log with one object per line")
 
@@ -115,6 +122,8 @@ def _stream(path: Path) -> Table:
         events = list(record.read(path))
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{exc}; the traindoc stream is corrupt") from None
+    except RecursionError:
+        raise too_deep(path, "the traindoc stream is corrupt") from None
     return Table(format="traindoc-stream", files=[str(path)], events=events)
 
 

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import TypeGuard
 
-from traindoc.errors import UsageError
+from traindoc.errors import UsageError, too_deep
 from traindoc.sources.logs._table import Series, Table
 
 _SUMMARY_KEYS = {"train_runtime", "total_flos"}
@@ -96,4 +96,6 @@ def load(path: Path, text: str) -> Table:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); the file is "
                          "truncated or corrupt") from None
+    except RecursionError:
+        raise too_deep(path, "the file is corrupt; pass the trainer_state.json a Trainer wrote") from None
     return read(path, data)
