@@ -131,6 +131,9 @@ def helper(tree: ast.Module) -> ast.Module | None:
     imports, defs, rest = _split(tree)
     if not rest:
         return None
+    stored = {n.id for s in rest for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    if any(n in stored for d in defs for n in _loaded([d])):
+        return None  # a function reads a module-level name the code assigns: it must stay global
     free = _free(tree)
     params = [n for n in _loaded(rest) if n in free]
     name = _unique("run", _bound(tree))
