@@ -7,8 +7,9 @@ imports this module and calls ``install()``. Unset, the cost is that one diction
 
 ``install()`` waits for ``torch``: the session opens right after the script's own ``import torch``
 finished, so a Python process that never imports torch (pip, a tokenizer helper) pays nothing,
-and the probes are in place before any model or optimizer exists. At exit the report goes to
-stderr, as with ``traindoc run``, from each process that trained (a launcher or a DataLoader
+and the probes are in place before any model or optimizer exists. At exit (after the
+non-daemon threads ended, and also on SIGTERM or SIGHUP, before the process ends by that signal:
+live/ending.py) the report goes to stderr, as with ``traindoc run``, from each process that trained (a launcher or a DataLoader
 worker that never trained says nothing); under torchrun only rank 0 reports. A script that
 starts its ranks with ``mp.spawn`` (the ``spawn`` or ``forkserver`` start method) gives one
 report too, the parent's: its session follows the children (``live/spawn.py``), which do not
@@ -30,6 +31,7 @@ from typing import Any
 
 _OFF = ("", "0", "false", "no", "off")
 _watch: Any = None
+_signals: Any = None
 _installed = False
 
 
@@ -62,19 +64,24 @@ def _is_traindoc_cli() -> bool:
 
 
 def _start() -> None:
-    global _watch
+    global _watch, _signals
     # A multiprocessing spawn child (mp.spawn's ranks, DataLoader workers) inherits TRAINDOC:
     # the parent's session follows the ranks itself (live/spawn.py) and workers never train.
     if _watch is not None or _is_traindoc_cli() or "--multiprocessing-fork" in sys.orig_argv:
         return
     try:
+        from traindoc.live.ending import Signals
         from traindoc.live.watch import Watch
 
         level = os.environ.get("TRAINDOC_LEVEL", "standard")
         _watch = Watch(level=level)
+        _signals = Signals(_end)  # taken before the watch's own: the report with our outputs
+        _signals.install()
         _watch.__enter__()
     except Exception as exc:  # a bad option or an internal error: one line, training goes on
         _watch = None
+        if _signals is not None:
+            _signals.uninstall()
         sys.stderr.write(f"traindoc: TRAINDOC=1 could not start: {type(exc).__name__}: {exc}\n")
         return
     import atexit
@@ -87,12 +94,29 @@ def _start() -> None:
 
 
 def _finish() -> None:
+    last = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception
+    if isinstance(last, KeyboardInterrupt):
+        _end("interrupted", 130)
+    elif last is not None:
+        _end("exception", 1)
+    else:
+        _end("ok", 0)
+
+
+def _end(status: str, code: int) -> None:
+    """Close the session and give the report, once (at exit, or on SIGTERM/SIGHUP)."""
     global _watch
     doc, _watch = _watch, None
     if doc is None:
         return
-    status = "exception" if getattr(sys, "last_value", None) is not None else "ok"
-    report = doc.close(status)
+    if _signals is not None:
+        with _signals.reporting():  # a signal now waits for the report, then ends the process
+            _give(doc.close(status, code))
+    else:
+        _give(doc.close(status, code))
+
+
+def _give(report: Any) -> None:
     if report.run.get("trained") is False or int(os.environ.get("RANK", "0")) != 0:
         return
     import argparse

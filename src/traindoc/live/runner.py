@@ -3,8 +3,12 @@
 The script runs as with ``python script.py args``: same ``sys.argv`` (``argv[0]`` as typed), an
 absolute ``__file__``, ``__name__ == "__main__"`` and ``sys.modules["__main__"]`` its module,
 ``sys.path[0]`` its folder, stdout/stderr and exit code; the user's exceptions print their own
-traceback. ``--fail-on`` decides the exit code only when the script itself succeeded.
-The report goes to stderr at the end, also after an exception, ``sys.exit`` or Ctrl-C.
+traceback (through ``sys.excepthook``, the script's own if it set one). ``--fail-on`` decides
+the exit code only when the script itself succeeded.
+
+The report goes to stderr at the end however the run ends (live/ending.py): normal end,
+exception, ``sys.exit``, Ctrl-C, SIGTERM or SIGHUP (then the process ends by that signal, as
+without traindoc), and after the non-daemon threads that still train when the main body returns.
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import argparse
 import builtins
 import os
 import runpy
+import signal
 import sys
-import traceback
 from pathlib import Path
 
 from traindoc import config
 from traindoc.errors import UsageError
+from traindoc.live import ending
 from traindoc.report import output
 
 
@@ -52,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     select, ignore = output.detector_choice(args, settings)
     output.check_output_path(args.json, "--json")
     output.check_output_path(args.record, "--record")
+    ending.arm_exit()  # before torch's and the script's exit handlers, so it runs after them
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -61,16 +67,27 @@ def run(args: argparse.Namespace) -> int:
     argv0 = str(Path(target)) if not args.module else target
     doc = Watch(level=args.level, select=select, ignore=ignore, record=args.record,
                 settings=settings, script=argv0, argv=script_args, guard=getattr(args, "guard", False))
-    code, status = _execute(doc, target, script_args, is_module=bool(args.module))
-    report = doc.close(status, code)
-    if int(os.environ.get("RANK", "0")) != 0:
-        return code
-    fail = output.emit(report, args, settings)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+
+    def give(status: str, code: int) -> int:
+        report = doc.close(status, code)
+        return output.emit(report, args, settings) if rank0 else 0
+
+    # SIGTERM/SIGHUP: the report, then death by the same signal (taken before the watch's own).
+    signals = ending.Signals(give)
+    signals.install()
+    code, status, ctrl_c = _execute(doc, target, script_args, is_module=bool(args.module))
+    with signals.reporting():  # a signal from now on waits for the report
+        fail = give(status, code)
+    if ctrl_c:  # as CPython after an uncaught KeyboardInterrupt: exit handlers, then death by SIGINT
+        ending.end_by_signal_at_exit(signal.SIGINT)
     return code if code != 0 else fail
 
 
-def _execute(doc: object, target: str, script_args: list[str], *, is_module: bool) -> tuple[int, str]:
-    """Run the user's code inside the watch; return (exit code, status)."""
+def _execute(doc: object, target: str, script_args: list[str], *,
+             is_module: bool) -> tuple[int, str, bool]:
+    """Run the user's code inside the watch, then wait for the threads that still run; return
+    (exit code, status, whether an uncaught KeyboardInterrupt ended the main body)."""
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else ""
     sys.argv = [target if not is_module else target, *script_args]
     if not is_module:
@@ -83,22 +100,28 @@ def _execute(doc: object, target: str, script_args: list[str], *, is_module: boo
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
             _run_script(target)
-        return 0, "ok"
+        ended = 0, "ok"
     except SystemExit as exc:
-        return _exit_code(exc.code), "exit"
+        ended = _exit_code(exc.code), "exit"
     except KeyboardInterrupt as exc:
-        _print_user_traceback(exc, target)
-        return 130, "interrupted"
+        _print_user_traceback(exc)
+        ended = 130, "interrupted"
     except BaseException as exc:  # the user's exception: print it as Python would
         if type(exc).__name__ == "GuardStop":  # --guard gave up: its message, no traceback
             sys.stderr.write(f"{exc}\n")
-            return 1, "stopped"
-        _print_user_traceback(exc, target)
-        return 1, "exception"
+            ended = 1, "stopped"
+        else:
+            _print_user_traceback(exc)
+            ended = 1, "exception"
     finally:
         sys.argv = saved_argv
         if sys.path:
             sys.path[0] = saved_path0
+    try:  # training may go on in threads: the report waits for them, as the interpreter would
+        ending.wait_for_threads()
+    except KeyboardInterrupt:  # Ctrl-C while waiting: Python stops waiting, keeps the exit code
+        return ended[0], "interrupted", False
+    return ended[0], ended[1], ended[1] == "interrupted"
 
 
 def _run_script(path: str) -> None:
@@ -132,10 +155,11 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _print_user_traceback(exc: BaseException, target: str) -> None:
-    """The traceback without runpy's and traindoc's frames, as ``python script.py`` shows it."""
+def _print_user_traceback(exc: BaseException) -> None:
+    """Through ``sys.excepthook``, the traceback without runpy's and traindoc's frames, as
+    ``python script.py`` shows it."""
     tb = exc.__traceback__
     ours = (runpy.__file__, __file__, "<frozen runpy>")
     while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    ending.show_exception(exc, tb)

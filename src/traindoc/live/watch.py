@@ -4,7 +4,9 @@
         for x, y in loader: ...
     doc.findings, doc.report()
 
-The same session and probes as ``traindoc run``; the probes are removed on exit.
+The same session and probes as ``traindoc run``; the probes are removed on exit. SIGTERM or
+SIGHUP inside the block (left at their default by the script) prints the report on stderr, then
+ends the process by that signal (live/ending.py).
 """
 
 from __future__ import annotations
@@ -72,16 +74,24 @@ class Watch:
         self._guard_options = guard
         self._guard: Any = None
         self.ranks: Any = None  # traindoc-ranks (issue 13): live/ranks.py, the cross-rank part
+        self._signals: Any = None
         if guard:  # traindoc-ranks: one rank rolling back alone would make the replicas diverge
             from traindoc.live.guard import refuse_ranks
 
             refuse_ranks()
 
     def __enter__(self) -> "Watch":
+        from traindoc.live.ending import Signals
         from traindoc.live.probes import Probes
         from traindoc.live.session import Session
         from traindoc.record import Recorder
 
+        # SIGTERM/SIGHUP end no `with` block: report then (unless a face such as `traindoc run`
+        # took them first, or the script handles them). Not in a multiprocessing child: the
+        # parent reports for it (live/spawn.py).
+        if _is_main_process():
+            self._signals = Signals(self._signalled)
+            self._signals.install()
         self._recorder = Recorder(self._record) if self._record else None
         self.session = Session(
             **self._options,  # type: ignore[arg-type]
@@ -116,6 +126,12 @@ class Watch:
     def close(self, status: str = "ok", exit_code: int = 0) -> Report:
         """Remove the probes and finish the report (idempotent). Fail-open like the probes: an
         error while finishing is one line on stderr and a report of what was found so far."""
+        if self._signals is not None:
+            with self._signals.reporting():  # a signal now waits for the report
+                return self._close(status, exit_code)
+        return self._close(status, exit_code)
+
+    def _close(self, status: str, exit_code: int) -> Report:
         if self._report is None:
             if self in _open:
                 _open.remove(self)
@@ -138,6 +154,16 @@ class Watch:
                 _safely("closing the event record", self._recorder.close)
         return self._report
 
+    def _signalled(self, status: str, exit_code: int) -> None:
+        """SIGTERM or SIGHUP ended the run inside the block: the report on stderr (rank 0)."""
+        import argparse
+
+        from traindoc.report import output
+
+        report = self.close(status, exit_code)
+        if self._announce:
+            output.emit(report, argparse.Namespace(json=None, html=None, fail_on=None))
+
     @property
     def findings(self) -> list[Finding]:
         """Findings so far (all of them once the block has exited)."""
@@ -156,6 +182,13 @@ def _safely(what: str, action: Any) -> None:
         action()
     except Exception as exc:  # traindoc's own cleanup must never reach the user's script
         sys.stderr.write(f"traindoc: internal error {what}: {type(exc).__name__}: {exc}\n")
+
+
+def _is_main_process() -> bool:
+    """Not a multiprocessing child (``mp.spawn``'s ranks, a DataLoader worker)."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is None
 
 
 def _status(ev: BaseException | None) -> str:
