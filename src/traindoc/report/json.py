@@ -98,13 +98,13 @@ def from_dict(data: dict[str, Any]) -> Report:
         if f["severity"] not in SEVERITIES:
             raise ValueError(f"{at}.severity must be one of {', '.join(SEVERITIES)}, got {_shown(f['severity'])}")
         step = _check(f.get("step"), (int, type(None)), f"{at}.step", "an integer or null")
-        evidence = _check(f.get("evidence") or {}, dict, f"{at}.evidence", "an object")
-        where = _strings(f.get("where") or [], f"{at}.where")
+        evidence = _check(_or(f.get("evidence"), {}), dict, f"{at}.evidence", "an object")
+        where = _strings(_or(f.get("where"), []), f"{at}.where")
         findings.append(Finding(id=f["id"], severity=f["severity"], title=f["title"], message=f["message"],
                                 cause=f["cause"], fix=f["fix"], step=step, evidence=dict(evidence),
                                 where=tuple(where)))
     series = {}
-    for name, c in _check(data.get("series") or {}, dict, "series", "an object").items():
+    for name, c in _check(_or(data.get("series"), {}), dict, "series", "an object").items():
         at = f"series[{_shown(name)}]"
         c = _check(c, dict, at, "an object")
         steps = _ints(_check(c.get("steps"), list, f"{at}.steps", "a list"), f"{at}.steps")
@@ -120,7 +120,7 @@ def from_dict(data: dict[str, Any]) -> Report:
         if len(values) != len(steps) or width < 1:
             raise ValueError(f"{at}: steps and values must be as long as each other and width >= 1")
         series[name] = Curve(steps=steps, values=values, nonfinite=nonfinite, points=points, width=width)
-    params = _check(data.get("params") or {}, dict, "params", "an object")
+    params = _check(_or(data.get("params"), {}), dict, "params", "an object")
     for name, row in params.items():
         _check(row, dict, f"params[{_shown(name)}]", "an object")
     return Report(
@@ -144,6 +144,11 @@ _RUN_FIELDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("trained", bool, "true or false"),
     ("argv", list, "a list of strings"),
 )
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``default`` for a missing (null) field; an empty list where an object belongs is wrong."""
+    return default if value is None else value
 
 
 def _shown(value: Any) -> str:

@@ -11,6 +11,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence, TextIO
 
+from traindoc.report import safe
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -183,7 +185,7 @@ def _head(s: Summary) -> str:
 
 
 def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, width: int | None = None) -> None:
-    from rich.markup import escape
+    escape = _escape
     from rich.table import Table
 
     con = _console(file, width)
@@ -242,7 +244,7 @@ def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, wid
 
 
 def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, width: int | None = None) -> None:
-    from rich.markup import escape
+    escape = _escape
     from rich.table import Table
 
     con = _console(file, width)
@@ -292,3 +294,11 @@ def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, wi
         con.print(f"BatchNorm ({role}, new): {n} modules, {k} with initial running statistics")
     for note in d.notes + d.old.notes + d.new.notes:
         con.print(f"[dim]note:[/] {escape(note)}")
+
+
+def _escape(text: str) -> str:
+    """A name from the checkpoint for a rich console: control characters (a key holding ESC)
+    written visibly, then rich's markup (``[bold]``) escaped."""
+    from rich.markup import escape
+
+    return escape(safe.terminal(text))
