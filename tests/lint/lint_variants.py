@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 MARK = "_traindoc_mark"
-BUILTINS = frozenset(dir(builtins))
+# Modules a snippet may use without importing them: never parameters or attributes of self.
+MODULES = frozenset({"torch", "nn", "F", "np", "math", "dist", "os", "copy"})
+BUILTINS = frozenset(dir(builtins)) | MODULES
 PATH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".tmp", ".partial")
 DTYPES = ("bfloat16", "float16", "half")
 

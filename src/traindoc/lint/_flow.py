@@ -5,6 +5,7 @@ that loss is built from, which calls step an optimizer, which modules are traine
 from __future__ import annotations
 
 import ast
+import builtins
 
 from traindoc.lint._index import IndexedFile
 from traindoc.lint._nodes import arith_names, contains_word, dotted, loss_roots, method, names_in, returned_names
@@ -246,9 +247,44 @@ class Module(IndexedFile):
             name = dotted(method(call, "train"))
             if name and not call.args:
                 out.add(name)
+        out |= self._forward_models()
         return out
 
+    def _forward_models(self) -> set[str]:
+        """Modules whose output a backward pass is computed from (``loss = model(mb)``,
+        ``criterion(model(x), y).backward()``): trained whatever built their optimizer. Loss
+        functions (``criterion``, ``nn.CrossEntropyLoss()``, ``F.mse_loss``) and functions of
+        this file are not modules."""
+        out: set[str] = set()
+        for scope in self.scopes:
+            if not scope.backwards:
+                continue
+            roots = self.depends(scope, {n for b in scope.backwards for n in loss_roots(b.loss)})
+            exprs: list[ast.AST] = [b.loss for b in scope.backwards]
+            exprs += [v for n in roots for _, v in scope.values_of(n)]
+            for expr in exprs:
+                for call in ast.walk(expr):
+                    if not isinstance(call, ast.Call):
+                        continue
+                    name = dotted(call.func)
+                    if name and self._is_module_name(name):
+                        out.add(name)
+        return out
 
+    def _is_module_name(self, name: str) -> bool:
+        last = name.split(".")[-1]
+        if last in self.functions or contains_word(last, ("loss", "criterion", "crit", "metric")):
+            return False
+        if (self.qualname(ast.Name(name.split(".")[0])) or "").startswith(("torch", "math", "numpy")):
+            return False
+        if "." in name and not name.startswith("self."):
+            return False  # x.mean(), F.relu(...): a method or a module-level function
+        built = self.built.get(name, [])
+        return not any(self.callee(c).endswith("Loss") for c in built) and last not in _BUILTINS
+
+
+
+_BUILTINS = frozenset(dir(builtins))
 
 # Names with "loss" in them that scale a loss rather than hold one (``loss_weight``).
 FACTOR_WORDS = ("weight", "scale", "coef", "factor", "mask", "lambda")

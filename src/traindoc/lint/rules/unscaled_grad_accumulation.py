@@ -14,8 +14,9 @@ class UnscaledGradAccumulation:
     """Gradient accumulation with the wrong loss scale.
 
     Unscaled: backward runs on every batch while ``optimizer.step()`` runs only under
-    ``if (i + 1) % accum_steps == 0``, and the loss handed to backward is not divided by
-    anything: the summed gradient is ``accum_steps`` times too large, and so is the effective
+    ``if (i + 1) % accum_steps == 0`` (or once after a loop over micro-batches, ``for mb in
+    micro_batches`` / ``for micro_step in range(accum)``), here or in a helper the loop calls,
+    and the loss handed to backward is not divided by anything: the summed gradient is ``accum_steps`` times too large, and so is the effective
     LR. Any division of the loss (by the step count, by a token count) keeps the rule quiet.
 
     Divided twice: the ``Accelerator`` is built with ``gradient_accumulation_steps`` (then
@@ -65,6 +66,19 @@ class UnscaledGradAccumulation:
                     optimizer.zero_grad()
             """,
             8,
+        ),
+        Invalid(
+            """
+            def accumulate_and_step(model, opt, scaler, micro_batches):
+                for mb in micro_batches:
+                    with torch.autocast("cuda", dtype=torch.float16):
+                        loss = model(mb)
+                    scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad()
+            """,
+            5,
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
@@ -117,6 +131,14 @@ class UnscaledGradAccumulation:
                 print(step)
         """,
         """
+        def accumulate_and_step(model, opt, micro_batches):
+            for mb in micro_batches:
+                loss = model(mb) / len(micro_batches)
+                loss.backward()
+            opt.step()
+            opt.zero_grad()
+        """,
+        """
         for i, (x, y) in enumerate(loader):
             criterion(model(x), y).backward()
             if (i + 1) % accum == 0:
@@ -129,37 +151,62 @@ class UnscaledGradAccumulation:
 
     def check(self, mod: Module) -> Iterator[Hit]:
         divisor = _accelerator_divisor(mod)
+        reported: set[int] = set()
         for scope in mod.scopes:
-            if not scope.backwards:
+            if not scope.backwards and not mod.helpers(scope):
                 continue
-            steps = mod.optimizer_steps(scope)
-            for b in scope.backwards:
-                if b.via in ("tensor", "scaler"):
-                    yield from self._unscaled(mod, scope, b, steps)
-                elif divisor is not None and _is_accelerate(mod, b.owner):
-                    yield from self._divided_twice(mod, scope, b, divisor)
+            # the backward passes of this scope and of the helpers it calls, each with the call
+            # in this scope that runs it: the loop and the step may live in either
+            for site, b in mod.backwards_in(scope):
+                if id(b.call) in reported:
+                    continue
+                if b.via in ("tensor", "scaler", "autograd"):
+                    hits = list(self._unscaled(mod, scope, site, b))
+                elif divisor is not None and site is b.call and _is_accelerate(mod, b.owner):
+                    hits = list(self._divided_twice(mod, scope, b, divisor))
+                else:
+                    continue
+                if hits:
+                    reported.add(id(b.call))
+                    yield from hits
 
-    def _unscaled(self, mod: Module, scope: Scope, b: Backward,
-                  steps: list[tuple[ast.Call, str]]) -> Iterator[Hit]:
-        loops = mod.loops_around(b.call)
+    def _unscaled(self, mod: Module, scope: Scope, site: ast.Call, b: Backward) -> Iterator[Hit]:
+        loops = mod.loops_around(site)
         if not loops:
             return
         loop = loops[0]
-        for call, opt in steps:
-            if call.lineno <= b.call.lineno or not mod.inside(call, loop):
-                continue
-            guard = _modulo_guard(mod, call, loop)
-            if guard is None or mod.inside(b.call, guard[0]):
-                continue
-            every = guard[1]
-            if _is_scaled(mod, scope, b, every) or _scales_grads(guard[0]):
+        outer = {id(a) for a in loops[1:]}
+        home = mod.scope(b.call)  # where the loss is computed (this scope or a helper)
+        for step_site, call, opt in mod.steps_in(scope):
+            if mod.inside(step_site, loop):
+                # steps inside the loop: accumulation only under ``if (i + 1) % N == 0``
+                if (call.lineno <= b.call.lineno) if step_site is site else (step_site.lineno <= site.lineno):
+                    continue
+                guard = _modulo_guard(mod, step_site, loop)
+                if guard is None and call is not step_site:
+                    guard = _modulo_guard(mod, call, None)  # the guard inside the helper that steps
+                if guard is None or mod.inside(site, guard[0]) or mod.inside(b.call, guard[0]):
+                    continue
+                every, shown = guard[1], f"once every `{guard[1]}` batches (`{mod.text(guard[0].test)}`, line {guard[0].lineno})"
+                if _scales_grads(guard[0]):
+                    return
+            else:
+                # a step after a micro-batch loop: ``for mb in micro_batches: backward``, then step
+                end = loop.end_lineno or loop.lineno
+                if step_site.lineno <= end or not {id(a) for a in mod.loops_around(step_site)} <= outer:
+                    continue
+                count = _micro_count(mod, loop)
+                if count is None or _scales_grads(loop) or _grads_scaled_between(mod, scope, loop, step_site):
+                    continue
+                every = count
+                shown = f"once after the loop over `{mod.text(getattr(loop, 'iter', loop), 40)}` (line {loop.lineno})"
+            if _is_scaled(mod, home, b, every):
                 return
             name = mod.text(b.loss)
             yield Hit(
                 b.call,
                 f"`{b.text()}` (line {b.call.lineno}) runs on every batch while `{opt}` steps "
-                f"once every `{every}` batches (`{mod.text(guard[0].test)}`, line "
-                f"{guard[0].lineno}), and `{name}` is not divided by `{every}`: the accumulated "
+                f"{shown}, and `{name}` is not divided by `{every}`: the accumulated "
                 f"gradient is `{every}` times larger, and so is the effective LR",
                 cause="Gradients of accumulated backward passes add up; without dividing each "
                 "loss by the number of passes the update is that many times too large.",
@@ -195,8 +242,39 @@ def _is_accelerate(mod: Module, owner: str | None) -> bool:
     return bool(owner) and mod.role(owner) == "accelerator" and "fabric" not in (owner or "")
 
 
-def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST) -> tuple[ast.If, str] | None:
-    """The ``if ... % N == 0`` around ``call`` inside ``loop``, with N as text."""
+# Words that mark a loop over the micro-batches of one update.
+MICRO_WORDS = ("micro", "accum", "chunk", "split", "mb")
+
+
+def _micro_count(mod: Module, loop: ast.AST) -> str | None:
+    """How many micro-batches ``loop`` runs, as text (``gradient_accumulation_steps``,
+    ``len(micro_batches)``), when it is a loop over the micro-batches of one update (its
+    target or iterable says so); None for any other loop."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        return None
+    text = f"{mod.text(loop.target)} {mod.text(loop.iter)}".lower()
+    if not any(w in text for w in MICRO_WORDS):
+        return None
+    it = loop.iter
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
+        it = it.args[0]
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
+        return mod.text(it.args[0])
+    return f"len({mod.text(it, 40)})"
+
+
+def _grads_scaled_between(mod: Module, scope: Scope, loop: ast.AST, step: ast.Call) -> bool:
+    """The gradients are divided between the micro-batch loop and the step."""
+    end = getattr(loop, "end_lineno", 0) or 0
+    for stmt in ast.walk(scope.node):
+        if isinstance(stmt, ast.stmt) and end < stmt.lineno < step.lineno and _scales_grads(stmt):
+            return True
+    return False
+
+
+def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST | None) -> tuple[ast.If, str] | None:
+    """The ``if ... % N == 0`` around ``call`` inside ``loop`` (None: inside its function),
+    with N as text."""
     for a in mod.ancestors(call):
         if a is loop:
             return None
@@ -209,7 +287,7 @@ def _modulo_guard(mod: Module, call: ast.Call, loop: ast.AST) -> tuple[ast.If, s
     return None
 
 
-def _scales_grads(guard: ast.If) -> bool:
+def _scales_grads(guard: ast.AST) -> bool:
     """The guarded block divides the gradients themselves (``p.grad /= n``,
     ``p.grad.div_(n)``) before stepping: scaling the loss is then not needed."""
     for n in ast.walk(guard):
