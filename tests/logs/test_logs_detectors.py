@@ -123,8 +123,19 @@ def test_val_at_chance_uses_the_loss_when_train_acc_is_not_logged() -> None:
 
 
 # ----------------------------------------------------------------------- degenerate-threshold
-def test_f1_zero_from_the_start_is_not_judged() -> None:
+def test_f1_zero_at_every_evaluation_while_the_loss_falls_fires() -> None:
     pts = [(e, "loss", 2.0 * math.exp(-e / 4)) for e in range(10)] + [(e, "val_f1", 0.0) for e in range(10)]
+    assert fired(pts, "degenerate-threshold") == {"degenerate-threshold": 0}
+
+
+def test_f1_zero_for_the_first_evaluations_then_rising_is_quiet() -> None:
+    pts = [(e, "loss", 2.0 * math.exp(-e / 4)) for e in range(10)]
+    pts += [(e, "val_f1", 0.0 if e < 2 else 0.1 * e) for e in range(10)]
+    assert fired(pts, "degenerate-threshold") == {}
+
+
+def test_f1_zero_at_too_few_evaluations_is_quiet() -> None:
+    pts = [(e, "loss", 2.0 * math.exp(-e / 4)) for e in range(4)] + [(e, "val_f1", 0.0) for e in range(4)]
     assert fired(pts, "degenerate-threshold") == {}
 
 

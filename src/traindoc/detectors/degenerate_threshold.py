@@ -1,4 +1,5 @@
-"""degenerate-threshold: F1 drops to exactly 0 (precision 0/0) while the model keeps learning."""
+"""degenerate-threshold: a thresholded metric (F1, precision, recall) is exactly 0 while the model
+keeps learning."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ _SCORES = ("val_pos_rate", "val_base_rate", "val_max_score")
 
 
 # What carries over a resume (Engine.state_dict): the first and latest losses, each F1's best and
-# current stretch of zeros (one entry per evaluation), and the measured scores of the latest
-# evaluations.
+# current stretch of zeros (one entry per evaluation), its evaluations and exact zeros, and the
+# measured scores of the latest evaluations.
 _CARRIED = ("_first", "_last", "_best", "_zeros", "_precision_nan", "_fired", "_scores",
-            "_none_cross", "_latest")
+            "_none_cross", "_latest", "_evals", "_exact")
+_F1 = ("val_f1", "train_f1")
 
 
 class DegenerateThreshold:
@@ -33,12 +35,20 @@ class DegenerateThreshold:
     crosses the threshold. An exact 0 (not 0.01) means no true positives at all, which for a
     model that is learning almost always means no positive predictions.
 
-    An F1 that is 0 from the first evaluation on is judged only when the evaluation's scores
-    were measured (live: ``val_pos_rate``, the share of the binary loss's scores above 0.5, and
-    ``val_base_rate``, the share of positive targets): ``val_f1`` is 0 at ``min_zeros``
-    evaluations and at ``min_zeros`` evaluations in a row no score crossed 0.5 while some
-    targets were positive, as the loss falls. Without that measurement an untrained model
-    predicting nothing looks the same, and it stays quiet.
+    A metric that is exactly 0 at every evaluation of the run, never positive, at
+    ``never_evals`` evaluations or more while the loss fell at least ``never_drop`` below its
+    start, fires at the end: a model that learns for that long and never once predicts a true
+    positive has a threshold no score crosses (seed 001's ``Val F1 = 0.0000``). A healthy run
+    whose F1 is 0 for the first evaluation or two and then rises stays quiet, and so does a run
+    whose loss does not fall (an untrained model predicting nothing looks the same). When the
+    evaluation's scores were measured (live: ``val_pos_rate``, the share of the binary loss's
+    scores above 0.5, and ``val_base_rate``, the share of positive targets), ``val_f1`` fires
+    sooner, at ``min_zeros`` evaluations in a row where no score crossed 0.5 while some targets
+    were positive, as the loss falls.
+
+    Besides ``val_f1`` and ``train_f1``, ``watch`` names other thresholded metrics to judge the
+    same way (the logs face fills it with every mapped precision, recall or F-score column:
+    ``metric.val_recall``, ``metric.valid_precision_macro``).
     """
 
     id: ClassVar[str] = "degenerate-threshold"
@@ -48,7 +58,11 @@ class DegenerateThreshold:
         Example("fixtures/logs/golden/degenerate_threshold.jsonl", 13),
         Example("live_eval_metrics/golden/degenerate_threshold_sparse.jsonl", 60),
         Example("zoo/degenerate_threshold_sparse.py", 60),
+        Example("fixtures/logs/meaning/f1_zero_from_start.csv", 0),
+        Example("fixtures/logs/meaning/recall_zero_from_start.jsonl", 100),
         Example("fixtures/logs/golden/healthy_f1.jsonl", None),
+        Example("fixtures/logs/meaning/healthy_f1_late_start.csv", None),
+        Example("fixtures/logs/meaning/f1_zero_loss_flat.jsonl", None),
         Example("live_eval_metrics/golden/healthy_sparse_threshold.jsonl", None),
         Example("zoo/healthy_sparse_threshold.py", None),
     )
@@ -58,15 +72,28 @@ class DegenerateThreshold:
         min_zeros: int = 2
         loss_drop: float = 0.05
         smooth: int = 3
+        never_evals: int = 5  # a metric 0 at every evaluation: at least this many of them ...
+        never_drop: float = 0.2  # ... while the loss fell this share below its start
+        watch: tuple[str, ...] = ()  # other thresholded metrics, e.g. "metric.val_recall"
 
         def __post_init__(self) -> None:
+            object.__setattr__(self, "watch", tuple(self.watch))  # a TOML list is fine too
             if self.min_zeros < 1:
                 raise ValueError(f"min_zeros must be >= 1, got {self.min_zeros}")
-            if not 0 <= self.loss_drop < 1:
-                raise ValueError(f"loss_drop must be in [0, 1), got {self.loss_drop}")
+            if self.never_evals < 2:
+                raise ValueError(f"never_evals must be >= 2, got {self.never_evals}")
+            for name, drop in (("loss_drop", self.loss_drop), ("never_drop", self.never_drop)):
+                if not 0 <= drop < 1:
+                    raise ValueError(f"{name} must be in [0, 1), got {drop}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
+        if self.config.watch:
+            # Per instance: the watched metrics are what it needs (metric-divergence does the
+            # same); the Detector protocol declares needs as a ClassVar for the class's default.
+            self.needs = frozenset(self.config.watch)  # type: ignore[misc]
+            self.uses = (type(self).uses | {"val_f1"}) - self.needs  # type: ignore[misc]
+        self._judged = frozenset(_F1 + self.config.watch)
         n = self.config.smooth
         self._first: dict[str, list[float]] = {"loss": [], "val_loss": []}
         self._last: dict[str, deque[float]] = {"loss": deque(maxlen=n), "val_loss": deque(maxlen=n)}
@@ -79,6 +106,8 @@ class DegenerateThreshold:
         self._scores: dict[int, dict[str, float]] = {}
         self._none_cross: list[int] = []
         self._latest: dict[str, float] = {}
+        self._evals: dict[str, int] = {}  # metric -> evaluations seen
+        self._exact: dict[str, int] = {}  # metric -> evaluations at exactly 0 (not NaN)
 
     def state_dict(self) -> dict[str, object]:
         """Its history, for a resumed run (``_CARRIED``)."""
@@ -96,13 +125,15 @@ class DegenerateThreshold:
                     self._first[name].append(x)
                 self._last[name].append(x)
             return ()
-        if name in _PRECISION:
-            if x != x:
-                self._precision_nan.add(event.step)
-            return ()
+        if name in _PRECISION and x != x:
+            self._precision_nan.add(event.step)
         if name in _SCORES:
             return self._scored(event.step, name, x)
+        if name not in self._judged:
+            return ()
+        self._evals[name] = self._evals.get(name, 0) + 1
         if x == 0.0 or x != x:
+            self._exact[name] = self._exact.get(name, 0) + (x == 0.0)
             self._zeros.setdefault(name, []).append(event.step)
             if self._ready(name):
                 return self._fire(name)
@@ -118,7 +149,16 @@ class DegenerateThreshold:
         for name in list(self._zeros):
             if self._ready(name, at_end=True):
                 self._fire(name)
+            elif self._never_positive(name):
+                self._fire(name, self.config.never_drop)
         return (self._finding(),) if self._fired else ()
+
+    def _never_positive(self, name: str) -> bool:
+        """0 at every evaluation of the run (NaN counts as 0/0, but at least ``never_evals``
+        exact zeros), never positive."""
+        zeros = self._zeros.get(name, [])
+        return (name not in self._best and name not in self._fired and len(zeros) == self._evals.get(name, 0)
+                and self._exact.get(name, 0) >= self.config.never_evals)
 
     def _scored(self, step: int, name: str, x: float) -> Iterable[Finding]:
         """One measured number of the evaluation at ``step``; once its share above 0.5 and its
@@ -152,20 +192,21 @@ class DegenerateThreshold:
         return (name == "val_f1" and len(zeros) >= self.config.min_zeros
                 and len(self._none_cross) >= self.config.min_zeros)
 
-    def _learning(self) -> str:
+    def _learning(self, drop: float | None = None) -> str:
+        drop = self.config.loss_drop if drop is None else drop
         for name in ("val_loss", "loss"):
             first, last = self._first[name], self._last[name]
             if len(first) < self.config.smooth or not last:
                 continue
             start, now = median(first), median(list(last))
-            if start > 0 and now <= (1 - self.config.loss_drop) * start:
+            if start > 0 and now <= (1 - drop) * start:
                 return f"{name} fell from {fmt(start)} to {fmt(now)} ({(now - start) / start:+.0%})"
         return ""
 
-    def _fire(self, name: str) -> Iterable[Finding]:
+    def _fire(self, name: str, drop: float | None = None) -> Iterable[Finding]:
         if name in self._fired:
             return ()
-        learning = self._learning()
+        learning = self._learning(drop)
         if not learning:
             return ()
         self._fired[name] = (self._zeros[name][0], learning)
@@ -182,7 +223,8 @@ class DegenerateThreshold:
                 f"from step {self._none_cross[0]} ({highest}{base:.1%} of its targets positive)")
 
     def _finding(self) -> Finding:
-        parts, where = [], []
+        said: dict[str, list[str]] = {}  # what is said -> the metrics it is said of
+        where = []
         first_step = min(step for step, _ in self._fired.values())
         crossing = self._crossing()
         for name, (step, learning) in self._fired.items():
@@ -192,12 +234,14 @@ class DegenerateThreshold:
             if name in self._best:
                 best_step, best = self._best[name]
                 before = f", after reaching {fmt(best)} at step {best_step}"
+            elif len(zeros) == self._evals.get(name):
+                before = ", at every evaluation of the run, never positive"
             else:
                 before = ", from the first evaluation on"
-            parts.append(
-                f"{name} is exactly 0 at {len(zeros)} evaluation(s) from step {zeros[0]}{prec}{before}"
-                f"{crossing}, while {learning}")
+            said.setdefault(f"exactly 0 at {len(zeros)} evaluation(s) from step {zeros[0]}{prec}{before}"
+                            f"{crossing}, while {learning}", []).append(_shown(name))
             where.append(name)
+        parts = [f"{' and '.join(names)} {'are' if len(names) > 1 else 'is'} {text}" for text, names in said.items()]
         evidence: dict[str, EvidenceValue] = {
             "signals": where, "first_zero_step": first_step,
             "best": {n: self._best[n][1] for n in where if n in self._best},
@@ -213,3 +257,7 @@ class DegenerateThreshold:
             evidence=evidence,
             where=where,
         )
+
+
+def _shown(signal: str) -> str:
+    return signal.removeprefix("metric.")

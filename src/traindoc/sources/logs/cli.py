@@ -68,6 +68,14 @@ def run(args: argparse.Namespace) -> int:
     watch = [s for s in log.signals() if _error_like(s)]
     if watch:
         detectors.setdefault("metric-divergence", {}).setdefault("watch", tuple(watch))
+    from traindoc.sources.logs.mapping import THRESHOLD_WORDS
+
+    thresholded = [s for s in log.signals() if _words_of(s) & THRESHOLD_WORDS]
+    if thresholded:  # precision, recall, F-scores under their own names
+        detectors.setdefault("degenerate-threshold", {}).setdefault("watch", tuple(thresholded))
+    loads = [s for s in log.signals() if s.startswith("expert_load.")]
+    if loads:  # one column per expert: expert-collapse judges their shares
+        detectors.setdefault("expert-collapse", {}).setdefault("loads", tuple(loads))
     extra = ("clip",) if args.max_norm is not None else ()
     events: Iterator[Event] = log.events(extra_signals=extra)
     if args.max_norm is not None:
@@ -124,6 +132,7 @@ def _describe(log: Log) -> Iterator[str]:
     canon = [shown(col, f"{sig}={col}") for col, sig in m.signal_of.items() if "." not in sig]
     terms = [shown(col, col) for col, sig in m.signal_of.items() if sig.startswith("loss_term.")]
     metrics = [shown(col, col) for col, sig in m.signal_of.items() if sig.startswith("metric.")]
+    loads = [shown(col, col) for col, sig in m.signal_of.items() if sig.startswith("expert_load.")]
     parts = []
     if canon:
         parts.append(", ".join(canon))
@@ -131,6 +140,8 @@ def _describe(log: Log) -> Iterator[str]:
         parts.append("loss terms: " + ", ".join(terms))
     if metrics:
         parts.append("metrics: " + ", ".join(metrics))
+    if loads:
+        parts.append("expert loads: " + ", ".join(loads))
     how = "by name, case and separators ignored" + (", and by --map" if m.explicit else "")
     yield f"mapped ({how}): {'; '.join(parts)}"
     if m.units:
@@ -141,13 +152,16 @@ def _describe(log: Log) -> Iterator[str]:
         yield f"note: {note}"
 
 
+def _words_of(signal: str) -> set[str]:
+    """The words of a ``metric.*`` signal's name; none for the other signals."""
+    return set(signal[len("metric."):].split("_")) if signal.startswith("metric.") else set()
+
+
 def _error_like(signal: str) -> bool:
     """Metrics where lower is better and a rise by an order of magnitude is a failure."""
     from traindoc.sources.logs.mapping import ERROR_WORDS
 
-    if not signal.startswith("metric."):
-        return False
-    ws = set(signal[len("metric."):].split("_"))
+    ws = _words_of(signal)
     return bool(ws & ERROR_WORDS) and "loss" not in ws
 
 

@@ -19,9 +19,10 @@ from traindoc.errors import UsageError
 # Signals a column can be mapped to by name (the shared detectors consume these).
 CANONICAL: tuple[str, ...] = (
     "loss", "lr", "grad_norm", "val_loss", "train_acc", "val_acc", "train_f1", "val_f1",
-    "expert_gini", "expert_entropy", "throughput",
+    "expert_gini", "expert_entropy", "throughput", "val_classes",
 )
-PREFIXES: tuple[str, ...] = ("loss_term.", "metric.")
+# expert_load.K (expert_load.GROUP.K per MoE layer): one expert's share of the tokens.
+PREFIXES: tuple[str, ...] = ("loss_term.", "metric.", "expert_load.")
 # Names that can carry the x axis, best first.
 STEP_NAMES: tuple[str, ...] = ("step", "global_step", "globalstep", "_step", "iteration", "iter",
                                "it", "trainer/global_step", "train/global_step")
@@ -38,12 +39,21 @@ _LR = {"lr", "learningrate"}
 _GRAD = {"grad", "grads", "gradient", "gradients"}
 _NORM = {"norm", "l2"}
 _ROUTER = {"expert", "experts", "router", "routing", "moe", "gate", "gating", "load"}
+# One expert's load: a load word and the expert's number (expert_3_load, moe/frac_e3, load_e3).
+_LOAD = {"load", "loads", "frac", "fraction", "share", "usage", "util", "utilization", "tokens", "count",
+         "counts", "prob", "probs", "density"}
+_EXPERT_NO = re.compile(r"(?:e|expert)(\d+)")
+# A class count (num_classes, n_classes, numLabels): the C of chance accuracy 1/C.
+_CLASSES = {"classes", "nclasses", "numclasses", "labels", "numlabels"}
+_COUNT = {"num", "n", "number", "of", "total"}
 # Words of quantities a model is judged by (never guessed to be a loss term).
 ERROR_WORDS = {"mae", "mse", "rmse", "shd", "err", "error", "errors", "nll", "ppl", "perplexity",
                "wer", "cer", "hamming", "distance", "dist", "mape", "smape", "bpc", "bpb"}
 SCORE_WORDS = {"auc", "auroc", "ap", "map", "precision", "prec", "recall", "iou", "miou", "dice",
                "bleu", "rouge", "top5", "r2", "spearman", "pearson", "corr", "kappa", "f2",
                "sparsity", "score", "reward", "return", "sharpness"}
+# Scores of a decision threshold: exactly 0 when no prediction crosses it (degenerate-threshold).
+THRESHOLD_WORDS = {"precision", "prec", "recall", "f1", "f1score", "fscore", "f2", "sensitivity", "tpr"}
 # Bookkeeping: known, not a training signal, skipped quietly.
 _BOOKKEEPING = {"epoch", "epochs", "step", "steps", "globalstep", "iteration", "iter", "time",
                 "timestamp", "walltime", "runtime", "flos", "totalflos", "seconds", "second",
@@ -118,6 +128,11 @@ def guess(name: str) -> Guess:
             ("total" in cs and "norm" in cs)) and split in ("", "train"):
         post = bool(cs & {"clipped", "clip", "after", "post"}) and not cs & {"pre", "unclipped", "before"}
         return Guess("grad_norm", 2 if post else (0 if cs & {"pre", "unclipped", "before"} else 1))
+    if cs & _CLASSES and cs <= _CLASSES | _COUNT:
+        return Guess("val_classes")
+    load = _expert_load(core)
+    if load:
+        return Guess(load)
     if "gini" in cs:
         return Guess("expert_gini", 0 if cs & _ROUTER else 1)
     if "entropy" in cs and cs & _ROUTER:
@@ -150,6 +165,21 @@ def guess(name: str) -> Guess:
     if split in ("val", "test") and len("".join(core)) >= 2:
         return Guess(f"metric.{_slug(ws)}")  # an evaluation quantity
     return Guess(None)
+
+
+def _expert_load(core: list[str]) -> str | None:
+    """``expert_load.K`` (``expert_load.GROUP.K``) for one expert's load, None otherwise."""
+    number, rest = None, []
+    for i, w in enumerate(core):
+        m = _EXPERT_NO.fullmatch(w)
+        if number is None and (m or (w.isdigit() and i > 0 and core[i - 1] in ("expert", "experts", "e"))):
+            number = m.group(1) if m else w
+        else:
+            rest.append(w)
+    if number is None or not set(rest) & _LOAD:
+        return None
+    group = [w for w in rest if w not in _ROUTER | _LOAD | {"e", "per"}]
+    return ".".join(["expert_load", *(["_".join(group)] if group else []), str(int(number))])
 
 
 @dataclass
