@@ -25,6 +25,8 @@ ROWS = [
     ("Train_F1", "train_f1"), ("Val_F1", "val_f1"), ("eval_f1", "val_f1"),
     ("Expert_Gini", "expert_gini"), ("router_gini", "expert_gini"),
     ("Expert_Entropy", "expert_entropy"), ("router_entropy", "expert_entropy"),
+    ("expert_3_load", "expert_load.3"), ("moe/frac_e3", "expert_load.3"), ("load_e3", "expert_load.3"),
+    ("num_classes", "val_classes"),
     ("throughput", "throughput"), ("tokens_per_sec", "throughput"), ("train_samples_per_second", "throughput"),
     ("kl_loss", "loss_term.kl"), ("loss/recon", "loss_term.recon"), ("Train_Loss_DAG", "loss_term.dag"),
     ("Train_MAE", "metric.train_mae"), ("Val_SHD", "metric.val_shd"), ("eval_precision", "metric.eval_precision"),
