@@ -104,6 +104,24 @@ class EvalInTrainMode:
             """,
             17,
         ),
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            def train(loader, val_loader, opt, epochs):
+                model = nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), nn.Dropout(0.1), nn.Linear(64, 1))
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        loss = nn.functional.mse_loss(model(x), y)
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                    with torch.no_grad():
+                        val = sum(nn.functional.mse_loss(model(x), y).item() for x, y in val_loader)
+            """,
+            12,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """

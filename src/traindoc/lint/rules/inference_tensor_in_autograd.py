@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, method
+from traindoc.lint._ast import Module, Scope, dotted, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -16,7 +16,8 @@ class InferenceTensorInAutograd:
     a learnable temperature dividing the teacher's logits, the temperature cannot be trained
     (seed 003). The value may also come from a function or method of this file that runs
     under ``inference_mode`` (decorated with it, or returning from inside the block), e.g.
-    teacher features that reach a learnable adapter. Quiet for ``torch.no_grad()`` and when the
+    teacher features that reach a learnable adapter, or read from a cache (a dict or an
+    attribute, ``self.cache[key]``) that is filled under ``inference_mode``. Quiet for ``torch.no_grad()`` and when the
     value is ``.clone()``d outside the block.
     """
 
@@ -94,8 +95,53 @@ class InferenceTensorInAutograd:
             """,
             11,
         ),
+        Invalid(
+            """
+            import torch
+
+            class Distiller:
+                def __init__(self, teacher, student, opt):
+                    self.teacher, self.student, self.opt = teacher, student, opt
+                    self.cache = {}
+
+                def targets(self, key, x):
+                    if key not in self.cache:
+                        with torch.inference_mode():
+                            self.cache[key] = self.teacher(x)
+                    return self.cache[key]
+
+                def step(self, key, x):
+                    t = self.targets(key, x)
+                    loss = ((self.student(x) - t) ** 2).mean()
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+            """,
+            15,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        """
+        import torch
+
+        class Distiller:
+            def __init__(self, teacher, student, opt):
+                self.teacher, self.student, self.opt = teacher, student, opt
+                self.cache = {}
+
+            def targets(self, key, x):
+                if key not in self.cache:
+                    with torch.no_grad():
+                        self.cache[key] = self.teacher(x)
+                return self.cache[key]
+
+            def step(self, key, x):
+                t = self.targets(key, x)
+                loss = ((self.student(x) - t) ** 2).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+        """,
         """
         import torch
         import torch.nn.functional as F
@@ -157,6 +203,7 @@ class InferenceTensorInAutograd:
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
+        stores = _inference_stores(mod)
         for scope in mod.scopes:
             if not scope.trained:
                 continue
@@ -168,12 +215,17 @@ class InferenceTensorInAutograd:
             from_helpers = [
                 (t, stmt, h) for t, stmt, v in scope.assigns
                 if "." not in t and isinstance(v, ast.Call)
-                and (h := mod.callee_scope(v)) is not None and _under_inference(mod, h)
+                and (h := mod.callee_scope(v)) is not None and _under_inference(mod, h, stores)
             ]
-            if not blocks and not from_helpers:
+            cached = [
+                (t, stmt, v) for t, stmt, v in scope.assigns
+                if "." not in t and isinstance(v, ast.expr) and not mod.grad_mode(stmt) and _reads(v, stores)
+            ] if stores else []
+            if not blocks and not from_helpers and not cached:
                 continue
             feeding = mod.depends(scope, scope.trained)
             yield from self._from_helpers(mod, scope, feeding, from_helpers)
+            yield from self._from_cache(mod, scope, feeding, cached, stores)
             for block in blocks:
                 end = block.end_lineno or block.lineno
                 for name in self._produced(scope, block, end):
@@ -215,6 +267,29 @@ class InferenceTensorInAutograd:
                 f"or `{target} = {target}.clone()` after the call.",
             )
 
+    def _from_cache(
+        self, mod: Module, scope: Scope, feeding: set[str], found: list[tuple[str, ast.stmt, ast.expr]],
+        stores: dict[str, ast.stmt],
+    ) -> Iterator[Hit]:
+        """``t = self.cache[key]`` (or ``self.teacher_out``) where the cache is filled under
+        ``inference_mode`` somewhere in this file."""
+        for target, stmt, value in found:
+            if target not in feeding or self._cloned_after(scope, target, stmt.lineno):
+                continue
+            store = _reads(value, stores) or ""
+            filled = stores[store]
+            yield Hit(
+                stmt,
+                f"`{target}` is read from `{store}`, filled under `torch.inference_mode()` (line "
+                f"{filled.lineno}), and then used to compute the loss handed to backward "
+                f"({self._use(mod, scope)}): inference tensors cannot be saved for backward, so "
+                "the step fails or a learnable parameter it meets cannot train",
+                cause="`inference_mode` marks its outputs as inference tensors, which autograd "
+                "refuses to record, and keeping them in a cache does not change that.",
+                fix=f"Fill `{store}` under `torch.no_grad()` instead of `torch.inference_mode()`, "
+                f"or `.clone()` the cached tensor before it reaches the loss.",
+            )
+
     def _produced(self, scope: Scope, block: ast.With | ast.AsyncWith, end: int) -> list[str]:
         start = block.lineno
         out = []
@@ -239,13 +314,57 @@ class InferenceTensorInAutograd:
         return "its backward"
 
 
-def _under_inference(mod: Module, scope: Scope) -> bool:
+def _under_inference(mod: Module, scope: Scope, stores: dict[str, ast.stmt]) -> bool:
     """The function runs under ``inference_mode``: decorated with it, or every value it returns
-    is computed inside an ``inference_mode`` block."""
+    is computed inside an ``inference_mode`` block or read from a cache filled in one."""
     fn = scope.node
     if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     if any(mod.with_mode(deco) == "inference" for deco in fn.decorator_list):
         return True
     returns = [r for r in scope.returns if r.value is not None]
-    return bool(returns) and all(mod.grad_mode(r) == "inference" for r in returns)
+    return bool(returns) and all(
+        mod.grad_mode(r) == "inference" or (r.value is not None and _reads(r.value, stores)) for r in returns
+    )
+
+
+def _inference_stores(mod: Module) -> dict[str, ast.stmt]:
+    """Containers and attributes filled under ``inference_mode``: ``self.cache[key] = ...``,
+    ``cache[key] = ...``, ``self.teacher_out = ...``; dotted name -> the assignment."""
+    out: dict[str, ast.stmt] = {}
+    blocks: list[ast.AST] = []
+    for scope in mod.scopes:
+        blocks += [w for w in scope.withs if any(mod.with_mode(i.context_expr) == "inference" for i in w.items)]
+        fn = scope.node
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+            mod.with_mode(d) == "inference" for d in fn.decorator_list
+        ):
+            blocks.append(fn)
+    for block in blocks:
+        for stmt in ast.walk(block):
+            if not isinstance(stmt, ast.Assign):
+                continue
+            for target in stmt.targets:
+                if isinstance(target, ast.Subscript):
+                    name = dotted(target.value)
+                elif isinstance(target, ast.Attribute):
+                    name = dotted(target)
+                else:
+                    continue
+                if name:
+                    out.setdefault(name, stmt)
+    return out
+
+
+def _reads(value: ast.AST, stores: dict[str, ast.stmt]) -> str | None:
+    """The inference-filled store ``value`` reads (``self.cache[key]``, ``self.teacher_out``)."""
+    for n in ast.walk(value):
+        if isinstance(n, ast.Subscript):
+            name = dotted(n.value)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load):
+            name = dotted(n)
+        else:
+            continue
+        if name in stores:
+            return name
+    return None
