@@ -1,9 +1,12 @@
-"""DDP with uneven work per rank: rank 1's batches are eight times larger, and everyone waits.
+"""DDP with uneven work per rank: rank 1's batches are 16 times larger, and everyone waits.
 
-The data was split by hand and rank 1 got the long tail (here: 256 samples per step against
-32 on rank 0). DDP keeps the replicas in step, so nothing is wrong with the model; but every
-all-reduce waits for rank 1, and the job runs at rank 1's speed. Two gloo CPU ranks; with
-plain `python` it spawns its two ranks itself.
+The data was split by hand and rank 1 got the long tail (here: 1024 samples per step against
+64 on rank 0). DDP keeps the replicas in step, so nothing is wrong with the model; but every
+all-reduce waits for rank 1, and the job runs at rank 1's speed. The model is a random-feature
+regression (a fixed random Fourier feature map, then one trained linear layer), so most of a
+step is the forward's feature map and rank 1's is many times rank 0's: far past the detector's
+bars, on a loaded machine too. Two gloo CPU ranks; with plain `python` it spawns its two ranks
+itself.
 
 traindoc-expect: straggler-rank
 """
@@ -28,16 +31,28 @@ def get_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+class FourierFeatures(nn.Module):
+    """sqrt(2 / d_out) cos(x B + b) with a fixed random B and b (buffers: not trained)."""
+
+    def __init__(self, d_in: int, d_out: int) -> None:
+        super().__init__()
+        self.register_buffer("B", 0.3 * torch.randn(d_in, d_out))
+        self.register_buffer("b", torch.rand(d_out) * 6.283)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cos(x @ self.B + self.b) * (2 / self.b.numel()) ** 0.5
+
+
 def worker(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     torch.manual_seed(0)
-    x = torch.randn(4096, 16)
-    y = torch.tanh(x @ torch.randn(16, 1)) + 0.05 * torch.randn(4096, 1)
+    x = torch.randn(8192, 16)
+    y = torch.tanh(x @ torch.randn(16, 1)) + 0.05 * torch.randn(8192, 1)
     xs, ys = x[rank::world], y[rank::world]  # this rank's shard
 
-    model = DDP(nn.Sequential(nn.Linear(16, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1)))
+    model = DDP(nn.Sequential(FourierFeatures(16, 2048), nn.Linear(2048, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    batch = 32 if rank == 0 else 256  # BUG: uneven split, rank 1 does 8x the work
+    batch = 64 if rank == 0 else 1024  # BUG: uneven split, rank 1 does 16x the work
     for step in range(args.steps):
         i = (step * batch) % (len(xs) - batch)
         xb, yb = xs[i:i + batch], ys[i:i + batch]

@@ -15,7 +15,10 @@ class RankDivergence:
     sampled step, tensor by tensor, by name; fires at the first step where a tensor differs
     beyond ``rtol`` (relative to the tensor's sum of magnitudes: replicas of a healthy job are
     bit-identical, the tolerance only absorbs a collective that rounds differently per rank).
-    Tensors only one rank holds, and sharded ones, are not compared."""
+    Tensors only one rank holds, sharded ones and those neither DDP nor the script keeps alike
+    (``RankParams.unsynced``) are not compared. The steps are the job's: a rank that waited in
+    a ``Join`` context for ranks with more inputs counts their steps, so ranks that took
+    different numbers of steps are compared after the same number of updates."""
 
     id: ClassVar[str] = "rank-divergence"
     needs: ClassVar[frozenset[str]] = frozenset({"rank_params"})
@@ -88,6 +91,9 @@ class RankDivergence:
         worst_name, worst = max(first, key=lambda d: d[1])
         common = len(set(ref.names) & set(self._by_step[step][ranks[0]].names))
         sharded = f"; {ref.sharded} sharded tensor(s) were not compared" if ref.sharded else ""
+        if ref.unsynced:
+            sharded += (f"; {ref.unsynced} tensor(s) that neither DDP nor the script keeps alike across "
+                        "ranks were not compared")
         return finding(
             self.id, step=step,
             message=(
@@ -98,7 +104,8 @@ class RankDivergence:
             ),
             evidence={"ranks": ranks, "reference_rank": ref.rank, "world_size": ref.world_size,
                       "tensors": tensors[:50], "differing": len(tensors), "compared": common,
-                      "relative_difference": worst, "sharded": ref.sharded, "first_step": step},
+                      "relative_difference": worst, "sharded": ref.sharded, "unsynced": ref.unsynced,
+                      "first_step": step},
             where=tensors[:10],
         )
 

@@ -13,14 +13,18 @@ from traindoc.findings import Finding
 
 class StragglerRank:
     """``RankTime`` gives, per rank and sampled step, the median over the steps before it (steps
-    free of traindoc's own sampled work) of the rank's own work (data loading and forward: no
-    collective runs there in DDP) and of its backward and optimizer step, where DDP's all-reduce
-    waits for the slowest rank. Fires at the end of the run when one rank was the slowest in at
-    least ``share`` of the windows every rank reported (at least ``min_windows``) and its own
-    work exceeds the others' by ``factor`` and by ``min_fraction`` of its step time. The cost
-    is that excess: every other rank waits for it in each step's all-reduce. The excess splits
-    into time inside the DataLoader iterator (``data_s``) and the rest of the rank's own work
-    (forward, host work): the larger part names the cause, data or compute."""
+    free of traindoc's own sampled work) of the rank's own work (data loading and forward, less
+    the time inside collectives and the time spent queued for a CPU core: what the rank itself
+    does, however loaded the machine and whatever it waits for in a logging all-reduce) and of
+    its backward and optimizer step, where DDP's all-reduce waits for the slowest rank. A window
+    lags on a rank when that rank's own work is ``factor`` times the median of the others' in
+    that window. Fires at the end of the run when the same rank lags in at least ``share`` of
+    the windows every rank reported (at least ``min_windows``: persistent and one-sided, not
+    the noise of a busy machine), its median own work exceeds the others' by ``factor`` and the
+    excess is ``min_fraction`` of its step time. The cost is that excess: every other rank
+    waits for it in each step's all-reduce. The excess splits into time inside the DataLoader
+    iterator (``data_s``) and the rest of the rank's own work (forward, host work): the larger
+    part names the cause, data or compute."""
 
     id: ClassVar[str] = "straggler-rank"
     needs: ClassVar[frozenset[str]] = frozenset({"rank_time"})
@@ -64,16 +68,18 @@ class StragglerRank:
         c = self.config
         if len(full) < c.min_windows:
             return
-        slowest = [max(r.values(), key=lambda t: t.compute_s).rank for r in full.values()]
-        rank = statistics.mode(slowest)
-        share = slowest.count(rank) / len(slowest)
+        lagging = [_lagging(r, c.factor) for r in full.values()]
+        if not any(r is not None for r in lagging):
+            return
+        rank = statistics.mode([r for r in lagging if r is not None])
+        share = lagging.count(rank) / len(lagging)
         mine = statistics.median(r[rank].compute_s for r in full.values())
         theirs = statistics.median(t.compute_s for r in full.values() for t in r.values() if t.rank != rank)
         step_time = statistics.median(r[rank].compute_s + r[rank].wait_s for r in full.values())
         excess = mine - theirs
         if share < c.share or mine < c.factor * theirs or excess < c.min_fraction * step_time:
             return
-        first = next(s for s, r in full.items() if max(r.values(), key=lambda t: t.compute_s).rank == rank)
+        first = next(s for s, lag in zip(full, lagging) if lag == rank)
         timed = sum(r[rank].steps for r in full.values())
         waits = {str(r_): statistics.median(r[r_].wait_s for r in full.values()) for r_ in range(self._size)}
         data = statistics.median(r[rank].data_s for r in full.values())
@@ -82,10 +88,11 @@ class StragglerRank:
         cause = "data" if data_excess >= excess / 2 else "compute"
         yield finding(
             self.id, step=first,
-            message=(f"rank {rank} was the slowest in {share:.0%} of {len(full)} windows ({timed} timed "
+            message=(f"rank {rank} lagged in {share:.0%} of {len(full)} windows ({timed} timed "
                      f"steps): its data loading and forward took a median {fmt(mine * 1e3)} ms per step "
                      f"against {fmt(theirs * 1e3)} ms on the other ranks ({mine / max(theirs, 1e-12):.1f}x; "
-                     f"threshold {fmt(c.factor)}x in {c.share:.0%} of windows). The others wait about "
+                     f"threshold {fmt(c.factor)}x in {c.share:.0%} of windows; time in collectives and "
+                     f"queued for a CPU core left out). The others wait about "
                      f"{fmt(excess * 1e3)} ms per step for it in the gradient all-reduce, "
                      f"{excess / step_time:.0%} of the {fmt(step_time * 1e3)} ms step. "
                      f"{_split(cause, data, their_data, mine - data, theirs - their_data)}"),
@@ -94,8 +101,17 @@ class StragglerRank:
                       "timed_steps": timed, "compute_ms": mine * 1e3, "others_compute_ms": theirs * 1e3,
                       "data_ms": data * 1e3, "others_data_ms": their_data * 1e3, "slow_part": cause,
                       "step_ms": step_time * 1e3, "cost_ms": excess * 1e3,
-                      "wait_ms": {k: v * 1e3 for k, v in waits.items()}},
+                      "wait_ms": {k: v * 1e3 for k, v in waits.items()},
+                      "collective_ms": statistics.median(r[rank].collective_s for r in full.values()) * 1e3,
+                      "queued_ms": statistics.median(r[rank].queued_s for r in full.values()) * 1e3},
         )
+
+
+def _lagging(window: dict[int, RankTime], factor: float) -> int | None:
+    """The rank whose own work in this window is ``factor`` times the median of the others'."""
+    slow = max(window.values(), key=lambda t: t.compute_s)
+    others = statistics.median(t.compute_s for t in window.values() if t.rank != slow.rank)
+    return slow.rank if slow.compute_s >= factor * others and slow.compute_s > 0 else None
 
 
 def _split(cause: str, data: float, their_data: float, rest: float, their_rest: float) -> str:

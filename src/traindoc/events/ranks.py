@@ -15,12 +15,16 @@ from typing import ClassVar
 @dataclass(frozen=True)
 class RankParams:
     """A fingerprint of the replicated parameters on one rank after step ``step`` (a sampled
-    step): per tensor ``names[i]``, ``sums[i]`` the sum of its elements and ``scales[i]`` the
+    step of the job: the rank's own optimizer steps plus those the other ranks took while it
+    waited in a ``Join`` context, so that ranks that took different numbers of steps are
+    compared at the same point of the training): per tensor ``names[i]``, ``sums[i]`` the sum of its elements and ``scales[i]`` the
     sum of their magnitudes (accumulated in float32, float64 for float64 tensors), and
     ``samples[i * k:(i + 1) * k]`` ``k`` of its elements taken at an even stride, so that
     replicas with equal sums but different values still differ. ``sharded``: tensors left out
     because each rank holds a different shard (FSDP2 / tensor-parallel DTensors), compared
-    nowhere."""
+    nowhere; ``unsynced``: plain tensors left out because neither DDP nor the script keeps them
+    alike across ranks (never all-reduced or broadcast: hand-written tensor-parallel shards, a
+    model each rank trains alone)."""
 
     step: int
     rank: int
@@ -30,6 +34,7 @@ class RankParams:
     scales: tuple[float, ...]
     samples: tuple[float, ...]
     sharded: int = 0
+    unsynced: int = 0
     signal: ClassVar[str] = "rank_params"
 
 
@@ -42,7 +47,10 @@ class RankTime:
     there), and of ``wait_s``, from that ``backward()`` to the end of the optimizer step (where
     DDP's gradient all-reduce waits for the slowest rank). ``data_s``: the median time, within
     ``compute_s``, spent inside the DataLoader iterator's ``__next__`` (0 without a DataLoader).
-    ``steps`` 0: none timed."""
+    ``compute_s`` and ``data_s`` leave out the time the rank spent inside collectives (a loss
+    all-reduced for logging after the step waits for the slowest rank) and the time it was
+    ready to run but waited for a CPU core (another process on a loaded machine), given as the
+    medians ``collective_s`` and ``queued_s`` (Linux; 0 elsewhere). ``steps`` 0: none timed."""
 
     step: int
     rank: int
@@ -51,6 +59,8 @@ class RankTime:
     wait_s: float
     steps: int = 0
     data_s: float = 0.0
+    collective_s: float = 0.0
+    queued_s: float = 0.0
     signal: ClassVar[str] = "rank_time"
 
 

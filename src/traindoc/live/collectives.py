@@ -6,11 +6,19 @@ call site as a ``CollectiveInGraph`` event (``autograd-collective``); the call i
 goes through unchanged. The check costs an attribute read per tensor and is skipped under
 ``no_grad``. The differentiable collectives (``torch.distributed.nn.functional``) call these
 inside an autograd Function's forward, where grad mode is off: they are not reported.
+
+Every wrapped call is also timed (``spent``: seconds inside collectives, DDP's buffer broadcast
+in its forward included), so that a rank's own work can leave out the time it waited for the
+others (``live/ranks.py``); and the storages of the tensors the script all-reduces or
+broadcasts are noted (``synced``) so that the rank comparison knows which tensors the script
+keeps alike on every rank. Two clock reads and a storage address per tensor: nothing next to
+the collective itself.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable
 
 import torch
@@ -21,6 +29,11 @@ from traindoc.live.objects import user_site
 # The collectives of torch.distributed that take the tensors they fill or change.
 OPS = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce",
        "reduce_scatter", "reduce_scatter_tensor", "all_to_all_single")
+# Those after which every rank holds the same values in the tensor passed (a synchronisation).
+SYNCING = frozenset({"all_reduce", "broadcast"})
+# Timed only: DDP's forward broadcasts its buffers through this one (rank 0's to every rank).
+TIMED = ("_broadcast_coalesced",)
+MAX_SYNCED = 65536  # storages noted between two reads (a run's per-parameter all-reduces)
 
 
 class Collectives:
@@ -28,18 +41,26 @@ class Collectives:
         self.s = session
         self._saved: list[tuple[Any, str, Any]] = []
         self._sites: set[tuple[str, str]] = set()
+        self.spent = 0.0  # seconds inside collectives since install (wall time)
+        # Storage addresses of the tensors passed to all_reduce/broadcast since the last
+        # ``take_synced`` (ranks.py matches them to parameters and their gradients).
+        self.synced: set[int] = set()
 
     def install(self) -> None:
         import torch.distributed as dist
 
         if not dist.is_available():
             return
-        for op in OPS:
+        for op in OPS + TIMED:
             original = getattr(dist, op, None)
             if original is None:
                 continue
             self._saved.append((dist, op, original))
             setattr(dist, op, self._wrap(op, original))
+
+    def take_synced(self) -> set[int]:
+        synced, self.synced = self.synced, set()
+        return synced
 
     def uninstall(self) -> None:
         for owner, name, value in reversed(self._saved):
@@ -47,14 +68,27 @@ class Collectives:
         self._saved.clear()
 
     def _wrap(self, op: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        checked, syncing = op in OPS, op in SYNCING
+
         @functools.wraps(original)
         def collective(*args: Any, **kwargs: Any) -> Any:
-            if torch.is_grad_enabled():
+            if checked and torch.is_grad_enabled():
                 try:
                     self._check(op, args, kwargs)
                 except Exception as exc:  # never let traindoc break the user's training
                     self.s.fail("collectives", exc)
-            return original(*args, **kwargs)
+            if syncing and len(self.synced) < MAX_SYNCED:
+                t = args[0] if args else kwargs.get("tensor")
+                if isinstance(t, torch.Tensor):
+                    try:
+                        self.synced.add(t.untyped_storage().data_ptr())
+                    except Exception:  # a tensor without storage (a DTensor, a fake): not noted
+                        pass
+            t0 = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.spent += time.perf_counter() - t0
 
         return collective
 

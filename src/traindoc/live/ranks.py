@@ -20,12 +20,22 @@ call, rank 0's final ``wait``, has a timeout). So traindoc never changes the ord
 collectives, and a rank that crashes, stops early or takes fewer steps cannot hang another:
 what it did not publish is missing from the report, which says so.
 
-What is compared: the floating-point parameters the optimizers hold and those of the other
-modules in the training loop's variables (an EMA copy), by name; a DTensor (FSDP2
-``fully_shard``, tensor parallelism) only when all its placements are ``Replicate`` (a shard
-differs per rank by design). Buffers are not compared: DDP broadcasts them from rank 0 at each
+What is compared: the parameters DDP or the script keeps alike on every rank, and copies of
+them (``live/replicas.py``). Buffers are not compared: DDP broadcasts them from rank 0 at each
 forward and BatchNorm updates them from each rank's own batch right after, so replicas hold
-different buffers between two forwards by design.
+different buffers between two forwards by design. Ranks that take different numbers of steps
+(uneven inputs under DDP's ``Join`` context manager) are compared at the same step of the job:
+a rank that waited in a ``Join`` for the others counts the steps they took meanwhile (the
+iterations it shadowed) into the step its events carry, and takes its fingerprints when that
+step of the job is a sampled one.
+
+What is timed: a rank's own work per step (``RankTime.compute_s``) is its wall time from the
+end of an optimizer step to the next ``backward()``, less the time inside collectives (a loss
+all-reduced for logging waits there for the slowest rank) and less the time it was ready to run
+but waited for a CPU core (``/proc/thread-self/schedstat`` on Linux: on a loaded machine a rank
+that shares its core with another process is slowed, not slow). What is left is the rank's own
+work, however loaded the machine, including waits of its own (storage, DataLoader workers, the
+accelerator).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from datetime import timedelta
 from typing import Any, Mapping
@@ -45,10 +56,9 @@ from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scal
 from traindoc.findings import Finding
 from traindoc.live.collectives import Collectives
 from traindoc.live.objects import ObjectMap
+from traindoc.live.replicas import fingerprint, is_shard, local_part, synced_params
 from traindoc.live.spawn import SpawnFollower
 
-K = 4  # elements sampled per tensor
-MAX_TENSORS = 4096
 # How long rank 0 waits at the end for the other ranks to say how they ended (seconds).
 TIMEOUT_ENV = "TRAINDOC_RANKS_TIMEOUT"
 DEFAULT_TIMEOUT_S = 60.0
@@ -90,12 +100,21 @@ class Ranks:
         self._read: dict[int, int] = {}  # rank -> its fingerprints rank 0 has read
         # A round closes when the next backward() begins: [that moment, the optimizer step's
         # end] is backward + step (where DDP waits for the other ranks' gradients), [the step's
-        # end, the next backward] is data loading + forward (this rank's own work).
-        self._t_round = time.perf_counter()
-        self._t_stepped = 0.0
-        self._times: list[tuple[float, float, float]] = []  # (own work, backward + step, data) since the last sample
+        # end, the next backward] is data loading + forward (this rank's own work). Each mark
+        # is (wall time, time queued for a core, time inside collectives): see ``_mark``.
+        self._queue = _RunQueue()
+        self._round = self._mark()
+        self._stepped: tuple[float, float, float] | None = None
+        # (own work, backward + step, data, collectives, queued) of each timed step since the last sample
+        self._times: list[tuple[float, float, float, float, float]] = []
         self._data = 0.0  # this round's time inside DataLoader iterators (training batches)
-        self._losses: list[tuple[int, float]] = []  # (step, this rank's loss) since the last sample
+        self._losses: list[tuple[int, float]] = []  # (step of the job, this rank's loss) since the last sample
+        # Steps the other ranks took while this one waited in a Join context, as
+        # (first own step it applies to, offset): own step + offset = the job's step.
+        self._offsets: list[tuple[int, int]] = [(0, 0)]
+        self._synced = ObjectMap()  # parameters the script all-reduces or broadcasts itself
+        self._first_step = True
+        self._join_saved: Any = None
         self._handles: list[Any] = []
         self._next_saved: Any = None  # DataLoader's __next__ before we wrapped it
         self._next_wrapper: Any = None
@@ -108,6 +127,7 @@ class Ranks:
         self.s.event_listeners.append(self._on_event)
         self._handles.append(register_optimizer_step_post_hook(self._on_step))
         self._wrap_loader()
+        self._wrap_join()
         self._collectives.install()
         if self._spawn is not None:
             self._spawn.install()
@@ -121,19 +141,79 @@ class Ranks:
             h.remove()
         self._handles.clear()
         self._unwrap_loader()
+        self._unwrap_join()
         self._collectives.uninstall()
+        self._queue.close()
         if self._spawn is not None:
             self._spawn.uninstall()
 
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if self._store is not None and not self._t_stepped:
-            self._t_stepped = time.perf_counter()
+        if self._store is not None and self._stepped is None:
+            self._stepped = self._mark()
+        # Which parameters the script keeps alike itself: matched on the first step (a
+        # broadcast of the initial weights) and on sampled ones (per-step gradient all-reduces),
+        # while the gradients it all-reduced still exist.
+        if self._first_step or self.s.sampled:
+            self._first_step = False
+            try:
+                synced_params(self.s, self._collectives.take_synced(), self._synced)
+            except Exception as exc:
+                self._disable(exc)
+        else:
+            self._collectives.synced.clear()
 
     def _on_event(self, event: Event) -> None:
         # The session emits every step's loss at the flush of a sampled step, before that
         # round's ``_on_round``: a window's losses are complete when it is published.
         if type(event) is Scalar and event.name == "loss" and self._store is not None and not self._broken:
-            self._losses.append((event.step, event.value))
+            self._losses.append((self._job_step(event.step), event.value))
+
+    def _mark(self) -> tuple[float, float, float]:
+        return time.perf_counter(), self._queue.seconds(), self._collectives.spent
+
+    def _job_step(self, step: int) -> int:
+        """The job's step for this rank's own step ``step`` (see ``_offsets``)."""
+        for first, offset in reversed(self._offsets):
+            if step >= first:
+                return step + offset
+        return step
+
+    def _wrap_join(self) -> None:
+        """Count the iterations this rank shadows in DDP's ``Join`` context (uneven inputs): the
+        other ranks step meanwhile, and this rank's later steps are that many steps later in
+        the job. Join asks once per iteration how many ranks have not joined yet."""
+        try:
+            from torch.distributed.algorithms.join import Join
+        except Exception:  # a torch without it: nothing to count
+            return
+        ranks, original = self, Join.__exit__
+        if not hasattr(Join, "_get_num_nonjoined_procs"):
+            return
+
+        def __exit__(join: Any, *exc: Any) -> Any:
+            asked = [0]
+            ask = join._get_num_nonjoined_procs
+
+            def counted() -> Any:
+                asked[0] += 1
+                return ask()
+
+            join._get_num_nonjoined_procs = counted
+            try:
+                return original(join, *exc)
+            finally:
+                del join._get_num_nonjoined_procs
+                if asked[0] > 1:  # the last ask finds every rank joined: not an iteration
+                    ranks._offsets.append((ranks.s.step, ranks._offsets[-1][1] + asked[0] - 1))
+
+        self._join_saved = (Join, original)
+        Join.__exit__ = __exit__  # type: ignore[method-assign]
+
+    def _unwrap_join(self) -> None:
+        if self._join_saved is not None:
+            cls, original = self._join_saved
+            cls.__exit__ = original
+            self._join_saved = None
 
     def _wrap_loader(self) -> None:
         """Time the training batches drawn from DataLoader iterators (two clock reads a batch),
@@ -146,11 +226,11 @@ class Ranks:
         def __next__(it: Any) -> Any:
             if ranks._store is None or not torch.is_grad_enabled():  # no group yet, or evaluation
                 return original(it)
-            t0 = time.perf_counter()
+            t0, q0 = time.perf_counter(), ranks._queue.seconds()
             try:
                 return original(it)
             finally:
-                ranks._data += time.perf_counter() - t0
+                ranks._data += max(time.perf_counter() - t0 - (ranks._queue.seconds() - q0), 0.0)
 
         self._next_saved, self._next_wrapper = original, __next__
         dataloader._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]
@@ -166,35 +246,44 @@ class Ranks:
 
     # ---- each sampled step ---------------------------------------------------------------------
     def _on_round(self, step: int) -> None:
+        # The job's step: this rank's own, or later when it waited in a Join for the others;
+        # then it samples on the job's sampled steps, as the ranks that did not wait do.
+        job = self._job_step(step)
+        sampled = self.s.sampled if job == step else self.s.level.sampled(job)
         if self._store is None:  # not in a group of several ranks (yet): nothing to time or keep
-            if self.s.sampled and not self._broken:
-                self._sampled(step)  # joins the exchange once the script has made its group
-            self._t_round = time.perf_counter()
+            if sampled and not self._broken:
+                self._sampled(job)  # joins the exchange once the script has made its group
+            self._round = self._mark()
             return
-        now = time.perf_counter()
-        stepped = self._t_stepped or now
+        now = self._mark()
+        stepped = self._stepped
         # Only steps with no sampled work on either side are timed: a sampled step carries
         # traindoc's own measurements, which are nobody's training time.
-        if not (self.s.sampled or self.s.next_sampled) and self._t_stepped and not self._broken:
-            self._times.append((now - stepped, stepped - self._t_round, self._data))
-        self._t_round, self._t_stepped, self._data = now, 0.0, 0.0
-        if self._broken or not self.s.sampled:
+        if not (self.s.sampled or self.s.next_sampled) and stepped is not None and not self._broken:
+            wall, queued, collectives = (a - b for a, b in zip(now, stepped))
+            own = max(wall - queued - collectives, 0.0)
+            self._times.append((own, stepped[0] - self._round[0], min(self._data, own), collectives, queued))
+        self._round, self._stepped, self._data = now, None, 0.0
+        if self._broken or not sampled:
             return
         try:
-            self._sampled(step)
+            self._sampled(job)
         finally:
-            self._t_round = time.perf_counter()
+            self._round = self._mark()
 
     def _sampled(self, step: int) -> None:
         try:
             if self._store is None and not self._connect():
                 return
-            params = fingerprint(self.s, step, self.rank, self.size)
+            params = fingerprint(self.s, step, self.rank, self.size, self._synced)
             times, self._times = self._times, []
+
+            def median(i: int) -> float:
+                return statistics.median(t[i] for t in times) if times else 0.0
+
             timing = RankTime(step=step, rank=self.rank, world_size=self.size, steps=len(times),
-                              compute_s=statistics.median(t[0] for t in times) if times else 0.0,
-                              wait_s=statistics.median(t[1] for t in times) if times else 0.0,
-                              data_s=statistics.median(t[2] for t in times) if times else 0.0)
+                              compute_s=median(0), wait_s=median(1), data_s=median(2),
+                              collective_s=median(3), queued_s=median(4))
             losses, self._losses = self._losses, []
             loss = RankLoss(step=step, rank=self.rank, world_size=self.size,
                             steps=tuple(s for s, _ in losses), values=tuple(v for _, v in losses))
@@ -327,113 +416,6 @@ class Ranks:
         sys.stderr.write(f"traindoc: internal error comparing ranks, disabled it: {exc}\n")
 
 
-# ---- the fingerprint ---------------------------------------------------------------------------
-def fingerprint(session: Any, step: int, rank: int, size: int) -> RankParams:
-    """Sum, sum of magnitudes and ``K`` strided elements of every replicated floating-point
-    tensor, read back with one transfer per device. Replicas run the same reduction on the
-    same values, so a healthy job gives bit-identical fingerprints."""
-    names, tensors, sharded = _replicated(session)
-    by_device: dict[Any, list[int]] = {}
-    for i, t in enumerate(tensors):
-        by_device.setdefault(t.device, []).append(i)
-    rows: list[list[float]] = [[] for _ in tensors]
-    with torch.no_grad():
-        for idxs in by_device.values():
-            parts = []
-            for i in idxs:
-                flat = tensors[i].detach().reshape(-1)
-                n = flat.numel()
-                picks = flat[torch.linspace(0, n - 1, K, device=flat.device).long()] if n else flat.new_zeros(K)
-                # float32 accumulation (float64 for float64 tensors): a float64 reduction costs
-                # 14 ns per element on a CPU core, 0.6 s per sampled step for 21M parameters.
-                acc = torch.float64 if flat.dtype == torch.float64 else torch.float32
-                parts.append(torch.cat([flat.sum(dtype=acc).reshape(1).double(),
-                                        flat.abs().sum(dtype=acc).reshape(1).double(),
-                                        picks.to(torch.float64)]))
-            values = torch.stack(parts).tolist()  # the sync point: one per device per sampled step
-            for i, row in zip(idxs, values):
-                rows[i] = row
-    return RankParams(step=step, rank=rank, world_size=size, names=tuple(names),
-                      sums=tuple(r[0] for r in rows), scales=tuple(r[1] for r in rows),
-                      samples=tuple(v for r in rows for v in r[2:]), sharded=sharded)
-
-
-def _replicated(session: Any) -> tuple[list[str], list[torch.Tensor], int]:
-    """(names, local tensors, sharded count): the optimizers' parameters, then those of the
-    other modules in the training loop's variables, each tensor once."""
-    seen = ObjectMap()
-    names: list[str] = []
-    tensors: list[torch.Tensor] = []
-    sharded = 0
-
-    def add(name: str, p: Any) -> None:
-        nonlocal sharded
-        if p in seen or len(tensors) >= MAX_TENSORS or not p.is_floating_point():
-            return
-        seen[p] = True
-        local = _local(p)
-        if local is None:
-            sharded += 1
-        elif local.numel():
-            names.append(name)
-            tensors.append(local)
-
-    for opt in session.optimizers():
-        for group in opt.param_groups:
-            for p in group["params"]:
-                add(session.model.param_name(p), p)
-    for var, module in _loop_modules():
-        for name, p in module.named_parameters():
-            add(f"{var}.{name}", p)
-    return names, tensors, sharded
-
-
-def is_shard(p: Any) -> bool:
-    """Is ``p`` a DTensor that is not replicated on every rank (an FSDP2 or tensor-parallel
-    shard)? Cheap for plain tensors: one attribute lookup."""
-    placements = getattr(p, "placements", None)
-    return placements is not None and not all(type(pl).__name__ == "Replicate" for pl in placements)
-
-
-def local_part(t: Any) -> Any:
-    """This rank's local tensor of a DTensor (replicated ones hold the whole value), ``t``
-    itself otherwise: plain tensors and DTensors cannot meet in one ``torch.stack``."""
-    return t.to_local() if type(t) is not torch.Tensor and hasattr(t, "to_local") else t
-
-
-def _local(p: Any) -> torch.Tensor | None:
-    """The tensor every rank should hold alike, or None for a shard."""
-    if is_shard(p):
-        return None
-    return p.to_local().detach() if hasattr(p, "to_local") else p.detach()
-
-
-def _loop_modules() -> list[tuple[str, Any]]:
-    """(variable name, module) of the nn.Modules in the user's frames: their local variables and
-    the attributes of their objects one level down (``self.ema``, ``trainer.model``)."""
-    from traindoc.live.objects import is_user_file
-
-    found: list[tuple[str, Any]] = []
-    ids: set[int] = set()
-
-    def take(name: str, value: Any) -> None:
-        if isinstance(value, torch.nn.Module) and id(value) not in ids:
-            ids.add(id(value))
-            found.append((name, value))
-
-    frame: Any = sys._getframe(1)
-    while frame is not None:
-        if is_user_file(frame.f_code.co_filename):
-            for name, value in list(frame.f_locals.items()):
-                if isinstance(value, torch.nn.Module):
-                    take(name, value)
-                elif hasattr(value, "__dict__") and not isinstance(value, type) and name == "self":
-                    for attr, sub in list(vars(value).items()):
-                        take(f"{name}.{attr}", sub)
-        frame = frame.f_back
-    return found
-
-
 def _fields(event: Any) -> dict[str, object]:
     from traindoc.events import to_dict
 
@@ -454,3 +436,34 @@ def _timeout() -> float:
 
 
 __all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "local_part", "world"]
+
+
+class _RunQueue:
+    """Seconds the calling thread has waited in the run queue (ready to run while other
+    threads held every core), from ``/proc/thread-self/schedstat`` (Linux, one 1 us read);
+    0 elsewhere, and when read from another thread than the one that opened it."""
+
+    def __init__(self) -> None:
+        self._fd = -1
+        self._thread = -1
+        self._tried = False
+
+    def seconds(self) -> float:
+        if not self._tried:
+            self._tried = True
+            try:
+                self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+                self._thread = threading.get_native_id()
+            except OSError:
+                self._fd = -1
+        if self._fd < 0 or threading.get_native_id() != self._thread:
+            return 0.0
+        try:
+            return int(os.pread(self._fd, 64, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._tried = -1, True
