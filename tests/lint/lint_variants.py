@@ -555,6 +555,18 @@ def step_helper(tree: ast.Module) -> ast.Module | None:
     params = [n for n in _loaded(body) if n not in stored and n not in BUILTINS and n not in imported
               and n not in module_fns]
     name = _unique("train_step", _bound(tree))
+    # inside a method the helper is a method of the same class: ``self.train_step(x, y)``
+    cls = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and any(m is loop for m in ast.walk(c))), None)
+    method_of = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and any(m is loop for m in ast.walk(f))
+                      and f.args.args and f.args.args[0].arg == "self"), None) if cls else None
+    if cls is not None and method_of is not None and "self" in params:
+        params.remove("self")
+        helper_fn = _fn(name, ["self", *params], body)
+        call = ast.Expr(ast.Call(ast.Attribute(ast.Name("self", ast.Load()), name, ast.Load()),
+                                 [ast.Name(a, ast.Load()) for a in params], []))
+        loop.body = [call]
+        cls.body.insert(cls.body.index(method_of), helper_fn)
+        return tree
     helper_fn = _fn(name, params, body)
     loop.body = [_call(name, params)]
     top = next(s for s in tree.body if loop is s or any(m is loop for m in ast.walk(s)))

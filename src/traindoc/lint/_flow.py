@@ -142,6 +142,22 @@ class Module(IndexedFile):
             out += [(site, c, o) for c, o in self.optimizer_steps(helper)]
         return out
 
+    def micro_count(self, loop: ast.AST) -> str | None:
+        """How many micro-batches ``loop`` runs, as text (``gradient_accumulation_steps``,
+        ``len(micro_batches)``), when it is a loop over the micro-batches of one update (its
+        target or iterable says so: micro, accum, chunk, split, mb); None for any other loop."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return None
+        text = f"{self.text(loop.target)} {self.text(loop.iter)}".lower()
+        if not any(w in text for w in MICRO_WORDS):
+            return None
+        it = loop.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
+            it = it.args[0]
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
+            return self.text(it.args[0])
+        return f"len({self.text(it, 40)})"
+
     def _find_trained(self) -> None:
         """Names handed to backward in each scope, plus what loss functions return.
 
@@ -285,6 +301,8 @@ class Module(IndexedFile):
 
 
 _BUILTINS = frozenset(dir(builtins))
+# Words that mark a loop over the micro-batches of one update.
+MICRO_WORDS = ("micro", "accum", "chunk", "split", "mb")
 
 # Names with "loss" in them that scale a loss rather than hold one (``loss_weight``).
 FACTOR_WORDS = ("weight", "scale", "coef", "factor", "mask", "lambda")

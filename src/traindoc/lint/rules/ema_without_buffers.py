@@ -181,19 +181,58 @@ def _buffers_synced(mod: Module) -> set[str]:
     return out
 
 
-def _ema_loops(mod: Module) -> Iterator[tuple[ast.For, str, str]]:
-    """(loop, ema, source) for ``for a, b in zip(ema.parameters(), source.parameters()):`` loops
-    whose body updates the first in place."""
+def _ema_loops(mod: Module) -> Iterator[tuple[ast.stmt, str, str]]:
+    """(loop, ema, source) for loops over ``zip(ema.parameters(), source.parameters())`` whose
+    body (or a helper it calls) updates the first in place. The pairs may be wrapped
+    (``enumerate(zip(...))``), kept in a name first (``pairs = list(zip(...))``) or drawn with
+    ``next()`` in a ``while`` loop."""
     for call in mod.named("zip"):
-        loop = mod.parent.get(call)
-        if not (isinstance(loop, ast.For) and loop.iter is call and len(call.args) == 2):
+        if len(call.args) != 2:
             continue
         ema, source = (dotted(method(a, "parameters")) for a in call.args)
         if ema is None or source is None or ema == source:
             continue
-        if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in IN_PLACE
-               for stmt in loop.body for n in ast.walk(stmt)):
-            yield loop, ema, source
+        for loop in _consumers(mod, call):
+            if _updates_in_place(mod, loop):
+                yield loop, ema, source
+                break
+
+
+def _consumers(mod: Module, call: ast.Call) -> list[ast.stmt]:
+    """The loops that iterate over what ``call`` gives."""
+    node: ast.AST = call
+    up = mod.parent.get(node)
+    while isinstance(up, ast.Call):  # enumerate(zip(...)), list(zip(...)), iter(zip(...))
+        node, up = up, mod.parent.get(up)
+    if isinstance(up, (ast.For, ast.AsyncFor)) and up.iter is node:
+        return [up]
+    if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+        return []
+    name = up.targets[0].id
+    scope = mod.scope(up)
+    out: list[ast.stmt] = []
+    for loop in scope.loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Name) and loop.iter.id == name:
+            out.append(loop)
+        elif isinstance(loop, ast.While) and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
+            and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == name
+            for stmt in loop.body for n in ast.walk(stmt)
+        ):
+            out.append(loop)
+    return out
+
+
+def _updates_in_place(mod: Module, loop: ast.stmt) -> bool:
+    body = getattr(loop, "body", [])
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in IN_PLACE
+           for stmt in body for n in ast.walk(stmt)):
+        return True
+    scope = mod.scope(loop)
+    return any(
+        isinstance(c.func, ast.Attribute) and c.func.attr in IN_PLACE
+        for _, helper in mod.helpers(scope, loop) for c in helper.calls
+    )
 
 
 def _deep_copied(mod: Module, name: str) -> bool:
@@ -209,6 +248,8 @@ def _evaluated(mod: Module, name: str) -> bool:
         for call in calls:
             callee = dotted(call.func) or ""
             last = callee.split(".")[-1].lower()
-            if any(w in last for w in ("eval", "valid", "test")) and any(dotted(a) == name for a in call.args):
+            if any(w in last for w in ("eval", "valid", "test")) and any(
+                dotted(a) == name for a in [*call.args, *(k.value for k in call.keywords)]
+            ):
                 return True
     return False

@@ -194,6 +194,8 @@ class MissingZeroGrad:
                 s is helper for _, helper in mod.helpers(scope, loop) for _, s in clears
             ) or unseen - {id(scope)}:
                 continue  # cleared in the loop, or maybe by something this file does not call
+            if _cleared_after_micro_loop(mod, scope, loop, clears):
+                continue
             site, call, opt = next(
                 (s, c, o) for s, c, o in mod.steps_in(scope, loop) if not _built_inside(mod, scope, o, loop)
             )
@@ -245,6 +247,15 @@ def _step_loops(mod: Module, scope: Scope) -> list[ast.stmt]:
         if all(j is not loop for j in judged):
             judged.append(loop)
     return judged
+
+
+def _cleared_after_micro_loop(mod: Module, scope: Scope, loop: ast.stmt, clears: list[tuple[ast.AST, Scope]]) -> bool:
+    """A micro-batch loop whose step is conditional (the last micro-batch) and whose function
+    clears gradients after it: each call of the function is one update, cleared at its end."""
+    if mod.micro_count(loop) is None or any(_every_pass(mod, site, loop) for site, _, _ in mod.steps_in(scope, loop)):
+        return False
+    end = loop.end_lineno or loop.lineno
+    return any(s is scope and getattr(n, "lineno", 0) > end for n, s in clears)
 
 
 def _every_pass(mod: Module, site: ast.AST, loop: ast.AST) -> bool:

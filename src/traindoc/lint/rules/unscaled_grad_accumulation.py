@@ -195,7 +195,7 @@ class UnscaledGradAccumulation:
                 end = loop.end_lineno or loop.lineno
                 if step_site.lineno <= end or not {id(a) for a in mod.loops_around(step_site)} <= outer:
                     continue
-                count = _micro_count(mod, loop)
+                count = mod.micro_count(loop)
                 if count is None or _scales_grads(loop) or _grads_scaled_between(mod, scope, loop, step_site):
                     continue
                 every = count
@@ -240,27 +240,6 @@ class UnscaledGradAccumulation:
 def _is_accelerate(mod: Module, owner: str | None) -> bool:
     """``owner.backward(loss)`` is Accelerate's (Fabric's backward does not divide)."""
     return bool(owner) and mod.role(owner) == "accelerator" and "fabric" not in (owner or "")
-
-
-# Words that mark a loop over the micro-batches of one update.
-MICRO_WORDS = ("micro", "accum", "chunk", "split", "mb")
-
-
-def _micro_count(mod: Module, loop: ast.AST) -> str | None:
-    """How many micro-batches ``loop`` runs, as text (``gradient_accumulation_steps``,
-    ``len(micro_batches)``), when it is a loop over the micro-batches of one update (its
-    target or iterable says so); None for any other loop."""
-    if not isinstance(loop, (ast.For, ast.AsyncFor)):
-        return None
-    text = f"{mod.text(loop.target)} {mod.text(loop.iter)}".lower()
-    if not any(w in text for w in MICRO_WORDS):
-        return None
-    it = loop.iter
-    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
-        it = it.args[0]
-    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
-        return mod.text(it.args[0])
-    return f"len({mod.text(it, 40)})"
 
 
 def _grads_scaled_between(mod: Module, scope: Scope, loop: ast.AST, step: ast.Call) -> bool:
