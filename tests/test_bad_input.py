@@ -169,6 +169,8 @@ PYPROJECT = {
     "unknown-threshold": ("[tool.traindoc.detectors.loss-spike]\nfactr = 4.0", "'factr'", ("logs",)),
     "threshold-wrong-type": ('[tool.traindoc.detectors.loss-spike]\nfactor = "big"', "factor", ("logs",)),
     "threshold-out-of-range": ("[tool.traindoc.detectors.loss-spike]\nfactor = 0.5", "factor", ("logs",)),
+    "invalid-toml": ("fail-on = error", "`fail-on = error`", ("logs", "lint")),
+    "nested-too-deep": ("ignore = " + "[" * 100_000 + "]" * 100_000, "nested too deeply", ("logs", "lint")),
 }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from traindoc.errors import UsageError
+from traindoc.errors import UsageError, too_deep
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,7 +51,10 @@ def find_table(start: Path) -> tuple[Path, dict[str, object]] | None:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"cannot read {candidate}: {exc}; fix the file or run from another folder") from None
+            raise UsageError(f"cannot read {candidate}: {exc}{_quoted_line(text, str(exc))}; fix the file "
+                             "or run from another folder") from None
+        except RecursionError:  # `x = [[[[...` thousands deep
+            raise too_deep(candidate, "fix the file or run from another folder") from None
         tool = data.get("tool", {})
         table = tool.get("traindoc") if isinstance(tool, dict) else None
         if table is None:
@@ -61,6 +64,18 @@ def find_table(start: Path) -> tuple[Path, dict[str, object]] | None:
         check_table(candidate, table)
         return candidate, table
     return None
+
+
+def _quoted_line(text: str, error: str) -> str:
+    """`` in `ignore = [`` : the line a TOML error points at, so the message names the key."""
+    import re
+
+    found = re.search(r"at line (\d+)", error)
+    lines = text.splitlines()
+    if not found or not 0 < int(found.group(1)) <= len(lines):
+        return ""
+    line = lines[int(found.group(1)) - 1].strip()
+    return f" in `{line[:60]}{'...' if len(line) > 60 else ''}`" if line else ""
 
 
 def load(start: Path | None = None) -> Settings:
