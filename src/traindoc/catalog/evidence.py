@@ -25,6 +25,8 @@ from traindoc.cases import Case
 # The rollback guard is policy, not a detector, so it has no examples; its tests prove it.
 TESTED_ELSEWHERE: dict[str, dict[str, str]] = {
     "guard-rollback": {"live": "tests/live_metrics/test_guard.py"},
+    # A fleet's runs compared with each other: no detector sees more than one run.
+    "sibling-outlier": {"logs": "tests/fleet/test_folders.py"},
     # The preflight probes: each fails on a case made for it and passes on healthy ones.
     **{id_: {"preflight": "tests/preflight/test_preflight.py"} for id_ in (
         "bad-initial-loss", "no-gradient", "nondeterministic-eval", "resume-mismatch", "cannot-overfit-batch",

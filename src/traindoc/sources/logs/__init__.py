@@ -91,6 +91,23 @@ def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
             raise UsageError(f"{table.files[0]} holds no events; record a run with "
                              "`traindoc run --record RUN.jsonl train.py`")
         return Log(table, mapping.Mapping(), label=" ".join(map(str, paths)))
+    return _mapped(table, overrides, " ".join(map(str, paths)))
+
+
+def from_columns(columns: dict[str, tuple[list[int], list[float]]], *, format: str, label: str,
+                 x: str = "step", overrides: dict[str, str] | None = None) -> Log:
+    """A run whose metrics came from a tracker's API (MLflow, W&B), not a file: ``{name:
+    (steps, values)}``, mapped exactly as a log's columns are. Raises UsageError as ``load``."""
+    table = Table(format=format, files=[label], x=x, x_column=x)
+    for name, (steps, values) in columns.items():
+        table.series[name] = _table.Series(list(steps), list(values))
+    try:
+        return _mapped(table, overrides or {}, label)
+    except UsageError as exc:
+        raise UsageError(_table.one_line(str(exc))) from None
+
+
+def _mapped(table: Table, overrides: dict[str, str], label: str) -> Log:
     table.finish()
     if not table.series and not table.non_numeric:
         raise UsageError(f"{', '.join(table.files[:3])}: no value with a usable step "
@@ -118,7 +135,7 @@ def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
         raise UsageError(
             f"{', '.join(table.files[:3])}: no column could be mapped to a training signal (columns: "
             f"{shown}); name them with --map, e.g. --map loss={columns[0] if columns else 'COLUMN'}")
-    return Log(table, m, label=" ".join(map(str, paths)))
+    return Log(table, m, label=label)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from traindoc.events import Clip, Event, Series
 from traindoc.report import output
 
 if TYPE_CHECKING:
+    from traindoc.engine import Report
     from traindoc.sources.logs import Log
 
 T = TypeVar("T")
@@ -39,14 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _one_blas_thread()
-    from traindoc.analyze import analyze
     from traindoc.sources import logs
     from traindoc.sources.logs import mapping
 
-    if args.num_classes is not None and args.num_classes < 2:
-        raise UsageError(f"--num-classes must be >= 2, got {args.num_classes}")
-    if args.max_norm is not None and not args.max_norm > 0:
-        raise UsageError(f"--max-norm must be > 0, got {args.max_norm}")
+    check_options(args)
     settings = config.load()
     select, ignore = output.detector_choice(args, settings)
     output.check_output_path(args.json, "--json")
@@ -54,15 +51,38 @@ def run(args: argparse.Namespace) -> int:
     overrides = mapping.parse_overrides(args.map)
     log = logs.load([Path(p) for p in args.paths], overrides)
     log.argv = tuple(sys.argv[1:])
-    if args.max_norm is not None and log.table.events is None and "grad_norm" not in log.signals():
-        raise UsageError("--max-norm needs a gradient norm column in the log; map one with "
-                         "--map grad_norm=COLUMN")
+    _check_max_norm(log, args.max_norm)
     gc.freeze()  # the log's millions of values live to the end: keep the collector off them
     describe(log, sys.stderr)
+    report = diagnose(log, settings, select=select, ignore=ignore, num_classes=args.num_classes,
+                      max_norm=args.max_norm)
+    return output.emit(report, args, settings)
 
+
+def check_options(args: argparse.Namespace) -> None:
+    if args.num_classes is not None and args.num_classes < 2:
+        raise UsageError(f"--num-classes must be >= 2, got {args.num_classes}")
+    if args.max_norm is not None and not args.max_norm > 0:
+        raise UsageError(f"--max-norm must be > 0, got {args.max_norm}")
+
+
+def _check_max_norm(log: Log, max_norm: float | None) -> None:
+    if max_norm is not None and log.table.events is None and "grad_norm" not in log.signals():
+        raise UsageError("--max-norm needs a gradient norm column in the log; map one with "
+                         "--map grad_norm=COLUMN")
+
+
+def diagnose(log: Log, settings: config.Settings, *, select: tuple[str, ...] | None,
+             ignore: tuple[str, ...], num_classes: int | None = None,
+             max_norm: float | None = None) -> Report:
+    """One run's report from its read log: what ``traindoc logs`` shows for a run (the fleet
+    calls it once per run)."""
+    from traindoc.analyze import analyze
+
+    _check_max_norm(log, max_norm)
     detectors = {k: dict(v) for k, v in settings.detectors.items()}
-    if args.num_classes is not None:
-        detectors.setdefault("val-at-chance", {})["classes"] = args.num_classes
+    if num_classes is not None:
+        detectors.setdefault("val-at-chance", {})["classes"] = num_classes
     if log.map.units:  # the unit told from the whole log, not from the first values seen
         detectors.setdefault("val-at-chance", {}).setdefault("percent", "percent" in log.map.units.values())
     watch = [s for s in log.signals() if _error_like(s)]
@@ -76,10 +96,10 @@ def run(args: argparse.Namespace) -> int:
     loads = [s for s in log.signals() if s.startswith("expert_load.")]
     if loads:  # one column per expert: expert-collapse judges their shares
         detectors.setdefault("expert-collapse", {}).setdefault("loads", tuple(loads))
-    extra = ("clip",) if args.max_norm is not None else ()
+    extra = ("clip",) if max_norm is not None else ()
     events: Iterator[Event] = log.events(extra_signals=extra)
-    if args.max_norm is not None:
-        events = _with_clips(events, args.max_norm)
+    if max_norm is not None:
+        events = _with_clips(events, max_norm)
     settings = dataclasses.replace(settings, detectors=detectors)
     report = analyze(events, select=select, ignore=ignore, settings=settings)
     t = log.table
@@ -92,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             "explicit": list(log.map.explicit), "units": dict(log.map.units),
             "notes": list(t.notes) + list(log.map.notes),
         }
-    return output.emit(report, args, settings)
+    return report
 
 
 def _one_blas_thread() -> None:
