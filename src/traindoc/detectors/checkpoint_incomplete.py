@@ -23,6 +23,8 @@ EFFECT = {
 OPTIONAL = ("scaler", "rng")
 # Why an optional part that is absent does not fire by itself.
 ABSENT_NOTE = {
+    "scheduler": "needed if the run stepped an LR scheduler; with no optimizer state saved, the file "
+                 "cannot tell",
     "scaler": "needed only if the run used an fp16 GradScaler",
     "rng": "a resume then draws other random batches, dropout masks and augmentations than an "
            "uninterrupted run would: it changes no result, only bit-exactness",
@@ -65,7 +67,11 @@ class CheckpointIncomplete:
     files (a state_dict, ``model.safetensors``) are not resume checkpoints: the detector is
     reported not applicable to them, unless the file's name says it is the one to resume from
     (``last_checkpoint.pt``, ``checkpoint_epoch_5.pt``): then it is a training checkpoint that
-    holds nothing but the model.
+    holds nothing but the model. So is a dict whose weights come with the run's metadata
+    (``Checkpoint.meta``: a config or the run's arguments, a best or validation metric, a
+    history), saved by a training loop, with no optimizer, scheduler, step or RNG state; a
+    model config alone beside the weights in a file named as an export (``model_final.pt``)
+    stays an export.
 
     A state built from ``named_parameters()`` filtered on ``requires_grad`` instead of
     ``state_dict()`` loses the frozen parameters and every buffer. Where the reader can tell
@@ -79,8 +85,10 @@ class CheckpointIncomplete:
     examples: ClassVar[tuple[Example, ...]] = (
         Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
         Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
+        Example("ckpt/golden/incomplete_meta_only.jsonl", -1),
         Example("ckpt/golden/complete_training.jsonl", None),
         Example("ckpt/golden/bare_weights.jsonl", None),
+        Example("ckpt/golden/export_with_config.jsonl", None),
         Example("ckpt/golden/nanogpt_checkpoint.jsonl", None),
         Example("zoo/ckpt_incomplete.py", -1),
         Example("zoo/healthy_ckpt_resume.py", None),
@@ -152,6 +160,8 @@ class CheckpointIncomplete:
         ck, missing = bad[0]
         absent = [p for p in OPTIONAL if p not in ck.has and p not in missing
                   and not (p == "scaler" and self._live)]  # live: no GradScaler in use
+        if "optimizer" in missing and "scheduler" not in ck.has + tuple(missing) and not self._live:
+            absent.insert(0, "scheduler")  # no optimizer groups to say whether one was used
         at = f" (step {ck.step})" if ck.step is not None else ""
         if ck.where:
             at += f", saved at {ck.where},"
@@ -207,6 +217,9 @@ def _what(ck: Checkpoint, missing: list[str]) -> str:
     if ck.format == "state-dict":  # bare weights judged for resuming: the reader went by its name
         return ("named as the checkpoint to resume from, but holds only the model's state_dict "
                 f"(no {', '.join(missing)})")
+    if ck.meta and not set(ck.has) - {"model", "ema"}:
+        return (f"a training checkpoint (it saves {', '.join(ck.meta[:4])} beside the weights) holding "
+                f"{', '.join(ck.has)} but no {', '.join(missing)}")
     return f"a training checkpoint holding {', '.join(ck.has)} but no {', '.join(missing)}"
 
 

@@ -40,6 +40,7 @@ class Checkpoint:
     role: str = ""
     where: str = ""  # live: file:line of the torch.save call
     lost_buffers: tuple[str, ...] = ()  # BatchNorm modules saved with weights but no running stats
+    meta: tuple[str, ...] = ()  # training metadata keys beside the weights (config, best_val_acc)
 
     @property
     def signal(self) -> str:

@@ -18,6 +18,16 @@ def resume_name(name: str) -> bool:
     return bool(words & _RESUME_WORDS) and not words & _EXPORT_WORDS
 
 
+def export_name(name: str) -> bool:
+    """A file name that says "an export": ``model_final.pt``, ``best_model.pt``, ``export.pt``."""
+    return bool(_words(name) & _EXPORT_WORDS)
+
+
+def _words(name: str) -> set[str]:
+    stem = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name.split(".")[0]).lower()
+    return set(re.split(r"[^a-z]+", stem)) - {""}
+
+
 _RESUME_WORDS = {"checkpoint", "ckpt", "resume", "last", "latest"}
 _EXPORT_WORDS = {"best", "final", "export", "exported", "pretrained", "inference", "release",
                  "pytorch", "ema", "swa", "averaged", "deploy"}

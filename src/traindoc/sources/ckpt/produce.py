@@ -321,6 +321,7 @@ def _checkpoint_event(ck: Ckpt, opts: Sequence[Opt], step: int | None, s: Summar
         sched_base_lrs=tuple(s.sched_base_lrs), sched_last_lrs=tuple(s.sched_last_lrs),
         optimizer_steps=s.optimizer_steps, epoch=ck.epoch,
         lost_buffers=tuple(lost_buffers(ck.model)) if ck.model else (),
+        meta=tuple(ck.meta),
         tensors=len(ck.model.names()) if ck.model else 0,
         numel=sum(ck.model.info(n).numel for n in ck.model.names()) if ck.model else 0,
         nbytes=sum(ck.model.info(n).nbytes for n in ck.model.names()) if ck.model else 0,

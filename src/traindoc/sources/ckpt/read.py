@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Mapping, TypeGuard, TypeVar
 
 from traindoc.errors import UsageError
 from traindoc.sources.ckpt._load import check_file, torch_load
-from traindoc.sources.ckpt.names import no_checkpoint_hint, resume_name
+from traindoc.sources.ckpt.names import export_name, no_checkpoint_hint, resume_name
 from traindoc.sources.ckpt._tensors import MultiStore, SafetensorsStore, Store, TorchStore
 
 if TYPE_CHECKING:
@@ -47,6 +48,13 @@ _SCHEDULER_KEYS = ("scheduler", "lr_scheduler", "scheduler_state_dict", "sched",
 _SCALER_KEYS = ("scaler", "grad_scaler", "scaler_state_dict", "amp", "amp_scaler",
                 "native_amp_scaling_state", "MixedPrecision", "MixedPrecisionPlugin")
 _META_KEYS = ("meta", "metadata", "trainer_state", "train_state", "state", "progress")
+# Training metadata saved beside the weights: a model config or the run's arguments, and metrics
+# of the evaluation (best_val_acc, val_loss, history). With them a dict is a training checkpoint.
+_CONFIG_KEYS = ("config", "cfg", "args", "hparams", "hyper_parameters", "hyperparameters", "train_config",
+                "training_args", "train_args", "opt", "options", "model_args", "model_config", "settings")
+_MODEL_CONFIG_KEYS = ("config", "cfg", "model_args", "model_config")  # also what an export keeps
+_METRIC_WORDS = {"best", "val", "valid", "validation", "loss", "acc", "accuracy", "metric", "metrics", "score",
+                 "f1", "history", "ppl", "perplexity", "bleu", "map", "auc", "top1"}
 _HF_WEIGHTS = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
                "pytorch_model.bin", "adapter_model.safetensors", "adapter_model.bin")
 
@@ -67,6 +75,7 @@ class Ckpt:
     training: bool = False
     notes: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # step counter candidates (``counters``)
+    meta: list[str] = field(default_factory=list)  # training metadata keys beside the weights
     file_bytes: int = 0
     mapped: bool = True  # every tensor is mmap'd from a file (pages may be released after use)
 
@@ -304,6 +313,8 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
                     ck.step = _int_like(mv)
                 elif str(mk) in _EPOCH_KEYS and ck.epoch is None:
                     ck.epoch = _int_like(mv)
+        elif value is not None and (k in _CONFIG_KEYS or set(re.split(r"[^a-z0-9]+", k.lower())) & _METRIC_WORDS):
+            ck.meta.append(k)
     if ck.step is not None or ck.epoch is not None:
         ck.has.add("step")
     chosen = next((k for k in _MODEL_KEYS if k in candidates), None)
@@ -320,8 +331,21 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
                          "pass a checkpoint written with torch.save(model.state_dict()) or "
                          '{"model": model.state_dict(), ...}')
     ck.training = ck.model is not None and bool(ck.optimizers or ck.has & set(TRAINING_PARTS))
+    if not ck.training and ck.model is not None and ck.meta and _training_meta(ck.meta, path.name):
+        # Weights with the run's config or its best metric beside them: saved by a training loop
+        # to resume or to pick up from, not a bare export; it holds no training state.
+        ck.training = True
+        ck.notes.append(f"holds {', '.join(map(repr, ck.meta[:4]))} beside the weights: a training checkpoint, "
+                        "but with no optimizer, scheduler, step or RNG state")
     ck.counters = counters(obj)
     return ck
+
+
+def _training_meta(keys: list[str], name: str) -> bool:
+    """Do metadata ``keys`` beside the weights make a training checkpoint? A model config alone
+    in a file named as an export (``model_final.pt``, ``export.pt``) is how exports are saved."""
+    only_model_config = all(k in _MODEL_CONFIG_KEYS for k in keys)
+    return not (only_model_config and export_name(name))
 
 
 def counters(obj: object) -> dict[str, int]:
