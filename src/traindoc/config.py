@@ -107,7 +107,7 @@ _LINT_KEYS = ("select", "ignore", "per-file-ignores")
 
 def check_table(path: Path, table: Mapping[str, object], where: str = "[tool.traindoc]") -> None:
     """UsageError naming the file and the key for an unknown key, a value of the wrong type,
-    an unknown failure id or an unknown severity. Detector thresholds are checked by ``load``."""
+    an unknown failure id, an unknown severity, or a detector threshold its Config refuses."""
     from traindoc.findings import SEVERITIES
 
     known = _KEYS if where == "[tool.traindoc]" else {k: _KEYS[k] for k in _LINT_KEYS}
@@ -124,8 +124,10 @@ def check_table(path: Path, table: Mapping[str, object], where: str = "[tool.tra
                 raise UsageError(f"{path}: {where} per-file-ignores must be {_KEYS[key]}")
             for pattern, ids in value.items():
                 _ids(path, f"{where} per-file-ignores.{pattern!r}", ids)
-        elif key == "detectors" and not isinstance(value, dict):
-            raise UsageError(f"{path}: {where} detectors must be {_KEYS[key]}")
+        elif key == "detectors":  # checked for every face, lint too: a typo there is still a typo
+            if not isinstance(value, dict):
+                raise UsageError(f"{path}: {where} detectors must be {_KEYS[key]}")
+            _detector_tables(path, value)
         elif key == "lint":
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: [tool.traindoc.lint] must be a table")
