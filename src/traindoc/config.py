@@ -5,6 +5,11 @@
     fail-on = "error"
     [tool.traindoc.detectors.loss-spike]
     factor = 4.0
+
+The keys are those of ``_KEYS`` (lint's own in ``traindoc.lint.config``). The table is checked
+whole when it is found, for every face: an unknown key, a value of the wrong type, an unknown
+id or severity, a threshold its detector's Config refuses is a UsageError naming the file and
+the key, never a default taken in silence.
 """
 
 from __future__ import annotations
