@@ -204,7 +204,7 @@ class Ranks:
             finally:
                 del join._get_num_nonjoined_procs
                 if asked[0] > 1:  # the last ask finds every rank joined: not an iteration
-                    ranks._offsets.append((ranks.s.step, ranks._offsets[-1][1] + asked[0] - 1))
+                    ranks._offsets.append((ranks.s.current_step, ranks._offsets[-1][1] + asked[0] - 1))
 
         self._join_saved = (Join, original)
         Join.__exit__ = __exit__  # type: ignore[method-assign]
@@ -247,8 +247,9 @@ class Ranks:
     # ---- each sampled step ---------------------------------------------------------------------
     def _on_round(self, step: int) -> None:
         # The job's step: this rank's own, or later when it waited in a Join for the others;
-        # then it samples on the job's sampled steps, as the ranks that did not wait do.
-        job = self._job_step(step)
+        # then it samples on the job's sampled steps, as the ranks that did not wait do. The
+        # latest offset: a Join left in this round has already synchronised the parameters.
+        job = step + self._offsets[-1][1]
         sampled = self.s.sampled if job == step else self.s.level.sampled(job)
         if self._store is None:  # not in a group of several ranks (yet): nothing to time or keep
             if sampled and not self._broken:
