@@ -182,3 +182,19 @@ def test_no_sibling_alarm_on_a_healthy_sweep_with_spread(tmp_path: Path) -> None
         (root / f"seed{seed}.csv").write_text(fs.csv_text(run))
     doc = _fleet(root, tmp_path)
     assert doc["fleet"]["with_findings"] == 0, doc["fleet"]
+
+
+def test_run_names_are_escaped_in_every_output(csv_sweep: tuple[Path, dict[str, set[str]]], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "runs"
+    root.mkdir()
+    text = (csv_sweep[0] / "divergence.csv").read_text()
+    for name in ("\x1b[2Jclear.csv", "<img src=x onerror=alert(1)>.csv"):
+        (root / name).write_text(text)
+    html = tmp_path / "fleet.html"
+    doc = _fleet(root, tmp_path, "--html", str(html))
+    assert {r["name"] for r in doc["runs"]} == {"\x1b[2Jclear.csv", "<img src=x onerror=alert(1)>.csv"}
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2Jclear.csv" in err
+    page = html.read_text()
+    assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;.csv" in page

@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from html import escape
 from typing import Callable, Iterable, Iterator, TextIO
 
 from traindoc.engine import Report
 from traindoc.findings import Finding, severity_rank
+from traindoc.report import safe
 from traindoc.version import __version__
 
 FLEET_SCHEMA_VERSION = 1
@@ -68,10 +68,8 @@ def summary(rows: list[Row]) -> dict[str, object]:
 
 
 def plain(text: str) -> str:
-    """A user's string on one terminal line: control characters escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    """A user's string (a run name, a path) on one terminal line: control characters escaped."""
+    return safe.terminal(text)
 
 
 def lines(rows: list[Row], title: str) -> list[str]:
@@ -111,12 +109,12 @@ def write_json(rows: list[Row], report_of: Callable[[int], Report | None], out: 
     from traindoc.report import json as json_report
 
     head = {"traindoc": __version__, "fleet_schema_version": FLEET_SCHEMA_VERSION,
-            "fleet": {"source": source, **summary(rows)}}
+            "fleet": safe.json_safe({"source": source, **summary(rows)})}
     out.write(json.dumps(head, indent=1)[:-2] + ',\n "runs": [\n')
     for i, r in enumerate(rows):
         report = report_of(i)
-        entry = {"name": r.name, "id": r.id, "source": r.source, "steps": r.steps, "error": r.error,
-                 "report": json_report.to_dict(report) if report is not None else None}
+        entry = safe.json_safe({"name": r.name, "id": r.id, "source": r.source, "steps": r.steps, "error": r.error,
+                                "report": json_report.to_dict(report) if report is not None else None})
         out.write(("," if i else "") + json.dumps(entry) + "\n")
     out.write(" ]\n}\n")
 
@@ -130,20 +128,20 @@ def html(rows: list[Row], report_of: Callable[[int], Report | None], title: str)
     head = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width,initial-scale=1'>"
             "<meta name='color-scheme' content='light dark'>"
-            f"<title>traindoc fleet: {escape(title)}</title>")
-    index = [f"<header><h1>traindoc fleet: {escape(title)}</h1><p class='summary'>{s['runs']} runs, "
+            f"<title>traindoc fleet: {safe.html(title)}</title>")
+    index = [f"<header><h1>traindoc fleet: {safe.html(title)}</h1><p class='summary'>{s['runs']} runs, "
              f"{s['healthy']} without findings, {s['with_findings']} with findings, {s['unreadable']} "
              "unreadable</p></header><section id='fleet'><div class='scroll'><table class='fleet'>"
              "<tr><th>run</th><th>steps</th><th>worst finding</th><th>step</th></tr>"]
     for i in order:
         r = rows[i]
         w = r.worst()
-        link = f"<a href='#run-{i}'>{escape(r.name)}</a>"
+        link = f"<a href='#run-{i}'>{safe.html(r.name)}</a>"
         if r.error is not None:
-            index.append(f"<tr><td>{escape(r.name)}</td><td>-</td><td colspan='2'>cannot be read: "
-                         f"{escape(r.error)}</td></tr>")
+            index.append(f"<tr><td>{safe.html(r.name)}</td><td>-</td><td colspan='2'>cannot be read: "
+                         f"{safe.html(r.error)}</td></tr>")
             continue
-        worst = "-" if w is None else f"<span class='{w.severity}'>{w.severity}</span> {escape(w.id)}"
+        worst = "-" if w is None else f"<span class='{w.severity}'>{w.severity}</span> {safe.html(w.id)}"
         at = "-" if w is None or w.step is None else str(w.step)
         index.append(f"<tr><td>{link}</td><td>{r.steps}</td><td>{worst}</td><td>{at}</td></tr>")
     index.append("</table></div>")
@@ -151,7 +149,7 @@ def html(rows: list[Row], report_of: Callable[[int], Report | None], title: str)
     assert isinstance(ids, dict)
     if ids:
         index.append("<p><b>failure ids:</b> " + ", ".join(
-            f"{escape(i)} {n} run{'s' if n > 1 else ''}" for i, n in ids.items()) + "</p>")
+            f"{safe.html(i)} {n} run{'s' if n > 1 else ''}" for i, n in ids.items()) + "</p>")
     index.append("</section>")
     extra = ("table.fleet .error{color:var(--error)}table.fleet .warning{color:var(--warning)}"
              "table.fleet .info{color:var(--info)}section.run{border-top:2px solid var(--grid);margin-top:2rem}")
