@@ -136,6 +136,7 @@ WRONG_TYPES = {
     "params-list": (_set("params", []), "params"),
     "not-applicable-numbers": (_set("not_applicable", [{"id": 1, "reason": 2}]), "not_applicable[0].id"),
     "schema-bool": (_set("schema_version", True), "schema"),
+    "evidence-900-deep": (_set("findings.0.evidence", {"a": json.loads("[" * 900 + "]" * 900)}), "nested"),
 }
 
 

@@ -21,6 +21,8 @@ from traindoc.version import __version__
 SCHEMA_VERSION = 2
 # A report names at most this many parameters in "params": those a finding names first.
 MAX_PARAMS = 200
+# A saved report read back is at most this deep (one written is 6 or 7 levels deep).
+MAX_DEPTH = 32
 
 
 def clean(value: Any) -> Any:
@@ -81,6 +83,8 @@ def from_dict(data: dict[str, Any]) -> Report:
     must be an integer or null, got 'x'``): the renderers then meet only the types they write."""
     if not isinstance(data, dict) or "findings" not in data or "run" not in data:
         raise ValueError("not a traindoc JSON report (no 'run' and 'findings')")
+    if _deeper_than(data, MAX_DEPTH):  # the renderers and clean() recurse into evidence
+        raise ValueError(f"nested more than {MAX_DEPTH} levels deep; a traindoc report is a few levels deep")
     version = data.get("schema_version", data.get("schema"))
     if not isinstance(version, int) or isinstance(version, bool) or version > SCHEMA_VERSION:
         raise ValueError(f"report schema {_shown(version)}: this traindoc reads schema 1 to {SCHEMA_VERSION}")
@@ -144,6 +148,18 @@ _RUN_FIELDS: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
     ("trained", bool, "true or false"),
     ("argv", list, "a list of strings"),
 )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` deep (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
 
 
 def _or(value: Any, default: Any) -> Any:
