@@ -19,7 +19,6 @@ _STEP_HELPER = "the loop body moved into a per-iteration helper: the rule judges
 KNOWN_MISSES = {
     "masked-nonfinite-invalid-1-method_form": "`y.nan_to_num()` (method form) on a label is not followed",
     "masked-nonfinite-invalid-1-method_form+method": "`y.nan_to_num()` (method form) on a label is not followed",
-    "constant-loss-invalid-0-constants+step_helper": _STEP_HELPER,
     "constant-loss-invalid-5-bare_import": "`clamp(loss, max=...)` imported bare is not seen as a cap",
     "constant-loss-invalid-5-alias_import": "`clamp_fn(loss, max=...)` imported under an alias is not seen as a cap",
     "constant-loss-invalid-5-bare_import+helper": "`clamp(loss, max=...)` imported bare is not seen as a cap",
@@ -27,11 +26,6 @@ KNOWN_MISSES = {
     "no-gradient-invalid-0-while_loop+method": "a `while True: batch = next(it)` loop is not read as the training loop",
     "unscaled-grad-accumulation-invalid-3-while_loop": "a `while True: mb = next(it)` micro-batch loop is not read as one",
     "unscaled-grad-accumulation-invalid-3-while_loop+method": "a `while True: mb = next(it)` micro-batch loop is not read as one",
-    "checkpoint-not-atomic-invalid-1-step_helper": "wrong line: " + _STEP_HELPER,
-    "checkpoint-not-atomic-invalid-2-step_helper": _STEP_HELPER,
-    "checkpoint-not-atomic-invalid-2-constants+step_helper": _STEP_HELPER,
-    "checkpoint-not-atomic-invalid-4-step_helper": _STEP_HELPER,
-    "checkpoint-not-atomic-invalid-4-constants+step_helper": _STEP_HELPER,
     "autograd-collective-invalid-4-kwargs_call": "a helper's arguments passed by keyword are not followed into it",
     "autograd-collective-invalid-4-kwargs_call+method": "a helper's arguments passed by keyword are not followed into it",
 }

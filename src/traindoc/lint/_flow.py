@@ -22,6 +22,8 @@ class Module(IndexedFile):
         self._targets: dict[int, Scope | None] = {}  # callee_scope, per call
         self._reach: dict[int, list[Scope]] = {}  # reached, per scope
         self._helpers: dict[tuple[int, int], list[tuple[ast.Call, Scope]]] = {}  # helpers, per (scope, node)
+        self._looped: set[int] | None = None  # scopes a loop calls, for repeated
+        self._callers: dict[int, list[ast.Call]] | None = None  # callers_of, per scope
         self._find_backwards()
         self._find_trained()
 
@@ -141,6 +143,27 @@ class Module(IndexedFile):
         for site, helper in self.helpers(scope, node):
             out += [(site, c, o) for c, o in self.optimizer_steps(helper)]
         return out
+
+    def callers_of(self, scope: Scope) -> list[ast.Call]:
+        """The calls in this file that run ``scope`` (as ``callee_scope`` finds them)."""
+        if self._callers is None:
+            self._callers = {}
+            for call in self.calls:
+                target = self.callee_scope(call)
+                if target is not None:
+                    self._callers.setdefault(id(target), []).append(call)
+        return self._callers.get(id(scope), [])
+
+    def repeated(self, node: ast.AST) -> bool:
+        """``node`` runs many times: inside a loop of its function, or in a function of this
+        file that a loop calls (three calls deep)."""
+        if self.loops_around(node):
+            return True
+        if self._looped is None:
+            self._looped = {
+                id(h) for scope in self.scopes for loop in scope.loops for _, h in self.helpers(scope, loop)
+            }
+        return id(self.scope(node)) in self._looped
 
     def micro_count(self, loop: ast.AST) -> str | None:
         """How many micro-batches ``loop`` runs, as text (``gradient_accumulation_steps``,

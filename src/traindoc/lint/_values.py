@@ -246,7 +246,15 @@ def value_of(mod: IndexedFile, node: ast.expr | None, at: ast.AST, depth: int = 
         depth -= 1
         if isinstance(node, ast.Name):
             found = home.reaching(node.id, getattr(at, "lineno", 0))
-            if found is None and home.name != "<module>" and node.id not in _params(home):
+            if found is None and node.id in _params(home):
+                # a parameter: the argument of this file's only call of the function
+                passed = _argument(mod, home, node.id)
+                if passed is None:
+                    return node
+                node, at = passed
+                home = mod.scope(at)
+                continue
+            if found is None and home.name != "<module>":
                 found = mod.scopes[0].reaching(node.id, 10**9)
             if found is None or isinstance(found, ast.AugAssign):
                 return node
@@ -280,6 +288,28 @@ def _located(mod: IndexedFile, node: ast.AST) -> ast.AST:
             return node
         node = up
     return node
+
+
+def _argument(mod: IndexedFile, scope: Scope, name: str) -> tuple[ast.expr, ast.Call] | None:
+    """What the calls of ``scope`` in this file pass for its parameter ``name``, with the call:
+    None unless they all pass the same expression (one call, usually)."""
+    callers = getattr(mod, "callers_of", None)  # a Module (the flow), not a bare index
+    fn = scope.node
+    if callers is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+    if scope.cls is not None and params and params[0] in ("self", "cls"):
+        params = params[1:]
+    index = params.index(name) if name in params else 10**6
+    found: list[tuple[ast.expr, ast.Call]] = []
+    for call in callers(scope):
+        value = arg(call, index, name)
+        if value is None:
+            return None
+        found.append((value, call))
+    if not found or len({ast.dump(v) for v, _ in found}) != 1:
+        return None
+    return found[0]
 
 
 def _params(scope: Scope) -> set[str]:

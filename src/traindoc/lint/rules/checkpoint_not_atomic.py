@@ -173,9 +173,12 @@ class CheckpointNotAtomic:
         if not saves:
             return
         loaded = self._loaded_paths(mod)
+        via_helper = {id(inner) for call, _, _, inner in saves if inner is not call}
         for call, _, path, inner in saves + _buffer_writes(mod, saves):
             if path is None and inner is not call:
                 continue
+            if inner is call and id(call) in via_helper:
+                continue  # judged where the helper is called, with the caller's path
             path = _opened_path(mod, path, call)
             name = fixed_filename(mod, path, call)
             if not name or any(w in name.lower() for w in TEMP_WORDS):
@@ -183,13 +186,18 @@ class CheckpointNotAtomic:
             resumed = path is not None and mod.text(path, 400) in loaded
             if not resumed and not any(w in name.lower() for w in RESUME_WORDS):
                 continue
-            repeated = resumed or mod.loops_around(call) or any(
+            repeated = resumed or mod.repeated(call) or any(
                 w in mod.scope(call).name.lower() for w in ("save", "checkpoint", "ckpt")
             )
             if not repeated:
                 continue  # a one-off save at the end of a run does not overwrite a resume point
             if self._renames(mod, call) or self._renames(mod, inner):
                 continue
+            # a save helper (save_checkpoint(state, path)) is reported where it is called; a
+            # function that saves among other work (a train step) at its own torch.save
+            helper = mod.scope(inner).name.lower()
+            if mod.scope(inner) is not mod.scope(call) and not any(w in helper for w in ("save", "checkpoint", "ckpt")):
+                call = inner
             yield Hit(
                 call,
                 f"`{mod.text(call)}` (line {call.lineno}) overwrites `{name}` in place: a crash "
