@@ -11,6 +11,8 @@ import time
 from types import TracebackType
 from typing import TextIO
 
+from traindoc.report import safe
+
 
 class Progress:
     def __init__(self, label: str, total: int | None = None, *, stream: TextIO | None = None,
@@ -31,7 +33,8 @@ class Progress:
             return
         self._next = now + 0.1
         count = f"{done:,}/{self.total:,}" if self.total else f"{done:,}"
-        text = f"{self.label}: {count}" + (f" {detail}" if detail else "")
+        # detail names a user's file or tensor: escaped, so a name cannot move the cursor
+        text = f"{self.label}: {count}" + (f" {safe.terminal(detail)}" if detail else "")
         width = shutil.get_terminal_size((80, 24)).columns - 1
         text = text[:width]
         self.stream.write("\r" + text + " " * max(0, self._drawn - len(text)))

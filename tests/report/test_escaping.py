@@ -164,3 +164,21 @@ def test_error_line_echoing_a_path(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 2
     no_raw_control(err)
     assert "gone\\x1b[2J" in err
+
+
+# ------------------------------------------------------------------ the progress line
+def test_progress_line_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from traindoc.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("TRAINDOC_NO_PROGRESS", raising=False)
+    out = Tty()
+    with Progress("traindoc ckpt diff", 2, stream=out, after=0.0) as p:
+        p.update(1, ESC_KEY)  # a tensor name, as ckpt diff shows it
+        no_raw_control(out.getvalue().replace("\r", ""))
+        assert "layer\\x1b[2J.weight" in out.getvalue()

@@ -140,7 +140,7 @@ def lint_paths(
     result = LintResult()
     with Progress("traindoc lint") as progress:
         for i, file in enumerate(iter_files(paths)):
-            progress.update(i, safe.terminal(display_path(file)))
+            progress.update(i, display_path(file))
             _lint_file(file, result, cli_select, cli_ignore, use_config)
     return result
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Iterator
 
 from traindoc.errors import UsageError, regular_file, too_deep
-from traindoc.report import safe
 from traindoc.events import Event, RunEnd, RunStart
 from traindoc.sources.logs import _table, mapping
 from traindoc.sources.logs._table import Table
@@ -83,7 +82,7 @@ def _load(paths: list[Path], overrides: dict[str, str]) -> Log:
     with _gc_paused(), Progress("traindoc logs", len(paths), after=0.0 if big else 0.5) as progress:
         tables = []
         for i, p in enumerate(paths):
-            progress.update(i, safe.terminal(f"reading {p}"))
+            progress.update(i, f"reading {p}")
             tables.append(read(p, x_override))
     table = tables[0] if len(tables) == 1 else merge(tables)
     if table.events is not None:
