@@ -116,6 +116,9 @@ class Session:
         # other sampled-only instruments go on and off), when the level measures activations.
         self.sampling_listeners: list[Callable[[bool], None]] = []
         self.in_model_forward = False  # a model's forward is running (set by the core probe)
+        # A torch.compile'd model is trained: no global module hook of traindoc goes up any more
+        # (dynamo guards on them, and would compile again each time they change).
+        self.compiled = False
         # Loss tensors scaled by an AMP GradScaler (id -> scale tensor), set by the AMP probe,
         # so the loss signal is the user's loss, not loss * scale.
         self.loss_scales: dict[int, torch.Tensor] = {}
@@ -303,6 +306,13 @@ class Session:
             self.round_listeners = [fn for fn in self.round_listeners if fn != listener]
 
     # ---- optimizers ---------------------------------------------------------------------------
+    def mark_compiled(self) -> None:
+        """The model is ``torch.compile``'d: the sampled-only global hooks come down for good."""
+        if not self.compiled:
+            self.compiled = True
+            for listener in self.sampling_listeners:
+                listener(False)
+
     def on_optimizer_created(self, opt: Any) -> None:
         if opt is self._last_opt_ref():  # the common case, every step: no weak-map lookup
             return

@@ -54,6 +54,7 @@ class Probes:
     def install(self) -> None:
         for probe in self._probes:
             probe.install()
+        self.patcher.sync_ops()
 
     def uninstall(self) -> None:
         for probe in reversed(self._probes):

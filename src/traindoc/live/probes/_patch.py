@@ -1,5 +1,12 @@
-"""Patching torch safely: remember every original, restore in reverse, never let our code
-raise into the user's.
+"""Patching torch safely: remember every original, restore in reverse (leaving alone whatever
+the user put in its place since), never let our code raise into the user's.
+
+Nothing a user can see of torch is swapped to observe a value: op-level signals come from a
+``TorchFunctionMode`` (``live/ops.py``), optimizer steps from torch's global step hooks, and the
+one place with no hook, the start of a backward pass, is wrapped at torch's private entry into
+the autograd engine (``torch.autograd._engine_run_backward``), which ``Tensor.backward`` and
+``torch.autograd.backward`` both call and TorchScript, ``__torch_function__`` and the user's
+own patches never see. docs/live-patches.md lists every remaining patch and why.
 
 The hot path of every step (a backward, an optimizer step) goes through one dispatcher each,
 not one wrapper or hook per probe (the step pre hook is registered only for the steps that
@@ -9,12 +16,14 @@ it is registered for sampled steps only, or drops itself once it knows it has no
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from typing import Any, Callable
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from traindoc.live.probes._ops import OpsWatch
 from traindoc.live.session import Session
 
 is_compiling = torch.compiler.is_compiling
@@ -25,7 +34,7 @@ Hook = tuple[str, Callable[[Any], None]]
 class Patcher:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._patched: list[tuple[Any, str, Any]] = []
+        self._patched: list[tuple[Any, str, Any, Any]] = []  # owner, name, original, ours
         # Backward callbacks as registered: (probe, before, after, sampled steps only).
         self._backward: list[tuple[str, Callable[[Any], None] | None, Callable[[Any], None] | None, bool]] = []
         # Derived from _backward: (every step, sampled steps), before outermost first, after
@@ -44,19 +53,28 @@ class Patcher:
         # Whether the backward now running keeps its graph (retain_graph=True): several terms
         # of one loss backpropagated in turn, not micro-batches.
         self.retain_graph = False
+        # Op-level signals (torch.where, F.cross_entropy ...) through a TorchFunctionMode, on
+        # the windows probes hold; the "train" window is the sampled steps'.
+        self.ops = OpsWatch(session, self.guard)
+        self._train_window = False
 
     def patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         """Replace ``owner.name`` by ``make(original)``; ``restore`` puts the original back."""
         orig = getattr(owner, name)
-        self._patched.append((owner, name, orig))
-        setattr(owner, name, make(orig))
+        new = make(orig)
+        # An inherited method (Tensor.fill_ is TensorBase's) is deleted again on restore, not
+        # left as a copy in the subclass's own namespace.
+        own = not isinstance(owner, type) or name in owner.__dict__
+        self._patched.append((owner, name, orig if own else _INHERITED, new))
+        setattr(owner, name, new)
 
     def patch_descriptor(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         """Like ``patch`` for an attribute whose descriptor matters (a classmethod): the raw
         ``owner.__dict__`` entry is handed to ``make`` and put back by ``restore``."""
         orig = owner.__dict__[name]
-        self._patched.append((owner, name, orig))
-        setattr(owner, name, make(orig))
+        new = make(orig)
+        self._patched.append((owner, name, orig, new))
+        setattr(owner, name, new)
 
     def replace(self, owner: Any, name: str, new: Any) -> None:
         """Replace ``owner.name`` by ``new`` (one wrapper shared by several owners: the same
@@ -64,12 +82,20 @@ class Patcher:
         self.patch(owner, name, lambda _orig: new)
 
     def restore(self) -> None:
+        self.ops.close()
+        self._train_window = False
         self._hook_pre(False)
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        for owner, name, orig in reversed(self._patched):
-            setattr(owner, name, orig)
+        for owner, name, orig, new in reversed(self._patched):
+            # The user may have patched the same name on top of ours since: theirs stays (it
+            # still calls ours, which now only calls through).
+            if _ours_on_top(_raw(owner, name), new):
+                if orig is _INHERITED:
+                    delattr(owner, name)
+                else:
+                    setattr(owner, name, orig)
         self._patched.clear()
         self._backward.clear()
         self._backward_patched = False
@@ -88,9 +114,12 @@ class Patcher:
         started from (None for several); a backward started inside one (a probe's own) is not
         reported. Each callback is guarded.
         ``sampled_only``: called only for the backward of a sampled step."""
-        if not self._backward_patched:  # Tensor.backward calls torch.autograd.backward: one patch sees both
+        if not self._backward_patched:
             self._backward_patched = True
-            self.patch(torch.autograd, "backward", self._dispatch_backward)
+            if _ENGINE_ENTRY:  # reached by Tensor.backward and torch.autograd.backward alike
+                self.patch(torch.autograd, _ENGINE_ENTRY, self._dispatch_engine)
+            else:  # an older torch: the public function, which Tensor.backward calls
+                self.patch(torch.autograd, "backward", self._dispatch_backward)
         entry = (probe, before, after, sampled_only)
         if entry in self._backward:  # registered again while waiting: once is enough
             return
@@ -123,6 +152,8 @@ class Patcher:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if local.busy or is_compiling():
                 return orig(tensors, *args, **kwargs)
+            if patcher.ops.active:  # the forward is over: backward and the step run without the mode
+                patcher.ops.pause()
             loss = tensors if isinstance(tensors, Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
                 and isinstance(tensors[0], Tensor) else None)
@@ -159,6 +190,21 @@ class Patcher:
             return out
 
         return backward
+
+    def _dispatch_engine(self, orig: Any) -> Any:
+        """torch's entry into the autograd engine: ``(tensors, grad_tensors, retain_graph,
+        create_graph, inputs, allow_unreachable=, accumulate_grad=)``, as torch.autograd.backward
+        calls it (retain_graph already defaulted to create_graph); torch.autograd.grad calls it
+        with accumulate_grad=False and is not a backward of the step."""
+        backward = self._dispatch_backward(orig)
+
+        @functools.wraps(orig)
+        def _engine_run_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("accumulate_grad", True):
+                return orig(tensors, *args, **kwargs)
+            return backward(tensors, *args, **kwargs)
+
+        return _engine_run_backward
 
     # ---- optimizer steps -----------------------------------------------------------------------
     def on_step(self, probe: str, pre: Callable[[Any, bool], None] | None = None,
@@ -203,10 +249,20 @@ class Patcher:
         optimizer of it, or the next) and stays on until the first step took effect, so that
         an unsampled step calls nothing before its update."""
         session = self.session
+        if session.measuring != self._train_window:
+            self.sync_ops()
         wanted = bool(self._step_pre) and (session.measuring or session.sampled or not session.trained
                                            or bool(session.first_step_listeners))
         if wanted != (self._pre_handle is not None):
             self._hook_pre(wanted)
+
+    def sync_ops(self) -> None:
+        """The op-level window of training follows the session's sampled steps."""
+        self._train_window = self.session.measuring
+        if self._train_window:
+            self.ops.hold("train")
+        else:
+            self.ops.release("train")
 
     def _hook_pre(self, on: bool) -> None:
         if on and self._pre_handle is None:
@@ -224,6 +280,39 @@ class Patcher:
             fn(*args)
         except Exception as exc:  # never let traindoc break the user's training
             self.session.fail(probe, exc)
+
+
+def _raw(owner: Any, name: str) -> Any:
+    """``owner.name`` as stored (a class's raw ``__dict__`` entry: a classmethod unbound)."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if name in klass.__dict__:
+                return klass.__dict__[name]
+        return None
+    return getattr(owner, name, None)
+
+
+_INHERITED = object()  # restore: delete the attribute (the class inherited it)
+
+
+def _ours_on_top(current: Any, new: Any) -> bool:
+    """Is ``current`` our wrapper ``new``, or another of traindoc's own wrappers put on top of it
+    since (a part of traindoc that patches by itself and puts back only its own)? A wrapper
+    of the user's is left in place."""
+    code = getattr(current, "__code__", None)
+    return current is new or (code is not None and code.co_filename.startswith(_PACKAGE))
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+
+# torch's private entry into the autograd engine (torch >= 2.3), looked up in torch.autograd's
+# namespace by torch.autograd.backward; "" where this torch has none.
+_ENGINE_ENTRY = "_engine_run_backward" if callable(getattr(torch.autograd, "_engine_run_backward", None)) else ""
+
+
+# What torch.nn.utils.clip_grad_norm_ calls to clip, with the norm it measured (torch >= 2.6):
+# a module-private name, so wrapping it changes nothing the user sees.
+CLIP_ENTRY = "_clip_grads_with_norm_"
 
 
 class _Busy(threading.local):

@@ -33,7 +33,7 @@ from torch.amp.grad_scaler import GradScaler, OptState
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from traindoc.events import AutocastCheck, Event, GradScale, ScaledClip
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
 from traindoc.live.probes.clipping import local_norm, norm_key
 from traindoc.live.objects import user_site
 from traindoc.live.session import Session
@@ -87,8 +87,10 @@ class AmpProbes:
         patch(GradScaler, "step", self._wrap_step)
         patch(GradScaler, "update", self._wrap_update)
         clip = torch.nn.utils.clip_grad
-        for fn in ("clip_grad_norm_", "clip_grad_value_"):
-            wrapped = self._wrap_clip(getattr(clip, fn), fn)  # on top of the core probe's wrapper
+        if hasattr(clip, CLIP_ENTRY):  # clip_grad_norm_'s own clipping, under the core probe's wrapper
+            patch(clip, CLIP_ENTRY, lambda orig: self._wrap_clip(orig, "clip_grad_norm_"))
+        for fn in ("clip_grad_value_",) if hasattr(clip, CLIP_ENTRY) else ("clip_grad_norm_", "clip_grad_value_"):
+            wrapped = self._wrap_clip(getattr(clip, fn), fn)  # no hook and no inner call to use
             for owner in (clip, torch.nn.utils):
                 self._patcher.replace(owner, fn, wrapped)
         if hasattr(torch.nn.utils, "clip_grads_with_norm_"):  # torch >= 2.6; the clipping probe's
@@ -299,6 +301,8 @@ class AmpProbes:
         s = self.s
         limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value", 0.0))
         step = s.current_step
+        if fn == "clip_grad_norm_" and out is None:  # at torch's inner call: the norm it measured
+            out = args[1] if len(args) > 1 else kwargs.get("total_norm")
         if fn == "clip_grads_with_norm_":  # the norm is the caller's: measured before the call
             out = local_norm(args[1] if len(args) > 1 else kwargs.get("total_norm"))
             key = (step, norm_key(out)) if out is not None else None
@@ -325,7 +329,7 @@ class AmpProbes:
             self._guard(self._set_forward_hooks, on)
 
     def _set_forward_hooks(self, on: bool) -> None:
-        if on and not self._fwd:
+        if on and not self._fwd and not self.s.compiled:
             from torch.nn.modules.module import register_module_forward_hook
 
             self._fwd = [register_module_forward_hook(self._post)]

@@ -1,12 +1,14 @@
 """The core probes: how traindoc hooks into torch with zero changes to the user's script.
 
-Global optimizer step hooks, ``Tensor.backward`` / ``torch.autograd.backward``,
-``clip_grad_norm_`` (under both import paths), DataLoader iteration, ``F.cross_entropy``, the
-low-precision casts of ``nn.Module``, and global module forward hooks installed on sampled
-steps only. Every wrapper calls the original exactly as the user did and returns its result
-untouched; our own work runs in ``_guard`` so that an exception in traindoc disables that probe
-(reported once) and never reaches the user's script. Inside ``torch.compile`` tracing the probes
-do nothing, so compilation is never broken.
+Global optimizer step hooks, the start of each backward (probes/_patch.py), the norm
+``clip_grad_norm_`` clips with (at torch's private ``_clip_grads_with_norm_``), DataLoader
+iteration, ``F.cross_entropy`` and the binary losses (seen by the op-level mode on sampled
+steps, probes/_ops.py), the low-precision casts of ``nn.Module``, and global module forward
+hooks installed on sampled steps only. Every wrapper calls the original exactly as the user did
+and returns its result untouched; our own work runs in ``_guard`` so that an exception in
+traindoc disables that probe (reported once) and never reaches the user's script. Inside
+``torch.compile`` tracing the probes do nothing, and once a compiled model is called no global
+module hook goes up again, so dynamo compiles what a bare run compiles.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from torch.utils.data import dataloader as _dl
 from traindoc.events import Batch, BatchShape, Cast, Classification, Event
 from traindoc.live import measure
 from traindoc.live.objects import file_line, library_caller, user_site
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._ops import is_compiled_module, torch_function
+from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
 from traindoc.live.session import Session
 
 _is_compiling = is_compiling
@@ -52,14 +55,20 @@ class CoreProbes:
         patcher.on_step("optimizer", pre=s.on_step_pre, post=s.on_step_post)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         patcher.on_backward("backward", before=s.on_backward)
+        # clip_grad_norm_ clips through this module-private function (the public
+        # clip_grads_with_norm_ is the same function under another name, not looked up
+        # through it): torch's own call, not the names the user sees.
         clip = torch.nn.utils.clip_grad
-        wrapped_clip = self._wrap_clip(clip.clip_grad_norm_)
-        for owner in (clip, torch.nn.utils):
-            patcher.replace(owner, "clip_grad_norm_", wrapped_clip)
+        if hasattr(clip, CLIP_ENTRY):
+            self._patch(clip, CLIP_ENTRY, self._wrap_clip)
+        else:  # torch < 2.6 clips inline: the public function, under both its import paths
+            wrapped_clip = self._wrap_clip_norm(clip.clip_grad_norm_)
+            for owner in (clip, torch.nn.utils):
+                patcher.replace(owner, "clip_grad_norm_", wrapped_clip)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
-        self._patch(F, "cross_entropy", self._wrap_cross_entropy)
-        for fn in ("binary_cross_entropy_with_logits", "binary_cross_entropy"):
-            self._patch(F, fn, self._wrap_bce)
+        patcher.ops.listen("cross_entropy", [torch_function(F.cross_entropy)], self._on_cross_entropy)
+        patcher.ops.listen("cross_entropy", [torch_function(F.binary_cross_entropy_with_logits),
+                                             torch_function(F.binary_cross_entropy)], self._on_bce)
         for method in ("to", "bfloat16", "half"):
             self._patch(torch.nn.Module, method, self._wrap_cast)
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
@@ -105,6 +114,18 @@ class CoreProbes:
         return zero_grad
 
     def _wrap_clip(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def _clip_grads_with_norm_(parameters: Any, max_norm: float, total_norm: Any, *args: Any,
+                                   **kwargs: Any) -> Any:
+            out = orig(parameters, max_norm, total_norm, *args, **kwargs)
+            probes._guard("clip", probes.s.on_clip, total_norm, max_norm)
+            return out
+
+        return _clip_grads_with_norm_
+
+    def _wrap_clip_norm(self, orig: Any) -> Any:
         probes = self
 
         @functools.wraps(orig)
@@ -165,40 +186,22 @@ class CoreProbes:
             packed=isinstance(batch, dict) and any(k in batch for k in _PACKED_KEYS), last=last,
             collate=collate))
 
-    def _wrap_cross_entropy(self, orig: Any) -> Any:
-        probes = self
+    # ---- loss calls (op-level, sampled steps) -------------------------------------------------
+    def _on_bce(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        input = args[0] if args else kwargs.get("input")
+        if (not self.s.measuring or not torch.is_grad_enabled() or not isinstance(input, torch.Tensor)
+                or input.ndim < 1 or input.shape[0] < 2):
+            return
+        name = func.__name__
+        with torch.no_grad():
+            probs = torch.sigmoid(input.detach().float()) if name.endswith("with_logits") else input.detach()
+        self.s.model.on_loss_input(name, probs)
 
-        @functools.wraps(orig)
-        def cross_entropy(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(input, target, *args, **kwargs)
-            if probes.s.measuring and not _is_compiling():
-                probes._guard("cross_entropy", probes._on_cross_entropy, input, out, args, kwargs)
-            return out
-
-        return cross_entropy
-
-    def _wrap_bce(self, orig: Any) -> Any:
-        probes, name = self, orig.__name__
-        logits = name.endswith("with_logits")
-
-        @functools.wraps(orig)
-        def bce(input: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(input, *args, **kwargs)
-            if probes.s.measuring and torch.is_grad_enabled() and not _is_compiling():
-                probes._guard("cross_entropy", probes._on_bce, name, input, logits)
-            return out
-
-        return bce
-
-    def _on_bce(self, name: str, input: Any, logits: bool) -> None:
-        if isinstance(input, torch.Tensor) and input.ndim >= 1 and input.shape[0] >= 2:
-            with torch.no_grad():
-                probs = torch.sigmoid(input.detach().float()) if logits else input.detach()
-            self.s.model.on_loss_input(name, probs)
-
-    def _on_cross_entropy(self, input: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        reduction = kwargs.get("reduction", args[4] if len(args) > 4 else "mean")
-        if not torch.is_grad_enabled() or reduction != "mean" or out.numel() != 1:
+    def _on_cross_entropy(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        # torch hands the mode (input, target, weight) and the rest as keywords
+        input = args[0] if args else kwargs.get("input")
+        if (not self.s.measuring or not torch.is_grad_enabled() or kwargs.get("reduction", "mean") != "mean"
+                or not isinstance(input, torch.Tensor) or not isinstance(out, torch.Tensor) or out.numel() != 1):
             return
         classes = int(input.shape[1]) if input.ndim >= 2 else int(input.shape[0])
         self.s.next_step_begins()
@@ -232,7 +235,7 @@ class CoreProbes:
 
     # ---- forward hooks (sampled steps) ------------------------------------------------------
     def set_forward_hooks(self, on: bool) -> None:
-        if on and not self._forward:
+        if on and not self._forward and not self.s.compiled:
             from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
             self._depth = 0
@@ -245,6 +248,9 @@ class CoreProbes:
 
     def _pre(self, module: Any, args: Any) -> None:
         if _is_compiling():
+            return
+        if self._depth == 0 and is_compiled_module(module):  # before dynamo sees our hooks
+            self.s.mark_compiled()
             return
         if self._depth == 0 and next(module.parameters(), None) is not None:
             self.s.in_model_forward = True  # until this module returns

@@ -29,6 +29,7 @@ from torch.nn.modules import module as _module
 
 from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.live import measure
+from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.objects import ObjectMap, frame_modules, user_site
 from traindoc.live.session import Session
@@ -123,6 +124,7 @@ class EvalProbes:
 
     def uninstall(self) -> None:
         self._set_hooks(False)
+        self._patcher.ops.release("eval")
         self.s.unlisten_round(self._on_round)
         self._guard("eval", self._close_phase)
         self._depth = 0
@@ -163,17 +165,19 @@ class EvalProbes:
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
             self._set_hooks(True)  # until the region's first root forward
+            self._patcher.ops.hold("eval")  # loss calls of the evaluation (eval_metrics)
 
     def _exit(self, ctx: Any) -> None:
         ctx.__dict__.pop("_traindoc_region", None)
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self._set_hooks(False)
+            self._patcher.ops.release("eval")
             if self._phase is not None:
                 self._phase.last_exit = time.perf_counter()
 
     def _set_hooks(self, on: bool) -> None:
-        if on and not self._hooks:
+        if on and not self._hooks and not self.s.compiled:
             self._fdepth = 0
             self._hooks = [
                 _module.register_module_forward_pre_hook(self._pre),
@@ -190,6 +194,10 @@ class EvalProbes:
             return
         if self.name in self.s.failed:  # disabled after an error of ours: stop hooking
             self._set_hooks(False)
+            return
+        if self._fdepth == 0 and is_compiled_module(module):  # before dynamo sees our hooks
+            self._set_hooks(False)
+            self.s.mark_compiled()
             return
         depth = self._fdepth
         self._fdepth += 1

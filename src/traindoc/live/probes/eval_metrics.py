@@ -2,11 +2,13 @@
 evaluation, and read from the lines it prints.
 
 **From the loss.** ``F.cross_entropy``, ``F.nll_loss``, ``F.binary_cross_entropy_with_logits``
-and ``F.binary_cross_entropy`` are wrapped (``nn.CrossEntropyLoss``, ``nn.NLLLoss``,
-``nn.BCEWithLogitsLoss`` and ``nn.BCELoss`` call them). A call belongs to an evaluation when it
+and ``F.binary_cross_entropy`` (``nn.CrossEntropyLoss``, ``nn.NLLLoss``, ``nn.BCEWithLogitsLoss``
+and ``nn.BCELoss`` call them) are seen by the op-level mode (probes/_ops.py), which is up in an
+evaluation window: a ``no_grad``/``inference_mode`` region after the round's optimizer step
+(the eval probe holds it) or while the trained model is in eval mode (this probe holds it). A call belongs to an evaluation when it
 comes after the round's optimizer step and runs under ``no_grad``/``inference_mode``, or with
 gradients on while the trained model is in eval mode (its last mode switch was ``eval()``). A
-training step pays one ``torch.is_grad_enabled()`` test per loss call, nothing else. Of an
+training step pays nothing. Of an
 evaluation call the probe keeps, on the device: for a class loss (logits ``[N, C, ...]``) the
 argmax predictions equal to the targets and the targets counted (``ignore_index`` left out;
 probability targets by their argmax), and C; for a binary loss the scores above 0.5 (logit > 0
@@ -32,6 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from traindoc.events import Event
+from traindoc.live.probes._ops import torch_function
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.metrics import Publisher, publisher
 from traindoc.live.probes.printed import Printed
@@ -74,14 +77,14 @@ class EvalMetricsProbe:
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
-        for fn in _CLASS_FNS:
-            self._patcher.patch(F, fn, functools.partial(self._wrap, "cls"))
-        for fn in _BINARY_FNS:
-            self._patcher.patch(F, fn, functools.partial(self._wrap, "bin"))
+        ops = self._patcher.ops
+        ops.listen(self.name, [torch_function(getattr(F, fn)) for fn in _CLASS_FNS], self._seen)
+        ops.listen(self.name, [torch_function(getattr(F, fn)) for fn in _BINARY_FNS], self._seen)
         self._patcher.patch(nn.Module, "train", self._wrap_train)
         self._guard("stdout", self.printed.install)
 
     def uninstall(self) -> None:
+        self._patcher.ops.release("eval-mode")
         self.s.unlisten_round(self._on_round)
         try:  # always put the real stdout back, even when reading it was disabled
             self.printed.uninstall()
@@ -89,23 +92,14 @@ class EvalMetricsProbe:
             self.s.fail("stdout", exc)
         self._guard(self.name, self._end_phase)
 
-    # ---- wrappers ------------------------------------------------------------------------------
-    def _wrap(self, kind: str, orig: Any) -> Any:
-        probe, s = self, self.s
-        binary_logits = orig.__name__.endswith("with_logits")
-
-        @functools.wraps(orig)
-        def loss_fn(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(input, target, *args, **kwargs)
-            # Training: gradients on and no model put in eval mode; two tests, nothing else.
-            # (is_compiling first: torch.compile then traces none of our state.)
-            if is_compiling():
-                return out
-            if (not torch.is_grad_enabled() or probe._eval_model is not None) and s.round_done:
-                probe._guard(probe.name, probe._on_loss, kind, binary_logits, input, target, args, kwargs)
-            return out
-
-        return loss_fn
+    # ---- loss calls, seen by the op-level mode ---------------------------------------------------
+    def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if (torch.is_grad_enabled() and self._eval_model is None) or not self.s.round_done or len(args) < 2:
+            return
+        name = func.__name__
+        kind = "cls" if name in _CLASS_FNS else "bin"
+        # torch hands the mode the tensors positionally and the options as keywords
+        self._on_loss(kind, name.endswith("with_logits"), args[0], args[1], args[2:], kwargs)
 
     def _wrap_train(self, orig: Any) -> Any:
         probe = self
@@ -128,6 +122,7 @@ class EvalMetricsProbe:
         if mode:
             if self._pending is not None:  # back to training: the waiting call was evaluation
                 self._confirm()
+            self._in_eval_mode()  # the trained model back in training: the window closes
             return
         if self._drops >= 2:  # twice trained in eval mode: this run evaluates under no_grad only
             return
@@ -140,6 +135,7 @@ class EvalMetricsProbe:
         mine = set().union(*[h for h in held if h & params])
         if mine and 2 * len(mine & params) >= len(mine):
             self._eval_model = weakref.ref(module)
+            self._patcher.ops.hold("eval-mode")  # its loss calls may be an evaluation
 
     def _in_eval_mode(self) -> bool:
         """Is the trained model in eval mode now (its last switch was ``eval()``)?"""
@@ -147,6 +143,7 @@ class EvalMetricsProbe:
         model = ref() if ref is not None else None
         if model is None or model.training:
             self._eval_model = None
+            self._patcher.ops.release("eval-mode")
             return False
         return True
 
@@ -207,6 +204,7 @@ class EvalMetricsProbe:
         if self._pending is not None:  # it fed this backward: the model trains in eval mode
             self._pending = None
             self._eval_model = None
+            self._patcher.ops.release("eval-mode")
             self._drops += 1
 
     # ---- the end of an evaluation ----------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Parameter initialisation while the model is built: which code initialised each parameter,
 how often, and with what spread (TF-17877: a targeted init overwritten by a blanket one).
 
-From the script's start until the first optimizer step, ``nn.Module.register_parameter``,
-the ``torch.nn.init`` functions and the in-place fills people call on ``weight.data``
-(``normal_``, ``uniform_``, ``zero_``, ``fill_``) are patched. A call on a registered
+From the script's start until the first optimizer step, the ``torch.nn.init`` functions are
+wrapped, parameters are followed through torch's global parameter registration hook, and the
+in-place fills people call on ``weight.data`` (``normal_``, ``uniform_``, ``zero_``, ``fill_``)
+are seen by the op-level mode (probes/_ops.py), up from the start for this window. A call on a registered
 parameter's storage (``module.weight`` or ``module.weight.data``) is noted against that
 Parameter object, with the code that called it (the user's or a library's
 ``_init_weights``) and the standard deviation it left, read from at most 4096 strided
@@ -26,6 +27,7 @@ import torch.nn as nn
 
 from traindoc.events import InitOverwritten
 from traindoc.live.objects import ObjectMap, file_line, is_user_file
+from traindoc.live.probes._ops import caller, torch_function
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.session import Session
 
@@ -44,6 +46,8 @@ class InitProbe:
     def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
         self._guard = patcher.guard
+        self._ops = patcher.ops
+        self._handle: Any = None  # torch's parameter registration hook, while construction lasts
         self._saved: list[tuple[Any, str, Any]] = []
         self._by_ptr: dict[int, Any] = {}  # data_ptr at registration -> weakref'd Parameter
         self._notes = ObjectMap()  # Parameter -> list of (site, std)
@@ -51,11 +55,14 @@ class InitProbe:
         self._depth = 0  # nested init calls (nn.init.normal_ calls Tensor.normal_)
 
     def install(self) -> None:
-        self._set(nn.Module, "register_parameter", self._wrap_register)
+        from torch.nn.modules.module import register_module_parameter_registration_hook
+
+        self._handle = register_module_parameter_registration_hook(self._registered)
         for fn in _INIT_FUNCTIONS:
             self._set(nn.init, fn, self._wrap_init)
-        for fn in _TENSOR_METHODS:
-            self._set(torch.Tensor, fn, self._wrap_init)
+        self._ops.listen(self.name, [torch_function(getattr(torch.Tensor, fn)) for fn in _TENSOR_METHODS],
+                         self._filled)
+        self._ops.hold(self.name, now=True)
         self.s.first_step_listeners.append(self._first_step)
 
     def _set(self, owner: Any, name: str, make: Any) -> None:
@@ -67,6 +74,10 @@ class InitProbe:
         for owner, name, orig in reversed(self._saved):
             setattr(owner, name, orig)
         self._saved.clear()
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self._ops.release(self.name)
 
     def uninstall(self) -> None:
         self._remove()
@@ -79,16 +90,16 @@ class InitProbe:
         self._by_ptr.clear()
 
     # ---- construction ------------------------------------------------------------------------
-    def _wrap_register(self, orig: Any) -> Any:
-        probe = self
+    def _registered(self, module: Any, name: str, param: Any) -> None:
+        if param is not None and len(self._by_ptr) < _MAX_PARAMS:
+            self._by_ptr[param.data_ptr()] = param  # the Parameter, while construction lasts
 
-        @functools.wraps(orig)
-        def register_parameter(module: Any, name: str, param: Any) -> None:
-            orig(module, name, param)
-            if param is not None and len(probe._by_ptr) < _MAX_PARAMS:
-                probe._by_ptr[param.data_ptr()] = param  # the Parameter, while construction lasts
-
-        return register_parameter
+    def _filled(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """``weight.data.normal_(...)`` and the like, written by hand (inside an init function
+        of torch.nn.init, the function's own call is noted)."""
+        tensor = args[0] if args else None
+        if not self._depth and isinstance(tensor, torch.Tensor) and tensor.data_ptr() in self._by_ptr:
+            self._note(tensor, caller())
 
     def _wrap_init(self, orig: Any) -> Any:
         probe = self
@@ -103,16 +114,17 @@ class InitProbe:
             finally:
                 probe._depth -= 1
             if isinstance(tensor, torch.Tensor) and tensor.data_ptr() in probe._by_ptr:
-                probe._guard(probe.name, probe._note, tensor)
+                probe._guard(probe.name, probe._note, tensor, sys._getframe(1))
             return out
 
         return init
 
-    def _note(self, tensor: torch.Tensor) -> None:
+    def _note(self, tensor: torch.Tensor, frame: Any) -> None:
+        """``frame``: the code that called the init."""
         param = self._by_ptr[tensor.data_ptr()]
         if param.data_ptr() != tensor.data_ptr() or param.numel() != tensor.numel():
             return  # the address was reused by another tensor
-        site = _site(sys._getframe(3))
+        site = _site(frame)
         if not site:
             return  # torch's own default init
         with torch.no_grad():

@@ -10,24 +10,21 @@ these calls are looked at: when a value they replace or choose from is non-finit
 grad, the step gets an ``Activation(nan=True, is_output=True)`` named after the call and its
 line, which ``masked-nonfinite`` weighs against the finite value handed to backward().
 
-The wrappers are installed once and look only on sampled steps: other steps pay one flag test
-per call. (Putting ``Tensor.masked_fill`` in place and back at every sampled step would modify
-the ``torch.Tensor`` class thousands of times a run; CPython 3.13 stops caching attribute
-lookups on a class after 1000 changes, which would slow every tensor method call of the run.)
-They read a flag on the device (no sync) and take the caller's file and line from one frame.
+The calls are seen by the op-level mode of sampled steps (probes/_ops.py): torch's functions
+stay torch's own. The probe reads a flag on the device (no sync) and takes the caller's file
+and line from the frames.
 """
 
 from __future__ import annotations
 
-import functools
-import sys
 from typing import Any, Callable, Iterable
 
 import torch
 
 from traindoc.events import REPLACED, Activation, Event
 from traindoc.live.objects import file_line
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._ops import caller, torch_function
+from traindoc.live.probes._patch import Patcher
 from traindoc.live.session import Session
 
 
@@ -36,19 +33,18 @@ class MaskingProbe:
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         self.s = session
-        self._patch = patcher.patch
-        self._guard = patcher.guard
+        self._ops = patcher.ops
         self._on = False  # a sampled step of a level that measures activations
-        self._targets: list[tuple[Any, str, Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]]] = [
-            (torch, "nan_to_num", _first),
-            (torch.Tensor, "nan_to_num", _first),
-            (torch, "where", _where_values),
-            (torch.Tensor, "masked_fill", _first),
-        ]
+        # torch's function -> the tensors whose values it replaces or chooses from
+        self._values: dict[Any, Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]] = {
+            torch_function(torch.nan_to_num): _first,
+            torch_function(torch.Tensor.nan_to_num): _first,
+            torch_function(torch.where): _where_values,
+            torch_function(torch.Tensor.masked_fill): _first,
+        }
 
     def install(self) -> None:
-        for owner, name, values in self._targets:
-            self._patch(owner, name, functools.partial(self._wrap, name=name, values=values))
+        self._ops.listen(self.name, self._values, self._seen)
         self.s.sampling_listeners.append(self._toggle)
         self._on = self.s.level.activations and self.s.sampled
 
@@ -60,19 +56,10 @@ class MaskingProbe:
     def _toggle(self, on: bool) -> None:
         self._on = on
 
-    def _wrap(self, orig: Any, name: str, values: Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]) -> Any:
-        probe = self
-
-        @functools.wraps(orig)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            out = orig(*args, **kwargs)
-            if probe._on and not probe.s.in_model_forward and torch.is_grad_enabled() and not is_compiling():
-                frame = sys._getframe(1)  # the caller's file and line: one frame, no walk
-                probe._guard(probe.name, probe._check, name, frame.f_code.co_filename, frame.f_lineno,
-                             values(args, kwargs))
-            return out
-
-        return wrapper
+    def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if self._on and not self.s.in_model_forward and torch.is_grad_enabled():
+            frame = caller()
+            self._check(func.__name__, frame.f_code.co_filename, frame.f_lineno, self._values[func](args, kwargs))
 
     def _check(self, name: str, fn: str, line: int, tensors: list[Any]) -> None:
         picked = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad

@@ -1,0 +1,227 @@
+"""Op-level observation without replacing torch's functions: a ``TorchFunctionMode`` that is on
+the mode stack only inside the windows probes hold (a sampled training step, an evaluation).
+
+Probes ``listen`` to torch functions (``torch.where``, ``Tensor.masked_fill``,
+``F.cross_entropy`` ...): the mode runs the function exactly as the user called it (the mode
+is off the stack while it does, so a tensor subclass's ``__torch_function__`` sees the call as
+without traindoc) and hands the arguments and the result to the listeners. The functions the
+user, TorchScript and ``torch.fx`` see stay torch's own.
+
+A window opens with ``hold(key)`` and closes when every key is released. The mode is not
+pushed at once: a global forward pre hook waits for the window's first forward of a module
+with parameters, and pushes it there, then removes itself. That module tells whether the model
+is ``torch.compile``'d: then no mode and no global hook of traindoc is put up for the rest of
+the run (``session.compiled``), so dynamo guards and compiles exactly what a bare run has. A
+backward pauses the mode (re-armed for the next micro-batch's forward): backward and the
+optimizer step run without it.
+
+Stack discipline: the mode goes to the bottom of the mode stack and is taken out from where it
+is, so that a mode of the user's (``with torch.device(...)``, ``set_default_device``, a
+FlopCounterMode) stays where it was and is popped by its own ``__exit__``; it is first in
+line, and hands on to ours. Only the thread that pushed the mode takes it out.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Iterable
+
+import torch
+from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.overrides import TorchFunctionMode
+
+from traindoc.live.session import Session
+
+is_compiling = torch.compiler.is_compiling
+Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep
+
+
+class OpsWatch:
+    def __init__(self, session: Session, guard: Callable[..., None]) -> None:
+        self.s = session
+        self._guard = guard
+        self._table: dict[Any, list[tuple[str, Listener]]] = {}
+        self._holds: set[str] = set()
+        self._mode: _Mode | None = None  # ours, while on the stack
+        self._thread = 0  # the thread whose stack holds it
+        self._hook: Any = None  # waiting for the window's first forward
+
+    def listen(self, probe: str, funcs: Iterable[Any], fn: Listener) -> None:
+        """Call ``fn(func, args, kwargs, out)`` after each call of one of ``funcs`` made inside
+        a held window (``func`` as torch passes it: ``torch.where``, ``torch.Tensor.masked_fill``)."""
+        for func in funcs:
+            self._table.setdefault(func, []).append((probe, fn))
+
+    def hold(self, key: str, now: bool = False) -> None:
+        """Open (or keep open) a window for ``key``; ``now``: the mode goes up at once, not at
+        the window's first forward (the first forward still checks for a compiled model)."""
+        self._holds.add(key)
+        if now and self._table:
+            self._push()
+        self._arm()
+
+    def release(self, key: str) -> None:
+        self._holds.discard(key)
+        if not self._holds:
+            self._disarm()
+            self._pop()
+
+    def pause(self) -> None:
+        """A backward starts: the mode goes off until the next forward of a held window."""
+        if self._mode is not None:
+            self._pop()
+            self._arm()
+
+    def close(self) -> None:
+        self._holds.clear()
+        self._disarm()
+        self._pop()
+
+    @property
+    def active(self) -> bool:
+        return self._mode is not None
+
+    # ---- the hook that pushes the mode ---------------------------------------------------------
+    def _arm(self) -> None:
+        if self._holds and self._hook is None and self._table and not self.s.compiled:
+            self._hook = register_module_forward_pre_hook(self._pre)
+
+    def _disarm(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _pre(self, module: Any, args: Any) -> None:
+        if is_compiling() or next(module.parameters(), None) is None:
+            return
+        self._disarm()
+        if is_compiled_module(module):  # before dynamo looks at the mode stack and the hooks
+            self.close()
+            self.s.mark_compiled()
+            return
+        if self._holds:
+            self._push()
+
+    def _push(self) -> None:
+        if self._mode is None and not self.s.compiled:
+            self._purge()
+            mode = _Mode(self)
+            _under_stack(lambda: torch._C._push_on_torch_function_stack(mode))
+            self._mode, self._thread = mode, threading.get_ident()
+            _pushed.add(self)
+
+    def _pop(self) -> None:
+        if self._mode is not None and threading.get_ident() == self._thread:
+            self._mode = None
+            self._purge()
+
+    def _purge(self) -> None:
+        """Take every mode of ours off this thread's stack. One retired while it was running
+        a call (a ``loss.backward()`` passes through the mode, and the backward pauses it) is
+        not on the stack then: torch puts it back when the call returns, and it only calls
+        through until the next push or pop takes it off."""
+        kept: list[Any] = []
+        try:
+            while torch._C._len_torch_function_stack():
+                kept.append(torch._C._pop_torch_function_stack())
+        finally:
+            for m in reversed(kept):
+                if not (isinstance(m, _Mode) and m.watch is self):
+                    torch._C._push_on_torch_function_stack(m)
+
+    def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        listeners = self._table.get(func)
+        if listeners and self._holds:
+            for probe, fn in listeners:
+                self._guard(probe, fn, func, args, kwargs, out)
+
+
+class _Mode(TorchFunctionMode):
+    """Calls through, then tells the watch. Inside ``__torch_function__`` torch has taken the
+    mode off the stack, so ``func`` runs as the user called it and our own ops are not seen."""
+
+    def __init__(self, watch: OpsWatch) -> None:
+        super().__init__()
+        self.watch = watch
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = _through(func)(*args, **kwargs)
+        watch = self.watch
+        try:
+            known = func in watch._table and watch._mode is self
+        except TypeError:  # an unhashable callable: none of ours
+            known = False
+        if known:
+            watch._call(func, args, kwargs, out)
+        return out
+
+
+# Watches whose mode may be up: a process forked now (DataLoader workers) takes its copy of the
+# mode stack along, and takes ours off it, so that the workers' own ops run as without traindoc.
+_pushed: weakref.WeakSet[OpsWatch] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for watch in list(_pushed):
+        watch.close()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _under_stack(push: Callable[[], None]) -> None:
+    """Run ``push`` with the mode stack emptied, then put the modes back on top."""
+    saved: list[Any] = []
+    try:
+        while torch._C._len_torch_function_stack():
+            saved.append(torch._C._pop_torch_function_stack())
+        push()
+    finally:
+        for m in reversed(saved):
+            torch._C._push_on_torch_function_stack(m)
+
+
+def _through(func: Any) -> Any:
+    """What runs for ``func`` without a mode. torch hands a mode the function as its module
+    names it now: after ``F.cross_entropy = my_wrapper`` that is the user's wrapper, which a
+    bare run does not call again from inside torch's own function; its ``__wrapped__`` does."""
+    code = getattr(func, "__code__", None)
+    while code is not None and not code.co_filename.startswith(_TORCH_DIR):
+        inner = getattr(func, "__wrapped__", None)
+        if inner is None:
+            break
+        func, code = inner, getattr(inner, "__code__", None)
+    return func
+
+
+def is_compiled_module(module: Any) -> bool:
+    """A ``torch.compile``'d module (dynamo's wrapper): looked up, never imported."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    return optimized is not None and isinstance(module, optimized)
+
+
+def torch_function(func: Any) -> Any:
+    """The function torch hands a mode for ``func``: torch's own, under any wrapper of the user's
+    made with ``functools.wraps``."""
+    return inspect.unwrap(func)
+
+
+def caller() -> Any:
+    """The frame that called the op being observed: the innermost frame outside traindoc,
+    torch's ``__torch_function__`` dispatch and the torch.nn.init function that dispatched."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_SKIPPED):
+        frame = frame.f_back
+    return frame
+
+
+_SKIPPED = (_OUR_DIR, os.path.join(_TORCH_DIR, "overrides.py"), os.path.join(_TORCH_DIR, "nn", "init.py"))
