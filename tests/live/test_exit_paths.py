@@ -105,3 +105,18 @@ def test_watch_and_autostart_report_on_sigterm(tmp_path: Path) -> None:
     assert auto_err.count("traindoc report") == 1
     run = json.loads(report.read_text())["run"]
     assert (run["status"], run["steps"], run["exit_code"]) == ("terminated", AT, 143)
+
+
+def test_torchrun_ranks_ended_by_sigterm_give_one_report(tmp_path: Path) -> None:
+    """Each rank reports its end on SIGTERM; rank 0 writes the job's one report, then each dies
+    by the signal (torchrun then fails the job, as without traindoc)."""
+    report = tmp_path / "report.json"
+    job = Path(__file__).resolve().parent / "exit_scripts" / "ranks_sigterm.py"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    ran = subprocess.run([*torchrun, "-m", "traindoc", "run", "--json", str(report), str(job)],
+                         capture_output=True, text=True, env=ENV, timeout=240)
+    assert ran.returncode == 1 and "exitcode: -15" in ran.stderr, ran.stderr[-3000:]  # as bare
+    assert ran.stderr.count("traindoc report") == 1
+    run = json.loads(report.read_text())["run"]
+    assert (run["status"], run["steps"], run["exit_code"]) == ("terminated", AT, 143)
+    assert run["rank_status"] == ["terminated", "terminated"] and run["rank_steps"] == [AT, AT]

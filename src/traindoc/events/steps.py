@@ -252,7 +252,7 @@ class RunEnd:
 
     steps: int
     duration_s: float = 0.0
-    status: str = "ok"  # "ok", "exception", "exit", "interrupted"
+    status: str = "ok"  # "ok", "exception", "exit", "interrupted", "stopped", "terminated", "hangup"
     trained: bool = True
     exit_code: int = 0
     optimizer_steps: int | None = None

@@ -95,7 +95,7 @@ class Signals:
         except BaseException as exc:  # never keep a process alive that was told to end
             _say(f"traindoc: internal error writing the report on {signal.Signals(signum).name}: "
                  f"{type(exc).__name__}: {exc}")
-        die_by(signum)
+        die_by(signum, flush=_flush_std)
 
 
 class _Reporting:
@@ -109,14 +109,13 @@ class _Reporting:
         pending = self.signals._pending
         self.signals.uninstall()
         if pending is not None:
-            die_by(pending)
+            die_by(pending, flush=_flush_std)
 
 
-def die_by(signum: int) -> None:
+def die_by(signum: int, flush: Callable[[], None]) -> None:
     """End the process by ``signum`` with its default action, as if traindoc had not caught it
-    (what CPython itself does after an uncaught KeyboardInterrupt); the open files are flushed
-    first, as the interpreter's exit would."""
-    flush_files()
+    (what CPython itself does after an uncaught KeyboardInterrupt), after ``flush()``."""
+    flush()
     try:
         signal.signal(signum, signal.SIG_DFL)
         if hasattr(signal, "pthread_sigmask"):
@@ -125,6 +124,15 @@ def die_by(signum: int) -> None:
     except (OSError, ValueError):
         pass
     os._exit(exit_code(signum))  # the signal could not end us: its exit code, as a shell shows it
+
+
+def _flush_std() -> None:
+    """A default SIGTERM flushes nothing: only what traindoc wrote (the report, ``--json -``)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
 
 
 def flush_files() -> None:
@@ -194,8 +202,8 @@ def end_by_signal_at_exit(signum: int) -> None:
 
 
 def _at_exit() -> None:
-    if _die_at_exit is not None:
-        die_by(_die_at_exit)
+    if _die_at_exit is not None:  # the interpreter's exit would flush every open file
+        die_by(_die_at_exit, flush=flush_files)
 
 
 def _say(line: str) -> None:

@@ -26,8 +26,8 @@ _SUFFIX = {"--json": ".json", "--html": ".html", "--sarif": ".sarif", "--record"
 _STDOUT_OK = {"json", "html", "output"}
 EXIT_CODES = """exit codes:
   0  clean: the script (if any) succeeded and no finding reached --fail-on
-  N  the script's own exit code when it failed (an exception gives 1, Ctrl-C 130),
-     whatever traindoc found
+  N  the script's own exit code when it failed (an exception gives 1; Ctrl-C, SIGTERM,
+     SIGHUP end it by that signal after the report: 130, 143, 129), whatever traindoc found
   2  bad usage or input (one line on stderr, no traceback)
   3  the script succeeded and a finding is at or above --fail-on"""
 
