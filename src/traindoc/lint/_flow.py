@@ -298,9 +298,14 @@ class Module(IndexedFile):
         for scope in self.scopes:
             if not scope.backwards:
                 continue
-            roots = self.depends(scope, {n for b in scope.backwards for n in loss_roots(b.loss)})
+            # two assignments back from the loss: `out = model(x); loss = crit(out, y)`
             exprs: list[ast.AST] = [b.loss for b in scope.backwards]
-            exprs += [v for n in roots for _, v in scope.values_of(n)]
+            names = {n for b in scope.backwards for n in loss_roots(b.loss)}
+            for _ in range(2):
+                values = [v for n in names for _, v in scope.values_of(n)]
+                exprs += values
+                names = {n for v in values for n in arith_names(v.value if isinstance(v, ast.AugAssign) else v)}
+                names |= {a.id for v in values if isinstance(v, ast.Call) for a in v.args if isinstance(a, ast.Name)}
             for expr in exprs:
                 for call in ast.walk(expr):
                     if not isinstance(call, ast.Call):

@@ -338,7 +338,7 @@ def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.
     for kw in owner.keywords:
         if kw.arg == node.attr:
             return kw.value
-    for stmt in ast.walk(mod.tree):
+    for stmt in mod.tree.body:  # config classes are defined at module level
         if isinstance(stmt, ast.ClassDef) and stmt.name == name:
             for item in stmt.body:
                 if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) \
