@@ -150,6 +150,8 @@ for path in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
     for node in ast.walk(tree):
         if id(node) in guarded or not isinstance(node, ast.Attribute) or not isinstance(node.value, ast.Name):
             continue
+        if isinstance(node.ctx, ast.Store):  # setting a name 3.10 lacks (sys.last_value) works
+            continue
         module = aliases.get(node.value.id)
         if module is not None:
             mod = importlib.import_module(module)
