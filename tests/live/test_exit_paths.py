@@ -37,6 +37,7 @@ CASES: dict[str, tuple[int, str, int, set[str]]] = {
     "atexit-sigint": (-signal.SIGINT, "interrupted", AT, {"atexit"}),
     "thread": (0, "ok", STEPS, set()),
     "executor": (0, "ok", STEPS, set()),
+    "fork-sigterm": (0, "ok", STEPS, set()),  # a forked child's SIGTERM is the child's end only
 }
 
 

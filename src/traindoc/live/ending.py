@@ -54,6 +54,7 @@ class Signals:
         self._busy = False  # the report is being written
         self._pending: int | None = None  # a signal that came meanwhile
         self._handler = self._handle  # one bound method, compared by identity below
+        self._pid = os.getpid()
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -86,6 +87,8 @@ class Signals:
             # The script's own handler replaced ours and now calls the handler it replaced: in
             # place of the default it would not have called anything, so neither do we.
             return
+        if os.getpid() != self._pid:  # a forked child (a DataLoader worker) inherited us: the
+            die_by(signum, flush=_flush_nothing)  # parent reports; the child ends as by default
         if self._busy:
             self._pending = signum
             return
@@ -124,6 +127,10 @@ def die_by(signum: int, flush: Callable[[], None]) -> None:
     except (OSError, ValueError):
         pass
     os._exit(exit_code(signum))  # the signal could not end us: its exit code, as a shell shows it
+
+
+def _flush_nothing() -> None:
+    pass
 
 
 def _flush_std() -> None:

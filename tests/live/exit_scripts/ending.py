@@ -89,6 +89,15 @@ elif MODE == "executor":  # an executor never shut down: its workers are non-dae
     from concurrent.futures import ThreadPoolExecutor
 
     ThreadPoolExecutor(2).submit(train)
+elif MODE == "fork-sigterm":  # a forked child (as a DataLoader worker) ended by SIGTERM
+    child = os.fork()
+    if child == 0:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os._exit(0)  # not reached: the default action ends the child
+    _, how = os.waitpid(child, 0)
+    if not (os.WIFSIGNALED(how) and os.WTERMSIG(how) == signal.SIGTERM):
+        sys.exit(f"the forked child ended with status {how}, not by SIGTERM")
+    train()
 elif MODE == "watch-sigterm":  # traindoc.watch() in the script, run with plain python
     import traindoc
 
