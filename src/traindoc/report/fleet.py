@@ -101,21 +101,19 @@ def lines(rows: list[Row], title: str) -> list[str]:
     return out
 
 
-def write_json(rows: list[Row], report_of: Callable[[int], Report | None], out: TextIO,
+def write_json(rows: list[Row], report_text: Callable[[int], str | None], out: TextIO,
                source: str) -> None:
     """The fleet's JSON: ``{"traindoc", "fleet_schema_version", "fleet": {summary},
     "runs": [{"name", "id", "source", "steps", "error", "report"}]}`` in the order the runs were
-    found; ``report`` is the single-run JSON report (null for a run that could not be read)."""
-    from traindoc.report import json as json_report
-
+    found; ``report`` is the single-run JSON report (``report_text(i)``, already serialized by
+    the worker that diagnosed the run; null for a run that could not be read)."""
     head = {"traindoc": __version__, "fleet_schema_version": FLEET_SCHEMA_VERSION,
             "fleet": safe.json_safe({"source": source, **summary(rows)})}
     out.write(json.dumps(head, indent=1)[:-2] + ',\n "runs": [\n')
     for i, r in enumerate(rows):
-        report = report_of(i)
-        entry = safe.json_safe({"name": r.name, "id": r.id, "source": r.source, "steps": r.steps, "error": r.error,
-                                "report": json_report.to_dict(report) if report is not None else None})
-        out.write(("," if i else "") + json.dumps(entry) + "\n")
+        entry = json.dumps(safe.json_safe({"name": r.name, "id": r.id, "source": r.source,
+                                           "steps": r.steps, "error": r.error}))
+        out.write(("," if i else "") + entry[:-1] + ', "report": ' + (report_text(i) or "null") + "}\n")
     out.write(" ]\n}\n")
 
 

@@ -52,6 +52,7 @@ class Options:
     num_classes: int | None = None
     max_norm: float | None = None
     overrides: dict[str, str] = field(default_factory=dict)
+    json: bool = False  # each worker writes its run's JSON report too (--json): in parallel
 
 
 @dataclass
@@ -66,7 +67,10 @@ class Run:
     findings: list[Finding] = field(default_factory=list)
     profile: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
     report: bytes = b""  # the pickled Report, moved to the spool by the parent
+    json: bytes = b""  # its JSON report when Options.json, moved to the spool too
     spooled: tuple[int, int] = (0, 0)
+    spooled_json: tuple[int, int] = (0, 0)
+    amended: bool = False  # the siblings' evidence changed its findings after the worker
 
     def worst(self) -> int:
         return min((severity_rank(f.severity) for f in self.findings), default=3)
@@ -83,15 +87,26 @@ class Fleet:
         self.source, self.runs, self._spool = source, runs, spool
 
     def report(self, run: Run) -> Report | None:
+        if run.error is None:
+            # Our own temporary file, written by this process from the workers' results: no
+            # user file is ever unpickled.
+            report: Report = pickle.loads(self._read(run.spooled))
+            report.findings = list(run.findings)  # with the siblings' evidence
+            return report
+        return None
+
+    def report_json(self, run: Run) -> str | None:
+        """The run's JSON report as text (the worker's, unless the siblings changed it)."""
         if run.error is not None:
             return None
-        offset, size = run.spooled
-        self._spool.seek(offset)
-        # Our own temporary file, written by this process from the workers' results: no
-        # user file is ever unpickled.
-        report: Report = pickle.loads(self._spool.read(size))
-        report.findings = list(run.findings)  # with the siblings' evidence
-        return report
+        if run.spooled_json[1] and not run.amended:
+            return self._read(run.spooled_json).decode("utf-8")
+        report = self.report(run)
+        return None if report is None else _json(report)
+
+    def _read(self, where: tuple[int, int]) -> bytes:
+        self._spool.seek(where[0])
+        return self._spool.read(where[1])
 
     def close(self) -> None:
         self._spool.close()
@@ -110,8 +125,10 @@ def diagnose(refs: Sequence[RunRef], options: Options, *, source: str = "", jobs
             if run.error is None:
                 spool.seek(0, os.SEEK_END)
                 run.spooled = (spool.tell(), len(run.report))
+                run.spooled_json = (run.spooled[0] + len(run.report), len(run.json))
                 spool.write(run.report)
-                run.report = b""
+                spool.write(run.json)
+                run.report = run.json = b""
             runs.append(run)
             progress.update(i + 1, run.name)
     siblings.compare(runs)
@@ -135,7 +152,18 @@ def diagnose_one(ref: RunRef, options: Options) -> Run:
     steps = report.run.get("steps")
     return Run(ref, name=name, steps=steps if isinstance(steps, int) else 0, x=str(report.run.get("x", "step")),
                findings=list(report.findings), profile=_profile(report),
-               report=pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL))
+               report=pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL),
+               json=_json(report).encode("utf-8") if options.json else b"")
+
+
+def _json(report: Report) -> str:
+    """The single-run JSON report on one line, user strings made safe (report.safe)."""
+    import json
+
+    from traindoc.report import json as json_report
+    from traindoc.report import safe
+
+    return json.dumps(safe.json_safe(json_report.to_dict(report)))
 
 
 def _load(ref: RunRef, overrides: dict[str, str]) -> tuple[Log, str]:
@@ -156,9 +184,10 @@ def _load(ref: RunRef, overrides: dict[str, str]) -> tuple[Log, str]:
 
 
 def _profile(report: Report) -> dict[str, tuple[list[int], list[float]]]:
-    """Each profiled signal as at most PROFILE_POINTS (step, median) pairs: the plot curve
-    (each bucket's lowest and highest point) cut into equal runs of points. Enough to compare
-    curves across runs, small enough to keep for 10,000 runs."""
+    """Each profiled signal as at most PROFILE_POINTS (step, mean) pairs: the plot curve (each
+    bucket's lowest and highest point) cut into equal runs of points. Enough to compare curves
+    across runs (a lone spike moves one point; the comparison wants several in a row), small
+    enough to keep for 10,000 runs."""
     import numpy as np
 
     out: dict[str, tuple[list[int], list[float]]] = {}
@@ -166,11 +195,12 @@ def _profile(report: Report) -> dict[str, tuple[list[int], list[float]]]:
         curve = report.series.get(name)
         if curve is None or not curve.steps:
             continue
-        steps = np.asarray(curve.steps, dtype=np.float64)
-        values = np.asarray(curve.values, dtype=np.float64)
-        parts = min(PROFILE_POINTS, len(steps))
-        cuts = np.array_split(np.arange(len(steps)), parts)
-        out[name] = ([int(np.median(steps[c])) for c in cuts], [float(np.median(values[c])) for c in cuts])
+        n = len(curve.steps)
+        starts = np.unique(np.linspace(0, n, min(PROFILE_POINTS, n) + 1).astype(np.int64)[:-1])
+        sizes = np.diff(np.append(starts, n))
+        steps = np.add.reduceat(np.asarray(curve.steps, dtype=np.float64), starts) / sizes
+        values = np.add.reduceat(np.asarray(curve.values, dtype=np.float64), starts) / sizes
+        out[name] = (steps.astype(np.int64).tolist(), values.tolist())
     return out
 
 

@@ -104,7 +104,7 @@ def run_fleet(args: argparse.Namespace, refs: list[RunRef], title: str) -> int:
     select, ignore = output.detector_choice(args, settings)
     options = fleet_source.Options(settings=settings, select=select, ignore=ignore,
                                    num_classes=args.num_classes, max_norm=args.max_norm,
-                                   overrides=mapping.parse_overrides(args.map))
+                                   overrides=mapping.parse_overrides(args.map), json=bool(args.json))
     kinds = Counter(r.source for r in refs)
     sys.stderr.write(view.plain(f"traindoc logs: {title}: {len(refs)} runs ("
                                 + ", ".join(f"{n} {k}" for k, n in kinds.items()) + ")") + "\n")
@@ -127,7 +127,8 @@ def run_fleet(args: argparse.Namespace, refs: list[RunRef], title: str) -> int:
         for line in view.lines(rows, title):
             sys.stderr.write(line + "\n")
         if args.json:
-            _write(args.json, "the JSON report", lambda out: view.write_json(rows, report_of, out, title))
+            _write(args.json, "the JSON report", lambda out: view.write_json(
+                rows, lambda i: fleet.report_json(fleet.runs[i]), out, title))
         if getattr(args, "html", None):
             _write(args.html, "the HTML report",
                    lambda out: out.writelines(view.html(rows, report_of, title)))

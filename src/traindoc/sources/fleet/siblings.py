@@ -130,6 +130,7 @@ def _attach(run: Run, hit: Outside) -> None:
     evidence = {"step": float(hit.step), "value": hit.value, "sibling_median": hit.median,
                 "siblings": float(hit.siblings), "ratio": ratio, "threshold": hit.factor}
     related = RULES[hit.signal][2]
+    run.amended = True
     for id_ in related:
         for k, f in enumerate(run.findings):
             if f.id == id_:
