@@ -15,20 +15,9 @@ from traindoc.lint import lint_source
 from traindoc.lint.rules import RULES
 from traindoc.lint.rules._common import snippet
 
-_STEP_HELPER = "the loop body moved into a per-iteration helper: the rule judges the loop, not what its helper does"
-KNOWN_MISSES = {
-    "masked-nonfinite-invalid-1-method_form": "`y.nan_to_num()` (method form) on a label is not followed",
-    "masked-nonfinite-invalid-1-method_form+method": "`y.nan_to_num()` (method form) on a label is not followed",
-    "constant-loss-invalid-5-bare_import": "`clamp(loss, max=...)` imported bare is not seen as a cap",
-    "constant-loss-invalid-5-alias_import": "`clamp_fn(loss, max=...)` imported under an alias is not seen as a cap",
-    "constant-loss-invalid-5-bare_import+helper": "`clamp(loss, max=...)` imported bare is not seen as a cap",
-    "no-gradient-invalid-0-while_loop": "a `while True: batch = next(it)` loop is not read as the training loop",
-    "no-gradient-invalid-0-while_loop+method": "a `while True: batch = next(it)` loop is not read as the training loop",
-    "unscaled-grad-accumulation-invalid-3-while_loop": "a `while True: mb = next(it)` micro-batch loop is not read as one",
-    "unscaled-grad-accumulation-invalid-3-while_loop+method": "a `while True: mb = next(it)` micro-batch loop is not read as one",
-    "autograd-collective-invalid-4-kwargs_call": "a helper's arguments passed by keyword are not followed into it",
-    "autograd-collective-invalid-4-kwargs_call+method": "a helper's arguments passed by keyword are not followed into it",
-}
+# "<rule>-<invalid|valid>-<n>-<kind>" -> why lint does not yet judge that variant right. Empty:
+# every variant passes (31 entries when this test was written; see docs/lint.md).
+KNOWN_MISSES: dict[str, str] = {}
 # Examples that fewer than 8 kinds apply to (a short method fragment, no literal to move).
 FEW_KINDS = 5
 

@@ -169,12 +169,18 @@ class Module(IndexedFile):
         """How many micro-batches ``loop`` runs, as text (``gradient_accumulation_steps``,
         ``len(micro_batches)``), when it is a loop over the micro-batches of one update (its
         target or iterable says so: micro, accum, chunk, split, mb); None for any other loop."""
-        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+        if isinstance(loop, ast.While):  # it = iter(micro_batches); while True: mb = next(it)
+            drawn = _drawn_from(self, loop)
+            if drawn is None:
+                return None
+            target, it = drawn
+        elif isinstance(loop, (ast.For, ast.AsyncFor)):
+            target, it = loop.target, loop.iter
+        else:
             return None
-        text = f"{self.text(loop.target)} {self.text(loop.iter)}".lower()
+        text = f"{self.text(target)} {self.text(it)}".lower()
         if not any(w in text for w in MICRO_WORDS):
             return None
-        it = loop.iter
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate" and it.args:
             it = it.args[0]
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and len(it.args) == 1:
@@ -190,7 +196,7 @@ class Module(IndexedFile):
         """
         for scope in self.scopes:
             for b in scope.backwards:
-                scope.trained |= loss_roots(b.loss)
+                scope.trained |= loss_roots(self._unwrapped(b.loss))
         loss_fns: set[int] = set()
         for scope in self.scopes:
             name = scope.name
@@ -218,6 +224,14 @@ class Module(IndexedFile):
                     changed |= len(scope.trained) != before
             if not changed:
                 break
+
+    def _unwrapped(self, expr: ast.expr) -> ast.expr:
+        """``clamp(loss, max=c)`` with torch's clamp imported bare or aliased: ``loss``."""
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.args and self.callee(expr) in (
+            "torch.clamp", "torch.clip", "torch.clamp_max", "torch.nan_to_num"
+        ):
+            return expr.args[0]
+        return expr
 
     def loss_names(self, scope: Scope) -> set[str]:
         """The trained names and, through arithmetic, the loss terms they are summed from."""
@@ -300,7 +314,7 @@ class Module(IndexedFile):
                 continue
             # two assignments back from the loss: `out = model(x); loss = crit(out, y)`
             exprs: list[ast.AST] = [b.loss for b in scope.backwards]
-            names = {n for b in scope.backwards for n in loss_roots(b.loss)}
+            names = {n for b in scope.backwards for n in loss_roots(self._unwrapped(b.loss))}
             for _ in range(2):
                 values = [v for n in names for _, v in scope.values_of(n)]
                 exprs += values
@@ -331,6 +345,24 @@ class Module(IndexedFile):
 _BUILTINS = frozenset(dir(builtins))
 # Words that mark a loop over the micro-batches of one update.
 MICRO_WORDS = ("micro", "accum", "chunk", "split", "mb")
+
+def _drawn_from(mod: Module, loop: ast.While) -> tuple[ast.expr, ast.expr] | None:
+    """(target, iterable) of ``target = next(it)`` in a while loop, with ``it = iter(iterable)``
+    before it."""
+    for stmt in ast.walk(loop):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, ast.Call)):
+            continue
+        call = stmt.value
+        if not (isinstance(call.func, ast.Name) and call.func.id == "next" and call.args):
+            continue
+        source = call.args[0]
+        if isinstance(source, ast.Name):
+            value = mod.scope(loop).reaching(source.id, loop.lineno)
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "iter" and value.args:
+                return stmt.targets[0], value.args[0]
+        return stmt.targets[0], source
+    return None
+
 
 # Names with "loss" in them that scale a loss rather than hold one (``loss_weight``).
 FACTOR_WORDS = ("weight", "scale", "coef", "factor", "mask", "lambda")

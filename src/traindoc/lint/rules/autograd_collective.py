@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, arith_names, dotted, is_constant_value, is_detached_value, method, names_in
+from traindoc.lint._ast import Module, Scope, arg, arith_names, dotted, is_constant_value, is_detached_value, method, names_in
 from traindoc.lint.rules._common import Hit, Invalid
 
 # collective -> index of the tensor argument it works on in place
@@ -252,10 +252,8 @@ class AutogradCollective:
         if name not in params:
             return None
         index = params.index(name) - (1 if params[0] == "self" else 0)
-        for site in mod.calls:
-            if mod.callee_scope(site) is not scope or index >= len(site.args):
-                continue
-            given = site.args[index]
+        for site in mod.callers_of(scope):
+            given = arg(site, index, name)  # by position or by keyword
             if isinstance(given, ast.Name):
                 why = self._requires_grad(mod, mod.scope(site), given.id, site)
                 if why:

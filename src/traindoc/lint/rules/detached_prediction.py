@@ -138,9 +138,16 @@ def _computed(scope: Scope, node: ast.expr) -> bool:
     for n in ast.walk(node):
         if isinstance(n, ast.Call):
             return True
-        if isinstance(n, ast.Name) and any(isinstance(v, ast.Call) for _, v in scope.values_of(n.id)):
+        if isinstance(n, ast.Name) and any(
+            isinstance(v, ast.Call) and not _drawn(v) for _, v in scope.values_of(n.id)
+        ):
             return True
     return False
+
+
+def _drawn(call: ast.Call) -> bool:
+    """``next(batches)``: a batch drawn from an iterator, data rather than a prediction."""
+    return isinstance(call.func, ast.Name) and call.func.id == "next"
 
 
 def _loss_call(value: ast.AST) -> ast.Call | None:

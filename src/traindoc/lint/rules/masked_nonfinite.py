@@ -305,8 +305,8 @@ class MaskedNonfinite:
                 continue
             how = None
             for call in ast.walk(value):
-                if isinstance(call, ast.Call) and call.args:
-                    found = self._filter(mod, call)
+                if isinstance(call, ast.Call) and (call.args or method(call, "nan_to_num") is not None):
+                    found = self._filter(mod, call)  # x.nan_to_num(nan=0.0): keywords only
                     if found and names_in(call) & names:
                         how = found
                         break
