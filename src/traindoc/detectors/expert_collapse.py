@@ -51,9 +51,9 @@ class ExpertCollapse:
     uses: ClassVar[frozenset[str]] = frozenset({"expert_gini", "expert_entropy"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/expert_collapse.jsonl", 13),
-        Example("fixtures/logs/meaning/moe_expert_loads_collapse.csv", -1),
-        Example("fixtures/logs/meaning/moe_frac_collapse.jsonl", -1),
-        Example("fixtures/logs/meaning/moe_router_entropy_collapse.csv", -1),
+        Example("fixtures/logs/meaning/moe_expert_loads_collapse.csv", 380),
+        Example("fixtures/logs/meaning/moe_frac_collapse.jsonl", 1080),
+        Example("fixtures/logs/meaning/moe_router_entropy_collapse.csv", 42),
         Example("fixtures/logs/seeds/seed000_red_flags.csv", 49),
         Example("fixtures/logs/golden/healthy_moe.jsonl", None),
         Example("fixtures/logs/meaning/moe_expert_loads_balanced.csv", None),
