@@ -123,7 +123,7 @@ def _first_streak(hit: np.ndarray) -> int | None:
 def _attach(run: Run, hit: Outside) -> None:
     what = _WHAT[hit.signal]
     ratio = hit.value / hit.median
-    times = f"{ratio:.3g}x" if ratio >= 1 else f"1/{1 / ratio:.3g}"
+    times = f"{ratio:.3g}x"
     sentence = (f"Its {what} {hit.value:.4g} at {run.x} {hit.step} is {times} the median of its "
                 f"{hit.siblings} siblings at that {run.x} ({hit.median:.4g}; threshold {hit.factor:g}x "
                 f"and {Z:g} robust deviations, sustained over {SUSTAIN} of {GRID} points of the sweep).")
