@@ -79,6 +79,8 @@ class Module(IndexedFile):
             if func.id in self.aliases:
                 return None
             found = [s for s in self.functions.get(func.id, ()) if s.cls is None and s.name != "<lambda>"]
+            if not found and func.id[:1].isupper():  # Trainer(model, args) runs Trainer.__init__
+                found = [s for s in self.functions.get("__init__", ()) if s.cls == func.id]
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             cls = self.scope(call).cls
             found = [s for s in self.functions.get(func.attr, ()) if cls is not None and s.cls == cls]

@@ -324,11 +324,16 @@ def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.
     text = dotted(node)
     cls = mod.scope(at).cls
     if text and text.startswith("self.") and text.count(".") == 1 and cls:
-        values = [
-            v for s in mod.scopes if s.cls == cls
-            for t, _, v in s.assigns if t == text and not isinstance(v, ast.AugAssign)
+        found = [
+            (v, stmt) for s in mod.scopes if s.cls == cls
+            for t, stmt, v in s.assigns if t == text and not isinstance(v, ast.AugAssign)
         ]
-        return values[0] if len(values) == 1 else None
+        if len(found) != 1 or isinstance(found[0][0], ast.AugAssign):
+            return None
+        value, stmt = found[0]
+        if isinstance(value, ast.Name):  # self.args = args: follow the name where it is assigned
+            return value_of(mod, value, stmt, 3)
+        return value
     owner = value_of(mod, node.value, at, 2)
     if not isinstance(owner, ast.Call):
         return None

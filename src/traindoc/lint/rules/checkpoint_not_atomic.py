@@ -104,8 +104,47 @@ class CheckpointNotAtomic:
             """,
             11,
         ),
+        Invalid(
+            """
+            import argparse
+            import torch
+
+            class Trainer:
+                def __init__(self, model, args):
+                    self.model, self.args = model, args
+
+                def fit(self, loader):
+                    for x, y in loader:
+                        self.step(x, y)
+                        torch.save(self.model.state_dict(), self.args.ckpt)
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--ckpt", default="model.pt")
+            Trainer(build_model(), parser.parse_args()).fit(loader)
+            """,
+            11,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        """
+        import argparse
+        import os
+        import torch
+
+        class Trainer:
+            def __init__(self, model, args):
+                self.model, self.args = model, args
+
+            def fit(self, loader):
+                for x, y in loader:
+                    self.step(x, y)
+                    torch.save(self.model.state_dict(), self.args.ckpt + ".tmp")
+                    os.replace(self.args.ckpt + ".tmp", self.args.ckpt)
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--ckpt", default="model.pt")
+        Trainer(build_model(), parser.parse_args()).fit(loader)
+        """,
         """
         import os
         import torch
@@ -184,7 +223,8 @@ class CheckpointNotAtomic:
             if not name or any(w in name.lower() for w in TEMP_WORDS):
                 continue
             resumed = path is not None and mod.text(path, 400) in loaded
-            if not resumed and not any(w in name.lower() for w in RESUME_WORDS):
+            said = f"{name} {mod.text(path, 400) if path is not None else ''}".lower()  # or args.ckpt
+            if not resumed and not any(w in said for w in RESUME_WORDS):
                 continue
             repeated = resumed or mod.repeated(call) or any(
                 w in mod.scope(call).name.lower() for w in ("save", "checkpoint", "ckpt")
