@@ -50,7 +50,8 @@ class RankTime:
     ``compute_s`` and ``data_s`` leave out the time the rank spent inside collectives (a loss
     all-reduced for logging after the step waits for the slowest rank) and the time it was
     ready to run but waited for a CPU core (another process on a loaded machine), given as the
-    medians ``collective_s`` and ``queued_s`` (Linux; 0 elsewhere). ``steps`` 0: none timed."""
+    medians ``collective_s`` and ``queued_s`` (Linux; 0 elsewhere); ``wait_s`` leaves out its
+    own time queued for a core too. ``steps`` 0: none timed."""
 
     step: int
     rank: int

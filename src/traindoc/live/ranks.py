@@ -263,7 +263,10 @@ class Ranks:
         if not (self.s.sampled or self.s.next_sampled) and stepped is not None and not self._broken:
             wall, queued, collectives = (a - b for a, b in zip(now, stepped))
             own = max(wall - queued - collectives, 0.0)
-            self._times.append((own, stepped[0] - self._round[0], min(self._data, own), collectives, queued))
+            # Backward + step, less the time queued for a core: the step time the straggler's
+            # cost is weighed against does not grow with the machine's load either.
+            wait = max(stepped[0] - self._round[0] - (stepped[1] - self._round[1]), 0.0)
+            self._times.append((own, wait, min(self._data, own), collectives, queued))
         self._round, self._stepped, self._data = now, None, 0.0
         if self._broken or not sampled:
             return
