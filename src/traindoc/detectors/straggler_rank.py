@@ -32,6 +32,7 @@ class StragglerRank:
         Example("zoo/ddp_straggler_uneven.py", -1),
         Example("zoo/ddp_straggler_slow_data.py", -1),
         Example("zoo/healthy_ddp_ema.py", None),
+        Example("zoo/healthy_ddp_shared_core.py", None),
         Example("golden/straggler_rank.jsonl", -1),
         Example("golden/straggler_rank_data.jsonl", -1),
         Example("golden/healthy_ranks.jsonl", None),
