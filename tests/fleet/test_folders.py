@@ -9,10 +9,12 @@ import json
 import math
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 import fleet_sweeps as fs
 from traindoc.cli import main
+from traindoc.report import json as json_report
 
 
 def _fleet(path: Path, tmp: Path, *options: str, code: int = 0) -> dict:  # type: ignore[type-arg]
@@ -52,6 +54,9 @@ def test_csv_sweep_one_diagnosis_per_run(csv_sweep: tuple[Path, dict[str, set[st
     slow = by_name["slow.csv"]["report"]["findings"][0]
     assert slow["evidence"]["signal"] == "loss" and slow["evidence"]["siblings"] >= 5
     assert slow["evidence"]["ratio"] >= 3 and "median of its" in slow["message"]
+    schema = json_report.schema()  # each run's report is the single-run report
+    for r in doc["runs"]:
+        jsonschema.validate(r["report"], schema)
     err = capsys.readouterr().err
     table = err[err.index("traindoc fleet:"):].splitlines()
     assert table[0].endswith(f"{len(expect)} runs, {fs.HEALTHY_SEEDS} without findings, "
@@ -64,6 +69,18 @@ def test_csv_sweep_one_diagnosis_per_run(csv_sweep: tuple[Path, dict[str, set[st
     assert table[-1].startswith("failure ids: sibling-outlier 2 runs")
     # Each run with findings got the single-run report before the view.
     assert "traindoc report: " + str(root / "divergence.csv") in err
+
+
+def test_ignore_and_select_reach_the_sibling_comparison(csv_sweep: tuple[Path, dict[str, set[str]]],
+                                                        tmp_path: Path) -> None:
+    root, expect = csv_sweep
+    quiet = _ids(_fleet(root, tmp_path, "--ignore", "sibling-outlier"))
+    assert quiet == {n: ids - {"sibling-outlier"} for n, ids in expect.items()}
+    # Alone, the comparison also names the runs whose loss or gradient norm the detectors
+    # would have explained: a divergence, a stall, exploding gradients.
+    only = {n: ids for n, ids in _ids(_fleet(root, tmp_path, "--select", "sibling-outlier")).items() if ids}
+    assert only == {n: {"sibling-outlier"} for n in ("slow.csv", "tiny-grads.csv", "divergence.csv",
+                                                     "stalled-loss.csv", "exploding-gradients.csv")}
 
 
 def test_fail_on_and_a_run_that_cannot_be_read(csv_sweep: tuple[Path, dict[str, set[str]]],

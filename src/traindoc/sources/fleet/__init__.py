@@ -131,7 +131,8 @@ def diagnose(refs: Sequence[RunRef], options: Options, *, source: str = "", jobs
                 run.report = run.json = b""
             runs.append(run)
             progress.update(i + 1, run.name)
-    siblings.compare(runs)
+    if "sibling-outlier" not in options.ignore and (not options.select or "sibling-outlier" in options.select):
+        siblings.compare(runs)
     return Fleet(source, runs, spool)
 
 
