@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import jsonschema
@@ -97,6 +98,26 @@ def test_fail_on_and_a_run_that_cannot_be_read(csv_sweep: tuple[Path, dict[str, 
     assert "broken.csv" in capsys.readouterr().err
     (root / "divergence.csv").unlink()
     assert main(["logs", str(root), "--fail-on", "warning"]) == 0
+
+
+def test_a_run_that_kills_its_worker_is_named(csv_sweep: tuple[Path, dict[str, set[str]]], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that takes its process down (out of memory, a crash in C) costs that run only."""
+    from traindoc.sources import fleet
+
+    load = fleet._load
+
+    def dies_on_divergence(ref: fleet.RunRef, overrides: dict[str, str]) -> object:
+        if ref.name == "divergence.csv":
+            os._exit(1)
+        return load(ref, overrides)
+
+    monkeypatch.setattr(fleet, "_load", dies_on_divergence)  # forked workers inherit it
+    root, expect = csv_sweep
+    doc = _fleet(root, tmp_path, "--jobs", "2", "--ignore", "sibling-outlier")
+    dead = [r for r in doc["runs"] if r["error"]]
+    assert [r["name"] for r in dead] == ["divergence.csv"] and "process reading it died" in dead[0]["error"]
+    assert _ids(doc) == {n: ids - {"sibling-outlier"} for n, ids in expect.items() if n != "divergence.csv"}
 
 
 def test_html_index_links_each_run(csv_sweep: tuple[Path, dict[str, set[str]]], tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from concurrent.futures import Executor, Future
+from multiprocessing.context import BaseContext
 from typing import IO, TYPE_CHECKING, Callable, Iterator, Sequence
 
 from traindoc import config
@@ -251,12 +252,25 @@ def _processes(refs: Sequence[RunRef], work: Callable[[RunRef], Run], jobs: int)
                 done += 1
                 yield run
         except BrokenProcessPool:
-            # A worker died (killed for memory?): the run it held gets the reason, the rest
-            # go on in a fresh pool.
-            yield Run(refs[done], refs[done].name, error="the process reading it died (out of memory, or killed)")
+            # A worker died (killed for memory, a crash in a reader's C code): every run in
+            # flight failed with it. The first is tried again alone; when it dies again it was
+            # the one, and either way the rest go on in a fresh pool.
+            pool.shutdown(wait=True, cancel_futures=True)
+            yield _alone(refs[done], work, ctx)
             done += 1
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _alone(ref: RunRef, work: Callable[[RunRef], Run], ctx: BaseContext) -> Run:
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init) as pool:
+        try:
+            return pool.submit(work, ref).result()
+        except BrokenProcessPool:
+            return Run(ref, ref.name, error="the process reading it died (out of memory, or a crash)")
 
 
 def _in_order(pool: Executor, refs: Sequence[RunRef], work: Callable[[RunRef], Run], jobs: int,
