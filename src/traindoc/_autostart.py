@@ -33,6 +33,7 @@ _OFF = ("", "0", "false", "no", "off")
 _watch: Any = None
 _signals: Any = None
 _installed = False
+_die_by: int | None = None  # the signal that ends the process after the exit handlers
 
 
 def enabled() -> bool:
@@ -46,6 +47,9 @@ def install() -> None:
     if _installed or not enabled():
         return
     _installed = True
+    import atexit
+
+    atexit.register(_last)  # registered first, runs last: after every other exit handler
     if os.environ.get("TRAINDOC_FAIL_ON"):  # exit 3 on findings (integrations/fail_on.py)
         from traindoc.integrations import fail_on
 
@@ -94,13 +98,26 @@ def _start() -> None:
 
 
 def _finish() -> None:
+    global _die_by
     last = getattr(sys, "last_value", None)  # set by the interpreter for an uncaught exception
     if isinstance(last, KeyboardInterrupt):
         _end("interrupted", 130)
+        # CPython would end by SIGINT after the exit handlers, but the report's code (an exec
+        # of a dataclass) clears the interpreter's note of the KeyboardInterrupt: _last does.
+        import signal
+
+        _die_by = signal.SIGINT
     elif last is not None:
         _end("exception", 1)
     else:
         _end("ok", 0)
+
+
+def _last() -> None:
+    if _die_by is not None:
+        from traindoc.live import ending
+
+        ending.die_by(_die_by, flush=ending.flush_files)
 
 
 def _end(status: str, code: int) -> None:

@@ -92,20 +92,28 @@ def test_an_ignored_signal_stays_ignored(tmp_path: Path) -> None:
     assert (run["status"], run["steps"]) == ("ok", STEPS)
 
 
-def test_watch_and_autostart_report_on_sigterm(tmp_path: Path) -> None:
-    """`traindoc.watch()` in the script, and `TRAINDOC=1`: the report, then death by SIGTERM."""
+def test_watch_reports_on_sigterm(tmp_path: Path) -> None:
+    """`traindoc.watch()` in the script: the report on stderr, then death by SIGTERM."""
+    base = {k: v for k, v in ENV.items() if not k.startswith("TRAINDOC")}
+    code, err = finish(start([str(SCRIPT), "watch-sigterm"], tmp_path / "watch", env=base))
+    assert code == -signal.SIGTERM, err[-2000:]
+    assert err.count("traindoc report") == 1 and "status terminated" in err
+
+
+@pytest.mark.parametrize("mode", ["sigterm", "sigint", "thread", "excepthook"])
+def test_autostart_reports_every_ending(mode: str, tmp_path: Path) -> None:
+    """`TRAINDOC=1 python ending.py mode` ends as `python ending.py mode` and reports."""
+    code, status, steps, marks = CASES[mode]
     report = tmp_path / "report.json"
     base = {k: v for k, v in ENV.items() if not k.startswith("TRAINDOC")}
-    watched = start([str(SCRIPT), "watch-sigterm"], tmp_path / "watch", env=base)
-    auto = start([str(SCRIPT), "sigterm"], tmp_path / "auto",
-                 env={**base, "TRAINDOC": "1", "TRAINDOC_JSON": str(report)})
-    (watch_code, watch_err), (auto_code, auto_err) = finish(watched), finish(auto)
-    assert watch_code == -signal.SIGTERM, watch_err[-2000:]
-    assert watch_err.count("traindoc report") == 1 and "status terminated" in watch_err
-    assert auto_code == -signal.SIGTERM, auto_err[-2000:]
+    bare = start([str(SCRIPT), mode], tmp_path / "bare", env=base)
+    auto = start([str(SCRIPT), mode], tmp_path / "auto", env={**base, "TRAINDOC": "1", "TRAINDOC_JSON": str(report)})
+    (bare_code, bare_err), (auto_code, auto_err) = finish(bare), finish(auto)
+    assert bare_code == auto_code == code, auto_err[-2000:]
+    assert marks_of(tmp_path / "bare") == marks_of(tmp_path / "auto") == marks
     assert auto_err.count("traindoc report") == 1
     run = json.loads(report.read_text())["run"]
-    assert (run["status"], run["steps"], run["exit_code"]) == ("terminated", AT, 143)
+    assert (run["status"], run["steps"]) == (status, steps)
 
 
 def test_torchrun_ranks_ended_by_sigterm_give_one_report(tmp_path: Path) -> None:

@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from types import FrameType, TracebackType
 from typing import Callable
 
@@ -173,6 +172,8 @@ def show_exception(exc: BaseException, tb: TracebackType | None) -> None:
     """What the interpreter does with an uncaught exception: note it in ``sys.last_*`` and call
     ``sys.excepthook`` (the script's own, if it set one); a hook that raises is reported as
     Python reports it, then the exception is printed plainly."""
+    import traceback
+
     exc.__traceback__ = tb  # the traceback as `python script.py` has it, without our frames
     sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, tb
     if sys.version_info >= (3, 12):
