@@ -136,3 +136,45 @@ def test_tracking_server(server: tuple[subprocess.Popen[bytes], str], tmp_path: 
     assert {r["name"]: r["id"] for r in doc["runs"]} == ids
     one = _read(url, tmp_path, "--run-id", ids["stalled-loss"])
     assert _ids(one) == {"stalled-loss": {"stalled-loss"}}
+
+
+def test_retries_what_may_pass_and_no_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traindoc.errors import UsageError
+    from traindoc.sources.fleet import mlflow_runs
+
+    monkeypatch.setattr(mlflow_runs, "RETRY_WAITS", (0.0, 0.0))
+    calls: list[int] = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("Connection refused")
+        return "ok"
+
+    assert mlflow_runs._retry("server", flaky) == "ok" and len(calls) == 3
+    calls.clear()
+
+    def bad_request() -> str:
+        calls.append(1)
+        raise ValueError("INVALID_PARAMETER_VALUE: bad filter")
+
+    with pytest.raises(UsageError, match="server: INVALID_PARAMETER_VALUE: bad filter"):
+        mlflow_runs._retry("server", bad_request)
+    assert len(calls) == 1  # a mistake is not retried
+
+
+def test_a_server_that_does_not_answer_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from traindoc.sources.fleet import mlflow_runs
+
+    monkeypatch.setattr(mlflow_runs, "RETRY_WAITS", (0.0, 0.0))
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    t = time.monotonic()
+    assert main(["logs", f"http://127.0.0.1:{port}", "--experiment", "sweep"]) == 2
+    assert time.monotonic() - t < 60
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"Error: MLflow at http://127.0.0.1:{port}: no answer (connection refused, tried 3 times); "
+                   "is the tracking server running there?"]

@@ -73,6 +73,8 @@ def _transient(exc: Exception) -> bool:
 
 def _reason(exc: Exception) -> str:
     text = " ".join(str(exc).split())
+    if "NewConnectionError" in text or "Connection refused" in text:
+        return "no answer (connection refused, tried 3 times); is the tracking server running there?"
     return (text[:300] + "...") if len(text) > 300 else text or type(exc).__name__
 
 
