@@ -36,6 +36,7 @@ CASES: dict[str, tuple[int, str, int, set[str]]] = {
     "atexit": (0, "ok", STEPS, {"atexit"}),
     "atexit-sigint": (-signal.SIGINT, "interrupted", AT, {"atexit"}),
     "thread": (0, "ok", STEPS, set()),
+    "thread-sigterm": (-signal.SIGTERM, "terminated", AT, set()),  # while Python waits for it
     "executor": (0, "ok", STEPS, set()),
     "fork-sigterm": (0, "ok", STEPS, set()),  # a forked child's SIGTERM is the child's end only
 }

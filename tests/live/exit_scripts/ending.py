@@ -85,6 +85,11 @@ elif MODE in ("atexit", "atexit-sigint"):
     train(at=AT if MODE == "atexit-sigint" else -1, then=kill(signal.SIGINT))
 elif MODE == "thread":  # the main body returns at once; the training thread goes on
     threading.Thread(target=train, name="trainer").start()
+elif MODE == "thread-sigterm":  # the training thread signals the process, then waits for ever
+    def trainer() -> None:
+        train(at=AT, then=lambda: (os.kill(os.getpid(), signal.SIGTERM), threading.Event().wait()))
+
+    threading.Thread(target=trainer, name="trainer").start()
 elif MODE == "executor":  # an executor never shut down: its workers are non-daemon threads
     from concurrent.futures import ThreadPoolExecutor
 
