@@ -8,7 +8,8 @@ that no ``finally`` sees:
   report, then ends by the same signal (the exit status a launcher sees is the signal's). A
   signal the script ignores or handles itself is left alone: its own handler runs as without
   traindoc (``sys.exit`` in it ends the run through the ordinary path, which reports; returning
-  lets training go on).
+  lets training go on). A forked child (a DataLoader worker) that inherits the handler ends as
+  by default, without a report: its parent reports.
 - Training that goes on in non-daemon threads after the main body returned: ``wait_for_threads``
   does, before the report, what the interpreter does first at exit.
 - An uncaught exception: ``show_exception`` prints it through ``sys.excepthook``, the user's own
@@ -37,7 +38,7 @@ if hasattr(signal, "SIGHUP"):  # POSIX only
 
 
 def exit_code(signum: int) -> int:
-    """The exit code a shell (and SLURM, and torchrun's agent) reports for death by ``signum``."""
+    """The exit code a shell (and SLURM) reports for death by ``signum``."""
     return 128 + signum
 
 
