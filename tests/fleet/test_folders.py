@@ -236,3 +236,20 @@ def test_run_names_are_escaped_in_every_output(csv_sweep: tuple[Path, dict[str, 
     assert "\x1b" not in err and "\\x1b[2Jclear.csv" in err
     page = html.read_text()
     assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;.csv" in page
+
+
+def test_no_sibling_alarm_near_a_converged_loss(tmp_path: Path) -> None:
+    """Losses that fall to ~0: one seed ends at 2e-3 against its siblings' 1e-4 to 1.4e-4 (15x,
+    but 0.1 % of where they started): quiet. The same seed stuck at 0.5 is not."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for seed in range(12):
+        run = fs.healthy(seed)
+        floor = 2e-3 if seed == 0 else 1e-4 * (1 + 0.1 * (seed % 5))
+        run["loss"] = [(s, 2.2 * math.exp(-s / 20) * (1 + 0.01 * math.sin(seed + s)) + floor) for s, _ in run["loss"]]
+        (root / f"seed{seed}.csv").write_text(fs.csv_text(run))
+    assert _fleet(root, tmp_path)["fleet"]["with_findings"] == 0
+    run = fs.healthy(0)
+    run["loss"] = [(s, 2.2 * math.exp(-s / 20) + 0.5) for s, _ in run["loss"]]
+    (root / "seed0.csv").write_text(fs.csv_text(run))
+    assert _ids(_fleet(root, tmp_path))["seed0.csv"] == {"sibling-outlier"}

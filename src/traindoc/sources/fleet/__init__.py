@@ -19,11 +19,11 @@ import os
 import pickle
 import sys
 import tempfile
+from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from concurrent.futures import Executor, Future
 from multiprocessing.context import BaseContext
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Iterator, Sequence
 
 from traindoc import config

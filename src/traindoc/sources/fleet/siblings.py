@@ -9,6 +9,8 @@ absolute deviation, robust to the outliers it looks for). A run is outside when 
 - ``factor`` times off the median (loss: 3x above; gradient norm: 10x above or below), and
 - ``Z`` robust deviations off, with the spread never taken below 5 % (seed-to-seed noise), and
 - so at ``SUSTAIN`` consecutive grid steps (one noisy point is no trend),
+- for a loss, also above the median by 5 % of where the siblings started (a converged loss's
+  ratios, 3e-4 against 1e-4, mean nothing),
 
 with at least ``MIN_SIBLINGS`` siblings logging the signal at those steps. When the run already
 has a finding about the same thing (a divergence, exploding gradients ...) the comparison is
@@ -33,6 +35,7 @@ MIN_SIBLINGS = 5
 Z = 6.0
 SPREAD_FLOOR = math.log(1.05)
 SUSTAIN = 3
+ABS_FLOOR = 0.05  # of the siblings' median loss at the first compared step
 GRID = 64
 # signal -> (factor, both directions, the ids whose findings it adds to, most related first)
 LOSS_IDS = ("divergence", "stalled-loss", "constant-loss", "loss-spike", "nonfinite",
@@ -83,6 +86,13 @@ def _outside(group: list[Run], signal: str) -> list[tuple[Run, Outside]]:
     enough = present.sum(axis=0) > MIN_SIBLINGS  # the run and at least MIN_SIBLINGS others
     limit = np.maximum(Z * spread, math.log(factor))
     dev = m - med
+    if not both:
+        # A loss must also be far above in plain numbers: at least 5% of where the siblings
+        # started. Near a converged loss (1e-4 against 3e-4) ratios are large and mean nothing.
+        first = int(np.argmax(enough)) if enough.any() else 0
+        floor = ABS_FLOOR * math.exp(med[first]) if np.isfinite(med[first]) else 0.0
+        with np.errstate(all="ignore"):
+            dev = np.where(np.exp(m) - np.exp(med) >= floor, dev, 0.0)
     out: list[tuple[Run, Outside]] = []
     for i, run in enumerate(group):
         with np.errstate(invalid="ignore"):
