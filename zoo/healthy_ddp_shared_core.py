@@ -45,7 +45,8 @@ def pin(rank: int) -> list[subprocess.Popen]:
     os.sched_setaffinity(0, {cores[rank % 2]})
     if rank != 1:
         return []
-    others = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    busy = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"  # ends with this rank
+    others = [subprocess.Popen([sys.executable, "-c", busy]) for _ in range(2)]
     for other in others:
         os.sched_setaffinity(other.pid, {cores[1]})
     return others

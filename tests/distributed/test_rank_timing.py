@@ -47,9 +47,9 @@ def test_the_finding_gives_the_time_left_out() -> None:
 
 
 def test_the_run_queue_clock_counts_time_waiting_for_a_core_only() -> None:
-    from traindoc.live.ranks import _RunQueue
+    from traindoc.live.rank_clock import RunQueue
 
-    queue = _RunQueue()
+    queue = RunQueue()
     t0, before = time.perf_counter(), queue.seconds()
     time.sleep(0.05)  # asleep, not queued: stays the rank's own time (storage, workers, the device)
     queued, wall = queue.seconds() - before, time.perf_counter() - t0

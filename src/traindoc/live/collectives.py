@@ -37,11 +37,15 @@ MAX_SYNCED = 65536  # storages noted between two reads (a run's per-parameter al
 
 
 class Collectives:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, queued: Callable[[], float] | None = None) -> None:
         self.s = session
+        self._queued = queued or (lambda: 0.0)
         self._saved: list[tuple[Any, str, Any]] = []
         self._sites: set[tuple[str, str]] = set()
         self.spent = 0.0  # seconds inside collectives since install (wall time)
+        # Of those, seconds the thread waited for a CPU core (``queued``: a run-queue clock),
+        # so that a caller subtracting both counts that wait once.
+        self.spent_queued = 0.0
         # Storage addresses of the tensors passed to all_reduce/broadcast since the last
         # ``take_synced`` (ranks.py matches them to parameters and their gradients).
         self.synced: set[int] = set()
@@ -84,11 +88,12 @@ class Collectives:
                         self.synced.add(t.untyped_storage().data_ptr())
                     except Exception:  # a tensor without storage (a DTensor, a fake): not noted
                         pass
-            t0 = time.perf_counter()
+            t0, q0 = time.perf_counter(), self._queued()
             try:
                 return original(*args, **kwargs)
             finally:
                 self.spent += time.perf_counter() - t0
+                self.spent_queued += self._queued() - q0
 
         return collective
 

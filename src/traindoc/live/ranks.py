@@ -27,12 +27,12 @@ different buffers between two forwards by design. Ranks that take different numb
 (uneven inputs under DDP's ``Join`` context manager) are compared at the same step of the job:
 a rank that waited in a ``Join`` for the others counts the steps they took meanwhile (the
 iterations it shadowed) into the step its events carry, and takes its fingerprints when that
-step of the job is a sampled one.
+step of the job is a sampled one (``live/rank_clock.py``).
 
 What is timed: a rank's own work per step (``RankTime.compute_s``) is its wall time from the
 end of an optimizer step to the next ``backward()``, less the time inside collectives (a loss
 all-reduced for logging waits there for the slowest rank) and less the time it was ready to run
-but waited for a CPU core (``/proc/thread-self/schedstat`` on Linux: on a loaded machine a rank
+but waited for a CPU core (``rank_clock.RunQueue``, Linux: on a loaded machine a rank
 that shares its core with another process is slowed, not slow). What is left is the rank's own
 work, however loaded the machine, including waits of its own (storage, DataLoader workers, the
 accelerator).
@@ -44,7 +44,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from datetime import timedelta
 from typing import Any, Mapping
@@ -56,6 +55,7 @@ from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scal
 from traindoc.findings import Finding
 from traindoc.live.collectives import Collectives
 from traindoc.live.objects import ObjectMap
+from traindoc.live.rank_clock import JoinCounter, RunQueue
 from traindoc.live.replicas import fingerprint, is_shard, local_part, synced_params
 from traindoc.live.spawn import SpawnFollower
 
@@ -89,7 +89,8 @@ class Ranks:
     def __init__(self, session: Any, options: Mapping[str, Any] | None = None, recorder: Any = None) -> None:
         self.s = session
         self._spawn = SpawnFollower(options, recorder) if options is not None else None
-        self._collectives = Collectives(session)
+        self._queue = RunQueue()
+        self._collectives = Collectives(session, self._queue.seconds)
         self.rank = -1  # known once the script joined a group of two or more ranks
         self.size = 1
         self.backend = ""
@@ -101,20 +102,17 @@ class Ranks:
         # A round closes when the next backward() begins: [that moment, the optimizer step's
         # end] is backward + step (where DDP waits for the other ranks' gradients), [the step's
         # end, the next backward] is data loading + forward (this rank's own work). Each mark
-        # is (wall time, time queued for a core, time inside collectives): see ``_mark``.
-        self._queue = _RunQueue()
+        # is (wall time, time queued for a core, time inside collectives, the part of that
+        # queued): see ``_mark``.
         self._round = self._mark()
-        self._stepped: tuple[float, float, float] | None = None
+        self._stepped: tuple[float, float, float, float] | None = None
         # (own work, backward + step, data, collectives, queued) of each timed step since the last sample
         self._times: list[tuple[float, float, float, float, float]] = []
         self._data = 0.0  # this round's time inside DataLoader iterators (training batches)
         self._losses: list[tuple[int, float]] = []  # (step of the job, this rank's loss) since the last sample
-        # Steps the other ranks took while this one waited in a Join context, as
-        # (first own step it applies to, offset): own step + offset = the job's step.
-        self._offsets: list[tuple[int, int]] = [(0, 0)]
+        self._joins = JoinCounter(session)  # steps the others took while this rank waited in a Join
         self._synced = ObjectMap()  # parameters the script all-reduces or broadcasts itself
         self._first_step = True
-        self._join_saved: Any = None
         self._handles: list[Any] = []
         self._next_saved: Any = None  # DataLoader's __next__ before we wrapped it
         self._next_wrapper: Any = None
@@ -127,7 +125,7 @@ class Ranks:
         self.s.event_listeners.append(self._on_event)
         self._handles.append(register_optimizer_step_post_hook(self._on_step))
         self._wrap_loader()
-        self._wrap_join()
+        self._joins.install()
         self._collectives.install()
         if self._spawn is not None:
             self._spawn.install()
@@ -141,7 +139,7 @@ class Ranks:
             h.remove()
         self._handles.clear()
         self._unwrap_loader()
-        self._unwrap_join()
+        self._joins.uninstall()
         self._collectives.uninstall()
         self._queue.close()
         if self._spawn is not None:
@@ -168,52 +166,13 @@ class Ranks:
         if type(event) is Scalar and event.name == "loss" and self._store is not None and not self._broken:
             self._losses.append((self._job_step(event.step), event.value))
 
-    def _mark(self) -> tuple[float, float, float]:
-        return time.perf_counter(), self._queue.seconds(), self._collectives.spent
+    def _mark(self) -> tuple[float, float, float, float]:
+        c = self._collectives
+        return time.perf_counter(), self._queue.seconds(), c.spent, c.spent_queued
 
     def _job_step(self, step: int) -> int:
-        """The job's step for this rank's own step ``step`` (see ``_offsets``)."""
-        for first, offset in reversed(self._offsets):
-            if step >= first:
-                return step + offset
-        return step
-
-    def _wrap_join(self) -> None:
-        """Count the iterations this rank shadows in DDP's ``Join`` context (uneven inputs): the
-        other ranks step meanwhile, and this rank's later steps are that many steps later in
-        the job. Join asks once per iteration how many ranks have not joined yet."""
-        try:
-            from torch.distributed.algorithms.join import Join
-        except Exception:  # a torch without it: nothing to count
-            return
-        ranks, original = self, Join.__exit__
-        if not hasattr(Join, "_get_num_nonjoined_procs"):
-            return
-
-        def __exit__(join: Any, *exc: Any) -> Any:
-            asked = [0]
-            ask = join._get_num_nonjoined_procs
-
-            def counted() -> Any:
-                asked[0] += 1
-                return ask()
-
-            join._get_num_nonjoined_procs = counted
-            try:
-                return original(join, *exc)
-            finally:
-                del join._get_num_nonjoined_procs
-                if asked[0] > 1:  # the last ask finds every rank joined: not an iteration
-                    ranks._offsets.append((ranks.s.current_step, ranks._offsets[-1][1] + asked[0] - 1))
-
-        self._join_saved = (Join, original)
-        Join.__exit__ = __exit__  # type: ignore[method-assign]
-
-    def _unwrap_join(self) -> None:
-        if self._join_saved is not None:
-            cls, original = self._join_saved
-            cls.__exit__ = original
-            self._join_saved = None
+        """The job's step for this rank's own step ``step`` (see ``JoinCounter``)."""
+        return self._joins.job_step(step)
 
     def _wrap_loader(self) -> None:
         """Time the training batches drawn from DataLoader iterators (two clock reads a batch),
@@ -249,7 +208,7 @@ class Ranks:
         # The job's step: this rank's own, or later when it waited in a Join for the others;
         # then it samples on the job's sampled steps, as the ranks that did not wait do. The
         # latest offset: a Join left in this round has already synchronised the parameters.
-        job = step + self._offsets[-1][1]
+        job = step + self._joins.offset
         sampled = self.s.sampled if job == step else self.s.level.sampled(job)
         if self._store is None:  # not in a group of several ranks (yet): nothing to time or keep
             if sampled and not self._broken:
@@ -261,7 +220,8 @@ class Ranks:
         # Only steps with no sampled work on either side are timed: a sampled step carries
         # traindoc's own measurements, which are nobody's training time.
         if not (self.s.sampled or self.s.next_sampled) and stepped is not None and not self._broken:
-            wall, queued, collectives = (a - b for a, b in zip(now, stepped))
+            wall, queued, collectives, queued_inside = (a - b for a, b in zip(now, stepped))
+            queued -= queued_inside  # a wait for a core inside a collective is in its time already
             own = max(wall - queued - collectives, 0.0)
             # Backward + step, less the time queued for a core: the step time the straggler's
             # cost is weighed against does not grow with the machine's load either.
@@ -440,34 +400,3 @@ def _timeout() -> float:
 
 
 __all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "local_part", "world"]
-
-
-class _RunQueue:
-    """Seconds the calling thread has waited in the run queue (ready to run while other
-    threads held every core), from ``/proc/thread-self/schedstat`` (Linux, one 1 us read);
-    0 elsewhere, and when read from another thread than the one that opened it."""
-
-    def __init__(self) -> None:
-        self._fd = -1
-        self._thread = -1
-        self._tried = False
-
-    def seconds(self) -> float:
-        if not self._tried:
-            self._tried = True
-            try:
-                self._fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-                self._thread = threading.get_native_id()
-            except OSError:
-                self._fd = -1
-        if self._fd < 0 or threading.get_native_id() != self._thread:
-            return 0.0
-        try:
-            return int(os.pread(self._fd, 64, 0).split()[1]) / 1e9
-        except (OSError, ValueError, IndexError):
-            return 0.0
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd, self._tried = -1, True
