@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
+from traindoc.lint import lint_source
 from traindoc.lint._ast import Module
 
 
@@ -105,3 +106,19 @@ def test_backwards_and_steps_in_a_loop_include_those_of_its_helpers():
     [(site2, step, opt)] = mod.steps_in(top, loop)
     assert site is site2 and site.lineno == 7
     assert b.call.lineno == 3 and step.lineno == 4 and opt == "opt"
+
+
+def test_following_values_ends_on_cycles():
+    """``self.dtype = dtype`` after ``dtype = self.dtype``: value_of must stop, not recurse
+    until Python's limit (a crash became an internal error on transformers' bitsandbytes.py)."""
+    code = (
+        "import torch\n"
+        "class Quant:\n"
+        "    def setup(self, model):\n"
+        "        dtype = self.dtype\n"
+        "        self.dtype = dtype\n"
+        "        self.model = model.to(self.dtype)\n"
+        "        self.opt = torch.optim.AdamW(self.model.parameters())\n"
+    )
+    findings, errors = lint_source(code, "cycle.py")
+    assert errors == [] and findings == []

@@ -260,7 +260,7 @@ def value_of(mod: IndexedFile, node: ast.expr | None, at: ast.AST, depth: int = 
                 return node
             node = found
         elif isinstance(node, ast.Attribute):
-            found = _attribute_value(mod, node, at)
+            found = _attribute_value(mod, node, at, depth)
             if found is None:
                 return node
             node = found
@@ -320,7 +320,11 @@ def _params(scope: Scope) -> set[str]:
     return set()
 
 
-def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.expr | None:
+def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST, depth: int) -> ast.expr | None:
+    """The value behind ``self.x``, ``cfg.field`` or ``args.option``; ``depth`` bounds the
+    names followed on the way (``self.a = b`` and ``b = self.a`` must not loop)."""
+    if depth <= 0:
+        return None
     text = dotted(node)
     cls = mod.scope(at).cls
     if text and text.startswith("self.") and text.count(".") == 1 and cls:
@@ -332,9 +336,9 @@ def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST) -> ast.
             return None
         value, stmt = found[0]
         if isinstance(value, ast.Name):  # self.args = args: follow the name where it is assigned
-            return value_of(mod, value, stmt, 3)
+            return value_of(mod, value, stmt, depth - 1)
         return value
-    owner = value_of(mod, node.value, at, 2)
+    owner = value_of(mod, node.value, at, min(2, depth - 1))
     if not isinstance(owner, ast.Call):
         return None
     if method(owner, "parse_args", "parse_known_args") is not None:
