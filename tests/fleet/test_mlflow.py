@@ -122,6 +122,17 @@ def test_sqlite_by_experiment_filter_and_run_id(tmp_path: Path, capsys: pytest.C
     assert set(_ids(planted)) == {n for n, e in EXPECT.items() if e}
     two = _read(db, tmp_path, "--run-id", ids["divergence"], "--run-id", ids["healthy-3"])
     assert _ids(two) == {"divergence": {"divergence"}, "healthy-3": set()}
+    # mlflow.log_metric without step= puts every point at step 0: numbered in time order.
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=db)
+    run = client.create_run(client.create_experiment("nostep"), run_name="nostep")
+    client.log_batch(run.info.run_id, [Metric("loss", v, 1_700_000_000_000 + s, 0)  # what step=None logs
+                                       for s, v in fs.PLANTED["divergence"](fs.healthy(7))["loss"]])
+    nostep = _read(db, tmp_path, "--experiment", "nostep")["runs"][0]["report"]
+    assert [f["id"] for f in nostep["findings"]] == ["divergence"] and nostep["run"]["steps"] == fs.STEPS
+    assert "logged without a step" in nostep["run"]["logs"]["notes"][0]
     capsys.readouterr()
     assert main(["logs", db, "--experiment", "swep"]) == 2
     assert "no experiment named 'swep'" in capsys.readouterr().err

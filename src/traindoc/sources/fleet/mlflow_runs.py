@@ -144,10 +144,21 @@ def load(ref: RunRef, overrides: dict[str, str]) -> Log:
     if not keys:
         raise UsageError(f"MLflow run {ref.id}: no metric logged")
     columns: dict[str, tuple[list[int], list[float]]] = {}
+    unstepped = []
     for key in keys:
         history = _retry(f"MLflow run {ref.id}: metric {key}",
                          lambda key=key: client.get_metric_history(ref.id, key))  # type: ignore[misc]
         points = sorted((m.step, m.timestamp, m.value) for m in history)
-        columns[key] = ([p[0] for p in points], [float(p[2]) for p in points])
-    return logs.from_columns(columns, format="mlflow", overrides=overrides,
-                             label=f"mlflow run {ref.name} ({ref.id})")
+        steps = [p[0] for p in points]
+        if len(points) > 1 and steps[0] == steps[-1]:
+            # mlflow.log_metric(key, value) without step= logs every point at step 0: their
+            # order in time is the only order there is.
+            steps = list(range(len(points)))
+            unstepped.append(key)
+        columns[key] = (steps, [float(p[2]) for p in points])
+    log = logs.from_columns(columns, format="mlflow", overrides=overrides,
+                            label=f"mlflow run {ref.name} ({ref.id})")
+    if unstepped:
+        log.table.notes.append(f"{', '.join(unstepped)}: logged without a step (every point at one "
+                               "step); the points are numbered in the order they were logged")
+    return log
