@@ -360,7 +360,7 @@ def _drawn_from(mod: Module, loop: ast.While) -> tuple[ast.expr, ast.expr] | Non
         source = call.args[0]
         if isinstance(source, ast.Name):
             value = mod.scope(loop).reaching(source.id, loop.lineno)
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "iter" and value.args:
+            if isinstance(value, ast.Call) and dotted(value.func) == "iter" and value.args:
                 return stmt.targets[0], value.args[0]
         return stmt.targets[0], source
     return None

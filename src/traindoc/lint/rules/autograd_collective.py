@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, arg, arith_names, dotted, is_constant_value, is_detached_value, method, names_in
+from traindoc.lint._ast import (
+    Module, Scope, arg, arith_names, dotted, is_constant_value, is_detached_value, method, names_in,
+)
 from traindoc.lint.rules._common import Hit, Invalid
 
 # collective -> index of the tensor argument it works on in place

@@ -16,8 +16,9 @@ class MissingZeroGrad:
     then adds this batch's gradient to every previous one. Quiet when the only clearing sits in
     a function this file never calls itself (a hook or closure something else may run), for
     engines that clear gradients themselves (``engine.backward(loss); engine.step()`` in
-    DeepSpeed; ``accelerator.backward`` and ``fabric.backward`` clear nothing, so they count), and for RPC training (``dist_autograd.backward(ctx, ...)``: every context starts
-    with fresh gradients).
+    DeepSpeed; ``accelerator.backward`` and ``fabric.backward`` clear nothing, so they count),
+    for RPC training (``dist_autograd.backward(ctx, ...)``: every context starts with fresh
+    gradients), and for a micro-batch loop whose function clears gradients after it.
     """
 
     id: ClassVar[str] = "missing-zero-grad"

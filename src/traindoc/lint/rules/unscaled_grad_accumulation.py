@@ -16,8 +16,8 @@ class UnscaledGradAccumulation:
     Unscaled: backward runs on every batch while ``optimizer.step()`` runs only under
     ``if (i + 1) % accum_steps == 0`` (or once after a loop over micro-batches, ``for mb in
     micro_batches`` / ``for micro_step in range(accum)``), here or in a helper the loop calls,
-    and the loss handed to backward is not divided by anything: the summed gradient is ``accum_steps`` times too large, and so is the effective
-    LR. Any division of the loss (by the step count, by a token count) keeps the rule quiet.
+    and the loss handed to backward is not divided by anything: the summed gradient is
+    ``accum_steps`` times too large, and so is the effective LR. Any division of the loss (by the step count, by a token count) keeps the rule quiet.
 
     Divided twice: the ``Accelerator`` is built with ``gradient_accumulation_steps`` (then
     ``accelerator.backward`` divides the loss itself) and the loss is also divided by the
@@ -187,7 +187,8 @@ class UnscaledGradAccumulation:
                     guard = _modulo_guard(mod, call, None)  # the guard inside the helper that steps
                 if guard is None or mod.inside(site, guard[0]) or mod.inside(b.call, guard[0]):
                     continue
-                every, shown = guard[1], f"once every `{guard[1]}` batches (`{mod.text(guard[0].test)}`, line {guard[0].lineno})"
+                every = guard[1]
+                shown = f"once every `{every}` batches (`{mod.text(guard[0].test)}`, line {guard[0].lineno})"
                 if _scales_grads(guard[0]):
                     return
             else:
