@@ -30,7 +30,7 @@ for name, run in runs.items():
     for signal, points in run.items():
         for s, v in points:
             steps.setdefault(s, {})[signal] = v
-    r = wandb.init(project="sweep", name=name, config={"name": name}, reinit="finish_previous")
+    r = wandb.init(project="sweep", name=name, config={"name": name})
     for s in sorted(steps):
         r.log(steps[s], step=s)
     r.finish()

@@ -136,7 +136,8 @@ def _history(history: Any, columns: dict[str, tuple[list[int], list[float]]]) ->
     values: dict[str, float] = {}
     step = int(history.step.num)
     for item in history.item:
-        key = ".".join(item.nested_key) if len(item.nested_key) else item.key
+        nested = getattr(item, "nested_key", ())  # wandb < 0.17 writes only ``key``
+        key = ".".join(nested) if len(nested) else item.key
         try:
             value = json.loads(item.value_json)
         except ValueError:
