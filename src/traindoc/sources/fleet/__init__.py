@@ -224,9 +224,9 @@ def _results(refs: Sequence[RunRef], options: Options, jobs: int) -> Iterator[Ru
     if jobs <= 1 or len(refs) <= 2:
         with _quiet_readers():
             yield from map(work, refs)
-    elif any(r.kind != "logs" for r in refs):
-        # A tracker's runs wait on its server or database more than on the CPU: threads
-        # sharing one client (its sessions and connections must not cross a fork).
+    elif any(r.kind == "mlflow" for r in refs):
+        # MLflow's runs wait on its server or database more than on the CPU: threads (its
+        # client's sessions and connections must not cross a fork).
         from concurrent.futures import ThreadPoolExecutor
 
         with _quiet_readers(), ThreadPoolExecutor(jobs) as pool:
@@ -236,8 +236,8 @@ def _results(refs: Sequence[RunRef], options: Options, jobs: int) -> Iterator[Ru
 
 
 def _processes(refs: Sequence[RunRef], work: Callable[[RunRef], Run], jobs: int) -> Iterator[Run]:
-    """Runs from logs in worker processes: fork starts one in milliseconds with everything
-    imported (spawn where fork is not offered)."""
+    """Runs from files (logs, W&B run files) in worker processes: fork starts one in
+    milliseconds with everything imported (spawn where fork is not offered)."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
