@@ -21,8 +21,8 @@ from typing import Callable, Iterable
 
 from variants_ast import MARK
 from variants_spelling import (
-    alias_import, alias_module, argparse_args, bare_import, config, constants, dict_config, kwargs_call, method_form,
-    rename_objects,
+    alias_import, alias_module, annotate, argparse_args, bare_import, config, constants, dict_config, kwargs_call,
+    method_form, rename_objects,
 )
 from variants_structure import (
     enumerate_loop, helper, list_loop, local_imports, main_guard, method, self_as_param, self_locals, static_method,
@@ -80,6 +80,7 @@ KINDS: dict[str, Callable[[ast.Module], ast.Module | None]] = {
     "kwargs_call": kwargs_call,
     "static_method": static_method,
     "local_imports": local_imports,
+    "annotate": annotate,
 }
 
 
@@ -89,7 +90,9 @@ COMBOS = [
     ("list_loop", "helper"), ("method_form", "method"), ("constants", "step_helper"),
     ("rename_objects", "method"), ("bare_import", "helper"), ("dict_config", "main_guard"),
     ("while_loop", "method"), ("method", "self_locals"), ("local_imports", "method"),
-    ("kwargs_call", "method"), ("rename_objects", "static_method"),
+    ("kwargs_call", "method"), ("rename_objects", "static_method"), ("self_locals", "alias_module"),
+    ("rename_objects", "self_locals"), ("method", "annotate"), ("annotate", "alias_module"),
+    ("rename_objects", "bare_import"),
 ]
 
 

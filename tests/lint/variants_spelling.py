@@ -367,3 +367,18 @@ def kwargs_call(tree: ast.Module) -> ast.Module | None:
         n.args = n.args[:keep]
         changed = True
     return tree if changed else None
+
+
+def annotate(tree: ast.Module) -> ast.Module | None:
+    """Typed code: every parameter annotated (``model: Any``), as typed training code is."""
+    changed = False
+    for f in ast.walk(tree):
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for a in [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]:
+                if a.annotation is None and a.arg not in ("self", "cls"):
+                    a.annotation = ast.Name("Any", ast.Load())
+                    changed = True
+    if not changed or "Any" in bound_names(tree):
+        return None
+    tree.body.insert(0, ast.ImportFrom("typing", [ast.alias("Any")], 0))
+    return tree
