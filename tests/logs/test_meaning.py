@@ -186,3 +186,22 @@ def test_seed000_gini_increasingly_negative(tmp_path: Path) -> None:
     assert "SimpleMoELayer" in f["fix"]
     healthy = _report(fix / "seed000_healthy.csv", tmp_path / "h.json")
     assert healthy["findings"] == [] and "expert-collapse" in healthy["ran"]
+
+
+@pytest.mark.parametrize("at_chance", [True, False], ids=["at-chance", "healthy"])
+def test_val_acc_logged_at_every_step(at_chance: bool, tmp_path: Path) -> None:
+    """5,000 steps, each with a validation accuracy (a per-step logger): past 2,000 evaluations
+    the detector judges every few; it still finds the plateau, and stays quiet on the twin."""
+    rng = random.Random(6)
+    path = tmp_path / "log.csv"
+    lines = ["step,loss,train_acc,val_acc"]
+    for s in range(5000):
+        train = min(0.95, 0.5 + s / 4000)
+        val = (0.5 if at_chance else min(0.9, 0.5 + s / 5000)) + rng.uniform(-0.02, 0.02)
+        lines.append(f"{s},{1.0 - s / 6000:.5f},{train:.4f},{val:.4f}")
+    path.write_text("\n".join(lines) + "\n")
+    found = {f["id"]: f for f in _report(path, tmp_path / "r.json")["findings"]}
+    if at_chance:
+        assert found["val-at-chance"]["evidence"]["classes"] == 2
+    else:
+        assert "val-at-chance" not in found

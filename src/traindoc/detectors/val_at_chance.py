@@ -24,6 +24,11 @@ _CARRIED = ("_percent", "_train", "_train_best", "_loss_first", "_loss_last", "_
 _COMMON = (2, 10, 100, 1000, 5, 4, 3, 20, 200, 6, 7, 8, 9)
 _WINDOW = 64  # evaluations judged together at most
 _SETTLE = 6  # evaluations a stretch keeps before its noise is known well enough to give values up
+_SCAN = 8  # later starts tried at one evaluation (each costs a plateau test)
+_DENSE = 2000  # past this many evaluations, judged at every (n // _DENSE)th (per-step logs)
+_ABOVE = 0.7  # an accuracy above this is at no chance: 1/2 and its band lie below
+# (chance, C, where C comes from, band, noise) of a plateau at chance.
+Plateau = tuple[float, int, str, float, float]
 
 
 class ValAtChance:
@@ -145,8 +150,7 @@ class ValAtChance:
     def finish(self) -> Iterable[Finding]:
         if self._fired is None and self._vals:
             # A stretch at chance that lasts to the end, judged with all the training seen.
-            self._stretch()
-            self._maybe_fire(self._vals[-1][0])
+            self._maybe_fire(self._vals[-1][0], self._stretch())
         if self._fired is not None:
             return (self._finding(),)
         return ()
@@ -157,34 +161,44 @@ class ValAtChance:
     def _judge(self, step: int) -> Iterable[Finding]:
         if self._fired is not None:
             return ()
-        self._stretch()
-        return self._maybe_fire(step)
+        n = len(self._vals)
+        if n > _DENSE and n % (n // _DENSE):
+            return ()  # a validation accuracy logged at every step: judged at every (n // _DENSE)th
+        if self._vals[-1][1] / self._scale() > _ABOVE:
+            self._start = n  # above any chance (1/2 and its band): no stretch ends here
+            return ()
+        return self._maybe_fire(step, self._stretch())
 
-    def _stretch(self) -> None:
-        """Where the stretch near chance that ends now begins. A value far outside the stretch
-        so far (beyond its noise) starts a new one; a stretch that is no plateau at chance
-        (once it has ``_SETTLE`` values for its noise to be known) gives up its earliest values
-        until the rest is one, or until none is left."""
+    def _stretch(self) -> Plateau | None:
+        """Where the stretch near chance that ends now begins, and its plateau (None when it is
+        none). A value far outside the stretch so far (beyond its noise) starts a new one; a
+        stretch that is no plateau at chance (once it has ``_SETTLE`` values for its noise to be
+        known) gives up its earliest values until the rest is one, or until none is left."""
         n = len(self._vals)
         self._start = max(self._start, n - _WINDOW)
         scale = self._scale()
         window = [v / scale for _, v in self._vals[self._start:]]
         if len(window) >= 2 and _exits(window[:-1], window[-1], self.config):
             self._start = n - 1
-            return
-        if n - self._start < _SETTLE or self._plateau(window) is not None:
-            return
-        while self._start < n and self._plateau(window) is None:
+            return None
+        if n - self._start < _SETTLE:
+            return self._plateau(window) if n - self._start >= self.config.min_evals else None
+        found = self._plateau(window)
+        for _ in range(_SCAN):
+            if found is not None or self._start >= n - 1:
+                return found
             self._start += 1
             window = window[1:]
+            found = self._plateau(window)
+        if found is None:  # none of the nearest starts: the stretch begins anew near the end
+            self._start = max(self._start, n - _SETTLE + 1)
+        return found
 
-    def _maybe_fire(self, step: int) -> Iterable[Finding]:
+    def _maybe_fire(self, step: int, found: Plateau | None) -> Iterable[Finding]:
         n = len(self._vals)
-        if self._fired is not None or n - self._start < self.config.min_evals:
+        if self._fired is not None or found is None or n - self._start < self.config.min_evals:
             return ()
-        window = [v / self._scale() for _, v in self._vals[self._start:]]
-        found = self._plateau(window)
-        if found is None or not self._learning(found[0], found[3]):
+        if not self._learning(found[0], found[3]):
             return ()
         floor = max(self.config.margin * found[0], self.config.min_margin)
         if found[2] == "inferred" and found[3] > floor and n - self._start < 2 * self.config.min_evals:
@@ -193,7 +207,7 @@ class ValAtChance:
         self._fired = (step, self._vals[self._start][0])
         return (self._finding(),)
 
-    def _plateau(self, w: list[float]) -> tuple[float, int, str, float, float] | None:
+    def _plateau(self, w: list[float]) -> Plateau | None:
         """(chance, C, where C comes from, band, noise) when the accuracies ``w`` (fractions)
         are a plateau at chance, else None."""
         cfg = self.config
