@@ -122,3 +122,43 @@ def test_following_values_ends_on_cycles():
     )
     findings, errors = lint_source(code, "cycle.py")
     assert errors == [] and findings == []
+
+
+def test_values_follow_configs_constants_and_parameters():
+    """value_of: a dataclass field's default, an argparse default, a dict entry, a module
+    constant, a parameter back to the only call; an attribute assigned before the read wins."""
+    mod = module(
+        """
+        import argparse
+        from dataclasses import dataclass
+
+        @dataclass
+        class Cfg:
+            lr: float = 0.02
+            out: str = "last.pt"
+
+        LIMIT = 1e6
+        CONFIG = {"cap": 50.0}
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--max-loss", type=float, default=1e4)
+        args = parser.parse_args()
+        cfg = Cfg(lr=3e-4)
+
+        def use(limit):
+            a = (cfg.lr, cfg.out, args.max_loss, CONFIG["cap"], LIMIT, limit)
+            cfg.out = "other.pt"
+            b = cfg.out
+
+        use(LIMIT)
+        """
+    )
+    from traindoc.lint._values import value_of
+
+    scope = next(s for s in mod.scopes if s.name == "use")
+    (_, _, a), (_, _, _), (_, _, b) = scope.assigns
+    assert isinstance(a, ast.Tuple)
+    at = next(stmt for t, stmt, _ in scope.assigns if t == "a")
+    got = [ast.literal_eval(value_of(mod, e, at)) for e in a.elts]
+    assert got == [3e-4, "last.pt", 1e4, 50.0, 1e6, 1e6]
+    at_b = next(stmt for t, stmt, _ in scope.assigns if t == "b")
+    assert ast.literal_eval(value_of(mod, b, at_b)) == "other.pt"

@@ -326,7 +326,13 @@ def _attribute_value(mod: IndexedFile, node: ast.Attribute, at: ast.AST, depth: 
     if depth <= 0:
         return None
     text = dotted(node)
-    cls = mod.scope(at).cls
+    scope = mod.scope(at)
+    if text and not text.startswith("self."):
+        # ``cfg.out = f"run_{seed}"`` before the read: the assignment wins over the default
+        assigned = scope.reaching(text, getattr(at, "lineno", 0))
+        if assigned is not None:
+            return assigned
+    cls = scope.cls
     if text and text.startswith("self.") and text.count(".") == 1 and cls:
         found = [
             (v, stmt) for s in mod.scopes if s.cls == cls
