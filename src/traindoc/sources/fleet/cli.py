@@ -19,6 +19,7 @@ from traindoc import config
 from traindoc.errors import UsageError
 from traindoc.findings import severity_rank
 from traindoc.report import output
+from traindoc.report.safe import terminal
 from traindoc.sources.fleet.discover import RunRef, runs_in
 from traindoc.sources.logs import cli as single
 
@@ -149,7 +150,7 @@ def _write(path: str, what: str, write: Callable[[TextIO], None]) -> None:
         try:
             write(sys.stdout)
         except Exception as exc:
-            sys.stderr.write(f"traindoc: could not write {what}: {type(exc).__name__}: {exc}\n")
+            sys.stderr.write(terminal(f"traindoc: could not write {what}: {type(exc).__name__}: {exc}") + "\n")
         return
     target = Path(path)
     tmp = target.with_name(f".{target.name}.traindoc-tmp")
@@ -158,6 +159,6 @@ def _write(path: str, what: str, write: Callable[[TextIO], None]) -> None:
             write(out)
         os.replace(tmp, target)
     except Exception as exc:  # an output failing must not lose the others or the exit code
-        sys.stderr.write(f"traindoc: could not write {what} {path}: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write(terminal(f"traindoc: could not write {what} {path}: {type(exc).__name__}: {exc}") + "\n")
     finally:
         tmp.unlink(missing_ok=True)
