@@ -197,6 +197,22 @@ def test_lightning_versions_and_hf_output_dirs(tmp_path: Path) -> None:
         f"checkpoint-{fs.STEPS}/trainer_state.json")
 
 
+def test_jsonl_runs(tmp_path: Path) -> None:
+    root = tmp_path / "logs"
+    root.mkdir()
+    runs = fs.sweep(planted=("divergence", "val-at-chance"), outliers=False)
+    for name, (run, _) in runs.items():
+        rows: dict[int, dict[str, float]] = {}
+        for signal, points in run.items():
+            for s, v in points:
+                rows.setdefault(s, {"step": s})["train/" + signal if signal in ("loss", "lr", "grad_norm")
+                                                 else signal.replace("val_", "val/")] = v
+        (root / f"{name}.jsonl").write_text("".join(json.dumps(rows[s]) + "\n" for s in sorted(rows)))
+    doc = _fleet(root, tmp_path)
+    assert _ids(doc) == {f"{n}.jsonl": ids for n, (_, ids) in runs.items()}
+    assert {r["source"] for r in doc["runs"]} == {"jsonl"}
+
+
 def test_one_run_in_a_folder_is_the_single_run_report(csv_sweep: tuple[Path, dict[str, set[str]]],
                                                       tmp_path: Path) -> None:
     folder = tmp_path / "lightning_logs" / "version_0"
