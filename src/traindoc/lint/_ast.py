@@ -9,7 +9,11 @@ same file, never further:
   ``accelerator.backward(loss)``) and which names that loss is built from;
 - which names are optimizers, schedulers, GradScalers (by the call that built them, or by the
   name they go by when they arrive as a function argument);
-- whether a node runs under ``torch.no_grad()`` / ``torch.inference_mode()``.
+- whether a node runs under ``torch.no_grad()`` / ``torch.inference_mode()``;
+- what a value is where it is set (``value_of``): a module constant, ``self.x`` set once, a
+  dataclass config's field, an argparse default, a dict config's entry, a parameter's argument
+  at the file's only call; a run setting the file does not show (``args.max_loss``) is an
+  unknown of its type (``config_read``), not a reason to stay quiet.
 
 Nothing here imports torch; it reads source only.
 """

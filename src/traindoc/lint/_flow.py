@@ -1,5 +1,7 @@
 """The training flow of a file, on top of its index: what is handed to backward and which names
-that loss is built from, which calls step an optimizer, which modules are trained.
+that loss is built from, which calls step an optimizer, which modules are trained, which
+functions of the file a call runs (and which calls run a function), which code repeats, which
+loops run the micro-batches of one update.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What a value is, as far as the source shows: a constant, a detached copy, a NaN test, a
-checkpoint save and the file it writes. Used by several rules; each takes the ``Module`` to
-resolve names through the file's imports and assignments.
+checkpoint save and the file it writes, and (``value_of``) the expression behind a name, an
+attribute of ``self`` or of a config, a dict entry or a parameter. Used by several rules; each
+takes the ``Module`` to resolve names through the file's imports, assignments and calls.
 """
 
 from __future__ import annotations
