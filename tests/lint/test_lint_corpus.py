@@ -62,8 +62,8 @@ MUTATIONS = [
     ("ddp_torchrun.py", '            torch.save(state, path + ".partial")\n            os.replace(path + ".partial", path)\n',
      "            torch.save(state, path)\n", "checkpoint-not-atomic"),
     ("muon_speedrun.py", "muon_lr = 0.02", "muon_lr = 3e-4", "muon-adamw-scale-lr"),
-    ("gpt_grad_accum.py", "            loss = loss / gradient_accumulation_steps\n",
-     "            loss = torch.nan_to_num(loss) / gradient_accumulation_steps\n", "masked-nonfinite"),
+    ("bert_finetune_manual.py", "                loss = loss / cfg.gradient_accumulation_steps\n",
+     "                loss = torch.nan_to_num(loss) / cfg.gradient_accumulation_steps\n", "masked-nonfinite"),
     ("ddp_torchrun.py", "            loss = criterion(output, target)\n",
      "            loss = criterion(output, target)\n            if loss > cfg.max_loss:\n"
      "                loss = torch.tensor(cfg.max_loss, device=loss.device)\n", "constant-loss"),
