@@ -205,3 +205,23 @@ def test_val_acc_logged_at_every_step(at_chance: bool, tmp_path: Path) -> None:
         assert found["val-at-chance"]["evidence"]["classes"] == 2
     else:
         assert "val-at-chance" not in found
+
+
+@pytest.mark.parametrize("collapse", [True, False], ids=["collapse", "balanced"])
+def test_per_expert_loads_columns_judge_as_points_do(collapse: bool) -> None:
+    """The vectorized judgement of aligned load columns and the point-by-point one agree."""
+    from traindoc.detectors.expert_collapse import ExpertCollapse
+    from traindoc.events import Scalar, Series
+
+    names = [f"expert_load.{i}" for i in range(8)]
+    rows = _loads(collapse)
+    columns = {n: Series(n, list(range(STEPS)), [r[i] for r in rows]) for i, n in enumerate(names)}
+    columns["expert_entropy"] = Series("expert_entropy", list(range(STEPS)), [2.0 - s / 1000 for s in range(STEPS)])
+    cfg = ExpertCollapse.Config(loads=tuple(names))
+    by_columns = ExpertCollapse(cfg)
+    found = by_columns.observe_series(columns) + list(by_columns.finish())
+    by_points = ExpertCollapse(cfg)
+    points = [f for s in range(STEPS) for n, c in columns.items() for f in by_points.observe(Scalar(s, n, c.values[s]))]
+    points += list(by_points.finish())
+    assert [(f.step, f.message) for f in found] == [(f.step, f.message) for f in points]
+    assert bool(found) is collapse
