@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
 from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
-from traindoc.events import Event, ParamStats, Scalar, Series
+from traindoc.events import Clip, Event, ParamStats, Scalar, Series
 from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face s
 
 # What carries over a resume (Engine.state_dict): the first norms (the growth reference), the
 # running streak, the median sample and the latest per-parameter measurements.
-_CARRIED = ("_grad_sq", "_param_sq", "_share", "_early", "_last_step", "_n", "_first", "_top", "_last",
-            "_sample", "_streak", "_streak_start", "_fired", "_reference")
+_CARRIED = ("_grad_sq", "_param_sq", "_step_sq", "_clipped", "_share", "_early", "_last_step", "_n", "_first",
+            "_top", "_last", "_sample", "_streak", "_streak_start", "_fired", "_reference")
 
 
 class ExplodingGradients:
@@ -51,11 +51,12 @@ class ExplodingGradients:
 
     id: ClassVar[str] = "exploding-gradients"
     needs: ClassVar[frozenset[str]] = frozenset({"grad_norm"})
-    uses: ClassVar[frozenset[str]] = frozenset({"params"})
+    uses: ClassVar[frozenset[str]] = frozenset({"params", "clip"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/exploding_acyclicity.py", 0),
         Example("zoo/divergence.py", -1),
         Example("golden/healthy_noisy_loss.jsonl", None),
+        Example("zoo/healthy_vae_sum_loss.py", None),
         Example("fixtures/logs/seeds/seed001_grad_f1.csv", 0),
         Example("fixtures/logs/hf/healthy", None),
     )
@@ -66,19 +67,23 @@ class ExplodingGradients:
         params: float = 100.0  # x the parameter norm, where measured (healthy zoo runs: <= 2.4)
         relative: float = 100.0  # x the median of the first ``early`` norms (growth)
         unscaled: float = 1000.0  # no parameter norm (a log): x the ~1 of a normalized model's norm
+        update: float = 0.1  # relative update at or below which a norm above the parameter
+        #                      reference is the loss's scale (sum-reduced), unless clipped
         window: int = 5
         early: int = 5
 
         def __post_init__(self) -> None:
             if self.window < 1 or self.early < 1:
                 raise ValueError("window and early must be >= 1")
-            if min(self.params, self.relative, self.unscaled) <= 0:
-                raise ValueError("params, relative and unscaled must be > 0")
+            if min(self.params, self.relative, self.unscaled, self.update) <= 0:
+                raise ValueError("params, relative, unscaled and update must be > 0")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._grad_sq: dict[str, float] = {}  # per parameter, its latest measurement
         self._param_sq: dict[str, float] = {}
+        self._step_sq: dict[str, float] = {}  # per parameter, its latest squared update ||dw||^2
+        self._clipped = False  # a clip rescaled a gradient (the update then says nothing of its size)
         self._share: dict[str, float] = {}
         self._early: list[float] = []  # the first ``early`` norms
         self._last_step: int | None = None
@@ -105,6 +110,11 @@ class ExplodingGradients:
                 self._grad_sq[event.name] = event.grad ** 2
             if math.isfinite(event.norm):
                 self._param_sq[event.name] = event.norm ** 2
+                if event.update is not None and math.isfinite(event.update):
+                    self._step_sq[event.name] = (event.update * event.norm) ** 2
+            return []
+        if isinstance(event, Clip):
+            self._clipped = self._clipped or event.norm > event.max_norm
             return []
         assert isinstance(event, Scalar)  # a single point, as a column of one
         return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
@@ -132,10 +142,13 @@ class ExplodingGradients:
         self._early += vec.items(col.values, keep[: cfg.early - len(self._early)])
         early = median(self._early) if len(self._early) == cfg.early else math.nan
         weights = math.sqrt(sum(self._param_sq.values()))
+        # The update the latest sampled step produced, relative to the weights (NaN: unmeasured).
+        moved = math.sqrt(sum(self._step_sq.values())) / weights if weights > 0 and self._step_sq else math.nan
+        calm = not self._clipped and moved <= cfg.update
         with np.errstate(all="ignore"):  # NaN compares False; values near the float limit overflow
             grown = (self._n + np.arange(len(norms)) >= cfg.early) & (early > 0) & (
                 norms >= cfg.relative * early)
-            scaled = norms >= (cfg.params * weights if weights > 0 else cfg.unscaled)
+            scaled = (norms >= (cfg.params * weights if weights > 0 else cfg.unscaled)) & (not calm)
         high = grown | scaled
         if high.any() and self._grad_sq:
             total = sum(self._grad_sq.values()) or 1.0
