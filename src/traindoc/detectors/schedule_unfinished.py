@@ -8,7 +8,7 @@ from typing import ClassVar, Iterator, Mapping
 
 from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, RunEnd, Scalar, ScheduleEnd
+from traindoc.events import Event, RunEnd, Scalar, ScheduleEnd, StateLoad
 from traindoc.findings import Finding
 
 
@@ -24,15 +24,26 @@ class ScheduleUnfinished:
     differently (floor against ceil with gradient accumulation, per-epoch stepping of a
     per-step schedule), so training stopped before the LR annealed. When the validation loss
     had stopped improving for ``patience`` evaluations before the end, the stop looks like the
-    script's own early stopping: said as info, not a warning."""
+    script's own early stopping: said as info, not a warning.
+
+    A preempted job that resumes in the same process (a driver relaunching its training
+    function after each time slice) builds one scheduler per launch at the same site and loads
+    the predecessor's state into it (``scheduler.load_state_dict``): the launches continue one
+    schedule. A scheduler is judged as continued, not unfinished, when a scheduler state of its
+    class was loaded in the run and a later-built scheduler of the same class, optimizer class
+    and horizon went further; the last of such a chain is judged as any other (a resumed run
+    whose step budget still stops short fires). A resumed run in its own process needs nothing:
+    the loaded ``last_epoch`` already counts the predecessor's steps."""
 
     id: ClassVar[str] = "schedule-unfinished"
     needs: ClassVar[frozenset[str]] = frozenset({"schedule"})
-    uses: ClassVar[frozenset[str]] = frozenset({"end", "val_loss"})
+    uses: ClassVar[frozenset[str]] = frozenset({"end", "val_loss", "load"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/schedule_unfinished_accumulation.py", 16),
         Example("zoo/healthy_accumulation_budget.py", None),
         Example("zoo/healthy_early_stopping.py", None),
+        Example("zoo/healthy_preempted_resume.py", None),
+        Example("zoo/preempted_resume_short_budget.py", 150),
     )
 
     @dataclass(frozen=True)
@@ -53,6 +64,7 @@ class ScheduleUnfinished:
         self._best: float | None = None
         self._since_best = 0  # evaluations since the best validation loss
         self._evals = 0
+        self._loaded: set[str] = set()  # classes of the schedulers whose state was loaded
 
     def state_dict(self) -> dict[str, object]:
         """Its history, for a resumed run (``_CARRIED``)."""
@@ -64,6 +76,9 @@ class ScheduleUnfinished:
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, ScheduleEnd):
             self._ends.append(event)
+        elif isinstance(event, StateLoad):
+            if event.target == "scheduler":
+                self._loaded.add(event.cls)
         elif isinstance(event, RunEnd):
             self._status = event.status
         elif isinstance(event, Scalar) and event.name == "val_loss":
@@ -77,9 +92,18 @@ class ScheduleUnfinished:
     def finish(self) -> Iterator[Finding]:
         if self._status not in ("ok", "exit"):
             return  # a crash or an interrupt: the run did not end on its own terms
-        for e in self._ends:
-            if e.horizon > 0 and e.taken < self.config.done * e.horizon:
+        for i, e in enumerate(self._ends):
+            if e.horizon > 0 and e.taken < self.config.done * e.horizon and not self._continued(i):
                 yield self._finding(e)
+
+    def _continued(self, i: int) -> bool:
+        """Scheduler ``i``'s state went on in a successor: a scheduler of its class was loaded
+        and one built after it (the ends come in construction order) for the same optimizer
+        class and horizon took more steps."""
+        e = self._ends[i]
+        return e.scheduler in self._loaded and any(
+            f.scheduler == e.scheduler and f.optimizer == e.optimizer and f.horizon == e.horizon
+            and f.attribute == e.attribute and f.taken > e.taken for f in self._ends[i + 1:])
 
     def _finding(self, e: ScheduleEnd) -> Finding:
         stopped = self._evals > self.config.patience and self._since_best >= self.config.patience
