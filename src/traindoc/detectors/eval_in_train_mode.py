@@ -8,13 +8,13 @@ from typing import ClassVar, Iterator, Mapping
 from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, names
 from traindoc.detectors._maths import Head
-from traindoc.events import Event, EvalPass
+from traindoc.events import BatchNormState, Event, EvalPass
 from traindoc.findings import Finding
 
 
 # What carries over a resume (Engine.state_dict): the evaluations that ran in train mode (how
-# many, the first 20) and evaluations in all.
-_CARRIED = ("_bad", "_phases")
+# many, the first 20), evaluations in all, and the train-mode module sets seen re-estimating.
+_CARRIED = ("_bad", "_phases", "_recalibrating")
 
 
 class EvalInTrainMode:
@@ -22,13 +22,26 @@ class EvalInTrainMode:
     step, live) found modules whose behaviour depends on the mode in train mode: BatchNorm with
     running statistics, Dropout with p > 0, stochastic depth. Models without such modules behave
     the same in both modes and stay quiet; ``torch.optim.swa_utils.update_bn``, which runs the
-    model in train mode on purpose, is not an evaluation."""
+    model in train mode on purpose, is not an evaluation.
+
+    Nor is a "precise BN" pass: BatchNorm statistics reset (``reset_running_stats()``,
+    ``momentum=None``) and re-estimated by train-mode forwards under no_grad before the
+    evaluation. Its phase starts with every train-mode BatchNorm module holding reset
+    statistics (running_mean 0, running_var 1, num_batches_tracked 0: the phase's
+    ``BatchNormState``) in a model that trained (its affine weights moved, or past step 0);
+    a genuine evaluation in train mode meets the statistics training left. A later phase with
+    the same modules in train mode and no statistics read (they are read on the first five
+    evaluations, then every tenth) is judged as the phases it repeats. Such a phase is judged
+    when its statistics arrive, at the latest at the end of the run."""
 
     id: ClassVar[str] = "eval-in-train-mode"
     needs: ClassVar[frozenset[str]] = frozenset({"eval"})
+    uses: ClassVar[frozenset[str]] = frozenset({"bn"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/eval_train_mode.py", 19),
         Example("zoo/healthy_cnn_bn.py", None),
+        Example("zoo/healthy_precise_bn.py", None),
+        Example("zoo/healthy_swa_update_bn.py", None),
         Example("live/golden/eval_train_mode.jsonl", 19),
         Example("live/golden/healthy_eval.jsonl", None),
     )
@@ -41,6 +54,9 @@ class EvalInTrainMode:
         self.config = config or self.Config()
         self._bad: Head[EvalPass] = Head(20)  # evaluations in train mode: how many, the first 20
         self._phases = 0
+        self._pending: list[EvalPass] = []  # train-mode phases waiting for their statistics
+        self._bn: dict[tuple[int, str, str], BatchNormState] = {}  # (step, role, module), recent
+        self._recalibrating: list[list[str]] = []  # train-mode module sets of re-estimation passes
 
     def state_dict(self) -> dict[str, object]:
         """Its history, for a resumed run (``_CARRIED``)."""
@@ -50,17 +66,59 @@ class EvalInTrainMode:
         _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, BatchNormState):
+            if event.step is not None:
+                self._bn[(event.step, event.role, event.module)] = event
+                if len(self._bn) > 512:  # only the phases still pending need them
+                    del self._bn[next(iter(self._bn))]
+            yield from self._judge(final=False)
+            return
         assert isinstance(event, EvalPass)
         self._phases += 1
         if not event.train_modules:
             return
-        self._bad.append(event)
-        if self._bad.count == 1:
-            yield self._finding()
+        self._pending.append(event)
+        yield from self._judge(final=False)
 
     def finish(self) -> Iterator[Finding]:
+        list(self._judge(final=True))
         if self._bad.count:
             yield self._finding()
+
+    def _judge(self, final: bool) -> Iterator[Finding]:
+        """The pending train-mode phases whose statistics arrived (all of them when
+        ``final``): a re-estimation pass is dropped, any other counts as an evaluation in
+        train mode (the first one found now yields the finding)."""
+        waiting = []
+        for e in self._pending:
+            verdict = self._recalibration(e, final)
+            if verdict is None:
+                waiting.append(e)
+            elif not verdict:
+                self._bad.append(e)
+                if self._bad.count == 1 and not final:
+                    yield self._finding()
+        self._pending = waiting
+
+    def _recalibration(self, e: EvalPass, final: bool) -> bool | None:
+        """True when phase ``e`` starts with a precise-BN pass, False when not, None while its
+        BatchNorm statistics may still arrive."""
+        role = "model" if e.role == "model" else "ema"
+        bn = [m for m in e.train_modules if "BatchNorm" in m or "SyncBatchNorm" in m]
+        if not bn:
+            return False
+        names = sorted(m.rsplit(" (", 1)[0] for m in bn)
+        read = [self._bn.get((e.step, role, n)) for n in names]
+        if all(r is not None for r in read):
+            reset = e.step > 0 and all(
+                r is not None and r.mean_at_init and r.var_at_init and r.num_batches_tracked == 0
+                and r.affine_at_init is not True for r in read)
+            if reset and names not in self._recalibrating and len(self._recalibrating) < 8:
+                self._recalibrating.append(names)
+            return reset
+        if names in self._recalibrating:
+            return True
+        return False if final else None
 
     def _finding(self) -> Finding:
         e = self._bad.items[0]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Iterator
 
 from traindoc.detectors._common import Example, finding, names
-from traindoc.events import BatchNormState, Event
+from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.findings import Finding
 
 
@@ -18,10 +18,18 @@ class StaleBnEval:
     From two checkpoints it also catches an EMA copy whose statistics stayed bit-identical while
     the model's changed (its buffers are never copied or averaged). A fresh, untrained model has
     initial statistics everywhere and stays quiet; so does ``num_batches_tracked == 0`` with moved
-    statistics, because evaluation reads only running_mean and running_var."""
+    statistics, because evaluation reads only running_mean and running_var.
+
+    Live, the statistics are read at the first forward of each evaluation phase. When the
+    module ran that forward in train mode (the phase's ``EvalPass`` lists it), the forward
+    re-estimates the statistics instead of reading them: a deliberate "precise BN" pass that
+    reset them (``reset_running_stats()``, ``momentum=None``) shows initial values that the
+    evaluation after it never reads. Such a reading is not judged; the module's latest reading
+    in eval mode is."""
 
     id: ClassVar[str] = "stale-bn-eval"
     needs: ClassVar[frozenset[str]] = frozenset({"bn"})
+    uses: ClassVar[frozenset[str]] = frozenset({"eval"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("ckpt/golden/ema_stale_bn.jsonl", 8),
         Example("ckpt/golden/ema_frozen_bn_diff.jsonl", 500),
@@ -29,6 +37,9 @@ class StaleBnEval:
         Example("ckpt/golden/fresh_bn_model.jsonl", None),
         Example("zoo/ema_stale_bn.py", -1),  # live: BatchNormState at each evaluation
         Example("zoo/healthy_ema_bn.py", None),
+        Example("zoo/healthy_precise_bn.py", None),
+        Example("zoo/healthy_swa_update_bn.py", None),
+        Example("zoo/precise_bn_calibrated_in_eval.py", -1),  # reset, then "re-estimated" in eval mode
     )
 
     @dataclass(frozen=True)
@@ -37,17 +48,39 @@ class StaleBnEval:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._seen: dict[tuple[str, str], BatchNormState] = {}
+        # Per (role, module), its latest readings in order (bounded): the latest one not taken
+        # at a forward in train mode is judged.
+        self._readings: dict[tuple[str, str], list[BatchNormState]] = {}
+        self._train_mode: set[tuple[int, str, str]] = set()  # (step, role, module) run in train mode
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, EvalPass):
+            role = "model" if event.role == "model" else "ema"  # the BatchNormState roles
+            for m in event.train_modules:  # "name (Type)"
+                self._train_mode.add((event.step, role, m.rsplit(" (", 1)[0]))
+            return iter(())
         assert isinstance(event, BatchNormState)
-        self._seen[(event.role, event.module)] = event
+        kept = self._readings.setdefault((event.role, event.module), [])
+        kept.append(event)
+        del kept[:-8]
         return iter(())
 
+    def _latest(self) -> dict[tuple[str, str], BatchNormState]:
+        """Per module, its latest reading not taken at a forward in train mode: that forward
+        re-estimates the statistics (precise BN) rather than reading them. A module read only
+        in train mode has no reading an evaluation relied on, and is left out."""
+        out = {}
+        for key, readings in self._readings.items():
+            read = [e for e in readings if e.step is None or (e.step, e.role, e.module) not in self._train_mode]
+            if read:
+                out[key] = read[-1]
+        return out
+
     def finish(self) -> Iterator[Finding]:
+        seen = self._latest()
         stale: list[tuple[BatchNormState, str]] = []
-        for (role, module), e in self._seen.items():
-            twin = self._seen.get(("model", module)) if role != "model" else None
+        for (role, module), e in seen.items():
+            twin = seen.get(("model", module)) if role != "model" else None
             if e.mean_at_init and e.var_at_init:
                 if e.affine_at_init is False:
                     stale.append((e, "its affine weight/bias moved"))
@@ -62,7 +95,7 @@ class StaleBnEval:
         roles = sorted({e.role for e, _ in stale})
         role = "ema" if "ema" in roles else roles[0]
         group = [(e, why) for e, why in stale if e.role == role]
-        total = sum(1 for (r, _) in self._seen if r == role)
+        total = sum(1 for (r, _) in seen if r == role)
         mods = [e.module for e, _ in group]
         first = group[0][0]
         nbt = sorted({e.num_batches_tracked for e, _ in group if e.num_batches_tracked is not None})
