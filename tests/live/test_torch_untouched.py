@@ -107,3 +107,6 @@ def test_real_programs_run_as_without_traindoc(script: Path, tmp_path: Path) -> 
     assert watched.stdout == bare.stdout  # same handlers called, same graphs, same weights
     assert re.search(r"checksum -?\d", bare.stdout)
     assert (tmp_path / "r.json").exists()
+    graphs = [re.search(r"^graphs (\d+)$", r.stderr, re.M) for r in (bare, watched)]
+    if graphs[0] and graphs[1]:  # a compiled function: at most the one recompilation documented
+        assert int(graphs[1].group(1)) <= int(graphs[0].group(1)) + 1

@@ -50,6 +50,7 @@ class OpsWatch:
         self._holds: set[str] = set()
         self._mode: _Mode | None = None  # ours, while on the stack
         self._thread = 0  # the thread whose stack holds it
+        self._retired = False  # taken off while torch ran a call through it: it comes back
         self._hook: Any = None  # waiting for the window's first forward
 
     def listen(self, probe: str, funcs: Iterable[Any], fn: Listener) -> None:
@@ -82,6 +83,7 @@ class OpsWatch:
         self._holds.clear()
         self._disarm()
         self._pop()
+        self._retired = False  # at worst a retired mode stays, calling through
 
     @property
     def active(self) -> bool:
@@ -110,30 +112,41 @@ class OpsWatch:
 
     def _push(self) -> None:
         if self._mode is None and not self.s.compiled:
-            self._purge()
+            if self._purge():  # a retired one back on the stack: off it goes
+                self._retired = False
             mode = _Mode(self)
             _under_stack(lambda: torch._C._push_on_torch_function_stack(mode))
             self._mode, self._thread = mode, threading.get_ident()
             _pushed.add(self)
 
     def _pop(self) -> None:
-        if self._mode is not None and threading.get_ident() == self._thread:
+        if threading.get_ident() == self._thread and (self._mode is not None or self._retired):
             self._mode = None
-            self._purge()
+            # Not on the stack: torch took it off to run a call through it (a backward started
+            # by ``loss.backward()`` passes through the mode) and puts it back when that call
+            # returns; ``settle`` takes it off then.
+            self._retired = not self._purge()
 
-    def _purge(self) -> None:
-        """Take every mode of ours off this thread's stack. One retired while it was running
-        a call (a ``loss.backward()`` passes through the mode, and the backward pauses it) is
-        not on the stack then: torch puts it back when the call returns, and it only calls
-        through until the next push or pop takes it off."""
+    def settle(self) -> None:
+        """Take off a mode that came back on the stack after it was retired (see ``_pop``):
+        called where the training loop passes between a backward and the next forward."""
+        if self._retired and threading.get_ident() == self._thread:
+            self._retired = not self._purge()
+
+    def _purge(self) -> bool:
+        """Take every mode of ours off this thread's stack; whether one was there."""
         kept: list[Any] = []
+        found = False
         try:
             while torch._C._len_torch_function_stack():
                 kept.append(torch._C._pop_torch_function_stack())
         finally:
             for m in reversed(kept):
-                if not (isinstance(m, _Mode) and m.watch is self):
+                if isinstance(m, _Mode) and m.watch is self:
+                    found = True
+                else:
                     torch._C._push_on_torch_function_stack(m)
+        return found
 
     def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         listeners = self._table.get(func)
@@ -153,6 +166,8 @@ class _Mode(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        if is_compiling():  # dynamo traces a compiled function the mode was up for: call through
+            return func(*args, **kwargs)
         out = _through(func)(*args, **kwargs)
         watch = self.watch
         try:
@@ -200,6 +215,14 @@ def _through(func: Any) -> Any:
             break
         func, code = inner, getattr(inner, "__code__", None)
     return func
+
+
+def dynamo_compiled() -> bool:
+    """Has dynamo compiled anything in this process (a ``torch.compile``'d function, which no
+    module hook can recognise before its first call)? Looked up, never imported."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    return bool(counters and counters["stats"].get("unique_graphs", 0))
 
 
 def is_compiled_module(module: Any) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from traindoc.live.probes._ops import OpsWatch
+from traindoc.live.probes._ops import OpsWatch, dynamo_compiled
 from traindoc.live.session import Session
 
 is_compiling = torch.compiler.is_compiling
@@ -249,6 +249,10 @@ class Patcher:
         optimizer of it, or the next) and stays on until the first step took effect, so that
         an unsampled step calls nothing before its update."""
         session = self.session
+        self.ops.settle()
+        if not session.compiled and dynamo_compiled():  # a compiled function ran this step
+            self.ops.close()
+            session.mark_compiled()
         if session.measuring != self._train_window:
             self.sync_ops()
         wanted = bool(self._step_pre) and (session.measuring or session.sampled or not session.trained

@@ -139,8 +139,11 @@ class CoreProbes:
     def _wrap_next(self, orig: Any) -> Any:
         probes = self
 
+        ops = self._patcher.ops
+
         @functools.wraps(orig)
         def __next__(it: Any) -> Any:
+            ops.settle()  # the batch is made without the op-level mode of the last backward
             batch = orig(it)
             probes._guard("dataloader", probes._on_batch, it, batch)
             return batch

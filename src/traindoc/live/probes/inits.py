@@ -62,7 +62,8 @@ class InitProbe:
             self._set(nn.init, fn, self._wrap_init)
         self._ops.listen(self.name, [torch_function(getattr(torch.Tensor, fn)) for fn in _TENSOR_METHODS],
                          self._filled)
-        self._ops.hold(self.name, now=True)
+        if not self.s.trained:  # construction is still going on (not a watch installed again)
+            self._ops.hold(self.name, now=True)
         self.s.first_step_listeners.append(self._first_step)
 
     def _set(self, owner: Any, name: str, make: Any) -> None:
