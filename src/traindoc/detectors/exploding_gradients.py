@@ -57,6 +57,7 @@ class ExplodingGradients:
         Example("zoo/divergence.py", -1),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("zoo/healthy_vae_sum_loss.py", None),
+        Example("zoo/healthy_sum_mse_sgd.py", None),
         Example("fixtures/logs/seeds/seed001_grad_f1.csv", 0),
         Example("fixtures/logs/hf/healthy", None),
     )
