@@ -78,20 +78,22 @@ class EvalInTrainMode:
         if not event.train_modules:
             return
         self._pending.append(event)
-        yield from self._judge(final=False)
+        yield from self._judge(final=False, before=event.step)
 
     def finish(self) -> Iterator[Finding]:
         list(self._judge(final=True))
         if self._bad.count:
             yield self._finding()
 
-    def _judge(self, final: bool) -> Iterator[Finding]:
-        """The pending train-mode phases whose statistics arrived (all of them when
-        ``final``): a re-estimation pass is dropped, any other counts as an evaluation in
-        train mode (the first one found now yields the finding)."""
+    def _judge(self, final: bool, before: int = -1) -> Iterator[Finding]:
+        """The pending train-mode phases whose statistics arrived, and those of a step before
+        ``before`` (their statistics, sent at the next step's end, would have come: a model
+        whose BatchNorm keeps no running statistics sends none) or all of them when ``final``:
+        a re-estimation pass is dropped, any other counts as an evaluation in train mode (the
+        first one found now yields the finding)."""
         waiting = []
         for e in self._pending:
-            verdict = self._recalibration(e, final)
+            verdict = self._recalibration(e, final or e.step < before)
             if verdict is None:
                 waiting.append(e)
             elif not verdict:
@@ -102,9 +104,9 @@ class EvalInTrainMode:
 
     def _recalibration(self, e: EvalPass, final: bool) -> bool | None:
         """True when phase ``e`` starts with a precise-BN pass, False when not, None while its
-        BatchNorm statistics may still arrive."""
+        BatchNorm statistics may still arrive (never when ``final``)."""
         role = "model" if e.role == "model" else "ema"
-        bn = [m for m in e.train_modules if "BatchNorm" in m or "SyncBatchNorm" in m]
+        bn = [m for m in e.train_modules if "BatchNorm" in m]  # "bn1 (BatchNorm2d)"
         if not bn:
             return False
         names = sorted(m.rsplit(" (", 1)[0] for m in bn)
