@@ -58,6 +58,9 @@ class StaleBnEval:
             role = "model" if event.role == "model" else "ema"  # the BatchNormState roles
             for m in event.train_modules:  # "name (Type)"
                 self._train_mode.add((event.step, role, m.rsplit(" (", 1)[0]))
+            if len(self._train_mode) > 20_000:  # bounded: only the steps of kept readings matter
+                held = {(e.step, e.role, e.module) for r in self._readings.values() for e in r}
+                self._train_mode = {k for k in self._train_mode if k in held or k[0] >= event.step}
             return iter(())
         assert isinstance(event, BatchNormState)
         kept = self._readings.setdefault((event.role, event.module), [])
