@@ -8,7 +8,9 @@ A tensor is compared across ranks only when something keeps it alike on every ra
 - the script: a parameter whose storage, or its gradient's, the script passed to
   ``dist.all_reduce`` or ``dist.broadcast`` (a hand-written data-parallel loop, the replicated
   norm of a hand-written tensor-parallel layer; seen by ``live/collectives.py``);
-- a DTensor whose placements are all ``Replicate`` (tensor parallelism keeps those alike);
+- a DTensor whose placements are all ``Replicate``, and the plain parameters of a model whose
+  other parameters are DTensors (``parallelize_module`` leaves the layers it does not split,
+  a LayerNorm, a head, as plain tensors that every rank computes from the same inputs);
 - a copy of one of those (an EMA or averaged model): another module of the loop's variables
   whose floating-point parameters have the same shapes, in order, as a compared module's.
 
@@ -75,6 +77,8 @@ def replicated(session: Any, synced: ObjectMap) -> tuple[list[str], list[torch.T
             for name, p in module.module.named_parameters():
                 if name not in ignore:
                     kept[p] = True
+    params = [p for opt in session.optimizers() for group in opt.param_groups for p in group["params"]]
+    dtensors = any(hasattr(p, "placements") for p in params)  # a DTensor-parallel model: plain ones replicated
     seen = ObjectMap()
     compared = ObjectMap()
     names: list[str] = []
@@ -88,7 +92,7 @@ def replicated(session: Any, synced: ObjectMap) -> tuple[list[str], list[torch.T
         seen[p] = True
         if is_shard(p):
             sharded += 1
-        elif not (copy or p in kept or p in synced or hasattr(p, "placements")):
+        elif not (copy or dtensors or p in kept or p in synced or hasattr(p, "placements")):
             unsynced += 1
         else:
             local = _local(p)
@@ -97,10 +101,8 @@ def replicated(session: Any, synced: ObjectMap) -> tuple[list[str], list[torch.T
                 names.append(name)
                 tensors.append(local)
 
-    for opt in session.optimizers():
-        for group in opt.param_groups:
-            for p in group["params"]:
-                add(session.model.param_name(p), p)
+    for p in params:
+        add(session.model.param_name(p), p)
     # The shapes of the modules whose every parameter is compared: a module with the same
     # shapes is a copy of one of them (an EMA), meant to stay alike as well.
     mirrored = set()
