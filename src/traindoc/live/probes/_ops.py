@@ -165,17 +165,19 @@ class _Mode(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
-        kwargs = kwargs or {}
-        if is_compiling():  # dynamo traces a compiled function the mode was up for: call through
+        if kwargs is None:
+            kwargs = {}
+        if is_compiling():  # dynamo traces a compiled function the mode was up for
             return func(*args, **kwargs)
-        out = _through(func)(*args, **kwargs)
         watch = self.watch
         try:
-            known = func in watch._table and watch._mode is self
+            known = func in watch._table
         except TypeError:  # an unhashable callable: none of ours
             known = False
-        if known:
-            watch._call(func, args, kwargs, out)
+        if not known or watch._mode is not self:
+            return _through(func)(*args, **kwargs)
+        out = _through(func)(*args, **kwargs)
+        watch._call(func, args, kwargs, out)
         return out
 
 

@@ -226,6 +226,7 @@ class Patcher:
     def _dispatch_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         if is_compiling():
             return
+        self.ops.settle()  # the step and its measurements run without the mode of the backward
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
         call_each(self._step_pre, self.session, opt, closure)  # sampled rounds only: off the hot path

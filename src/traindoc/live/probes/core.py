@@ -114,11 +114,12 @@ class CoreProbes:
         return zero_grad
 
     def _wrap_clip(self, orig: Any) -> Any:
-        probes = self
+        probes, ops = self, self._patcher.ops
 
         @functools.wraps(orig)
         def _clip_grads_with_norm_(parameters: Any, max_norm: float, total_norm: Any, *args: Any,
                                    **kwargs: Any) -> Any:
+            ops.settle()  # after the backward: the clip runs without the mode
             out = orig(parameters, max_norm, total_norm, *args, **kwargs)
             probes._guard("clip", probes.s.on_clip, total_norm, max_norm)
             return out
