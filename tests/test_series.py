@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from traindoc import detectors
 from traindoc.detectors.divergence import Divergence
 from traindoc.detectors.exploding_gradients import ExplodingGradients
+from traindoc.detectors.expert_collapse import ExpertCollapse
 from traindoc.detectors.loss_spike import LossSpike
 from traindoc.detectors.nan_hidden_by_logging import NanHiddenByLogging
 from traindoc.detectors.nonfinite import Nonfinite
@@ -254,6 +255,8 @@ CASES: dict[str, list[Series]] = {
     "empty columns": run([], [], []),
     "one point": run([NAN], [INF], [1e-3]),
     "one finite point": run([1.0], [1.0], [1e-3]),
+    "expert load collapsing": [Series("expert_gini", list(range(N)), [0.25 + 0.6 * min(1.0, k / 150) for k in range(N)])],
+    "expert load balanced": [Series("expert_gini", list(range(N)), [0.25 + 0.02 * (k % 3) for k in range(N)])],
 }
 # (case, detector, config: 0 the default, i CONFIGS[detector][i - 1]): what its finding says.
 # The cases do what they claim, and reach the corners of the judgements.
@@ -278,6 +281,7 @@ EXPECT: list[tuple[str, type, int, str]] = [
     ("nan hidden, logged loss 0", NanHiddenByLogging, 1, "exactly 0"),
     ("onecycle pre-stepped", SchedulerBeforeOptimizer, 0, "1 step later"),
     ("onecycle pre-stepped twice, interval 5", SchedulerBeforeOptimizer, 0, "2 steps later"),
+    ("expert load collapsing", ExpertCollapse, 0, "Gini"),
 ]
 QUIET: list[tuple[str, type, int]] = [
     ("healthy", cls, 0) for cls in COLUMNAR
@@ -286,7 +290,8 @@ QUIET: list[tuple[str, type, int]] = [
      ("spike that stays up", LossSpike, 0), ("rising slowly", Divergence, 0),
      ("improved by exactly 1/8", StalledLoss, 3),
      # judged at the end only: a plateau that ends (a long warmup) is not a stall
-     ("plateau, then improving", StalledLoss, 1), ("up, back flat, then improving", StalledLoss, 2)]
+     ("plateau, then improving", StalledLoss, 1), ("up, back flat, then improving", StalledLoss, 2),
+     ("expert load balanced", ExpertCollapse, 0)]
 
 
 @pytest.mark.parametrize("cls", COLUMNAR, ids=[c.id for c in COLUMNAR])
@@ -323,7 +328,8 @@ def test_big_runs() -> None:
     stalled = [1.0 + 0.05 * ((k * 7919) % 13) / 13 for k in range(n)]
     runs = [run(healthy, [1.0] * n, onecycle(n, 0)), run(spikes, [1.0] * (n - 50) + [NAN] * 50),
             run(stalled, [1.0] * 5000 + [5e3] * (n - 5000), onecycle(n, 1)),
-            run(healthy[:10000] + [1.001 ** k for k in range(n - 10000)])]
+            run(healthy[:10000] + [1.001 ** k for k in range(n - 10000)])
+            + [Series("expert_gini", list(range(n)), [0.25 + 0.6 * min(1.0, k / 8000) for k in range(n)])]]
     fired = set()
     for columns in runs:
         for cls in COLUMNAR:
