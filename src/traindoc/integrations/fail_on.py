@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import gc
-import io
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable
@@ -93,11 +91,7 @@ def _exit_3() -> None:
     listed = ", ".join(f"{f.id} ({f.severity})" for f in _failing)
     sys.stderr.write(f"traindoc: exit code 3: {len(_failing)} finding(s) at or above "
                      f"TRAINDOC_FAIL_ON={_severity}: {listed}\n")
-    for obj in gc.get_objects():  # what the interpreter's clean-up would flush: open files
-        if issubclass(type(obj), io.IOBase):  # type(): isinstance may run an object's __class__
-            try:
-                if not obj.closed:
-                    obj.flush()
-            except Exception:  # a broken pipe, a file closed under us: nothing to save there
-                pass
+    from traindoc.live.ending import flush_files
+
+    flush_files()  # what the interpreter's clean-up would flush: open files
     os._exit(3)
