@@ -112,10 +112,9 @@ class OpsWatch:
 
     def _push(self) -> None:
         if self._mode is None and not self.s.compiled:
-            if self._purge():  # a retired one back on the stack: off it goes
-                self._retired = False
             mode = _Mode(self)
-            _under_stack(lambda: torch._C._push_on_torch_function_stack(mode))
+            if self._restack(bottom=mode):  # a retired one was back on the stack: now off
+                self._retired = False
             self._mode, self._thread = mode, threading.get_ident()
             _pushed.add(self)
 
@@ -125,22 +124,25 @@ class OpsWatch:
             # Not on the stack: torch took it off to run a call through it (a backward started
             # by ``loss.backward()`` passes through the mode) and puts it back when that call
             # returns; ``settle`` takes it off then.
-            self._retired = not self._purge()
+            self._retired = not self._restack()
 
     def settle(self) -> None:
         """Take off a mode that came back on the stack after it was retired (see ``_pop``):
         called where the training loop passes between a backward and the next forward."""
         if self._retired and threading.get_ident() == self._thread:
-            self._retired = not self._purge()
+            self._retired = not self._restack()
 
-    def _purge(self) -> bool:
-        """Take every mode of ours off this thread's stack; whether one was there."""
+    def _restack(self, bottom: _Mode | None = None) -> bool:
+        """Take every mode of ours off this thread's stack, put ``bottom`` (if any) at its
+        bottom, and the user's modes back above it in their order; whether one of ours was there."""
         kept: list[Any] = []
         found = False
         try:
             while torch._C._len_torch_function_stack():
                 kept.append(torch._C._pop_torch_function_stack())
         finally:
+            if bottom is not None:
+                torch._C._push_on_torch_function_stack(bottom)
             for m in reversed(kept):
                 if isinstance(m, _Mode) and m.watch is self:
                     found = True
@@ -192,18 +194,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _under_stack(push: Callable[[], None]) -> None:
-    """Run ``push`` with the mode stack emptied, then put the modes back on top."""
-    saved: list[Any] = []
-    try:
-        while torch._C._len_torch_function_stack():
-            saved.append(torch._C._pop_torch_function_stack())
-        push()
-    finally:
-        for m in reversed(saved):
-            torch._C._push_on_torch_function_stack(m)
 
 
 def _through(func: Any) -> Any:
