@@ -110,6 +110,10 @@ class Engine:
         self._curves = Curves()
         self._reroute()
 
+    def signals(self) -> set[str]:
+        """Every signal some detector observes (needs or uses)."""
+        return set(self._routes)
+
     def wants(self, signal: str) -> bool:
         """Does any detector observe ``signal``? (a source may skip making routine events
         nobody reads)"""

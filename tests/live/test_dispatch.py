@@ -48,8 +48,8 @@ def test_sampled_only_callbacks_run_on_sampled_steps_and_every_step_ones_always(
     every: list[int] = []
     sampled: list[int] = []
     patcher.on_backward("core", before=session.on_backward)
-    patcher.on_backward("every", before=lambda loss: every.append(session.step))
-    patcher.on_backward("sampled", before=lambda loss: sampled.append(session.step), sampled_only=True)
+    patcher.on_backward("every", before=lambda loss: every.append(session.clock.step))
+    patcher.on_backward("sampled", before=lambda loss: sampled.append(session.clock.step), sampled_only=True)
     patcher.on_step("optimizer", pre=session.on_step_pre, post=session.on_step_post)
     try:
         _loop(60)
@@ -181,14 +181,14 @@ def test_round_listeners_added_and_removed_while_rounds_end() -> None:
 
     def one_shot(step: int) -> None:
         seen.append(("one_shot", step))
-        session.unlisten_round(one_shot)  # while the listeners are being called
+        session.clock.unlisten_round(one_shot)  # while the listeners are being called
 
     def always(step: int) -> None:
         seen.append(("always", step))
 
-    session.listen_round(one_shot)
-    session.listen_round(one_shot)  # once, however often asked
-    session.round_listeners.append(always)
+    session.clock.listen_round(one_shot)
+    session.clock.listen_round(one_shot)  # once, however often asked
+    session.clock.round_listeners.append(always)
     _watched_loop(session, 3)
     # the listener after the one that removed itself still ran in that round
     assert seen == [("one_shot", 0), ("always", 0), ("always", 1)]
@@ -206,7 +206,7 @@ def test_idle_probes_are_not_called_on_an_unsampled_step() -> None:
     try:
         _loop(30)
         before_every_step = probes.patcher.backward_probes(sampled=False)
-        names = [getattr(fn, "__qualname__", "") for fn in session.round_listeners]
+        names = [getattr(fn, "__qualname__", "") for fn in session.clock.round_listeners]
     finally:
         probes.uninstall()
     assert before_every_step == ["backward"]

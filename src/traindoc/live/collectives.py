@@ -112,4 +112,4 @@ class Collectives:
         self._sites.add((op, where))
         made_by = type(attached.grad_fn).__name__ if attached.grad_fn is not None else "a leaf"
         what = f"a {tuple(attached.shape)} {str(attached.dtype).replace('torch.', '')} tensor made by {made_by}"
-        self.s.emit(CollectiveInGraph(step=self.s.current_step, op=op, tensor=what, where=where))
+        self.s.emit(CollectiveInGraph(step=self.s.clock.current_step, op=op, tensor=what, where=where))

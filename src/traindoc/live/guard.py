@@ -173,7 +173,7 @@ class Guard:
             self._disable(exc)
 
     def _after_step(self) -> None:
-        step = self.s.step
+        step = self.s.clock.step
         self.s.flush()  # this step's loss, now (the one sync per step the guard costs)
         if self._trigger is not None:
             trigger, self._trigger = self._trigger, None

@@ -56,7 +56,7 @@ class ManualSteps:
     def after_backward(self, loss: Any) -> None:
         """A backward returned: on a sampled round of a run without optimizers, snapshot."""
         s = self.s
-        if self.off or not s.sampled or s.round_done:
+        if self.off or not s.clock.sampled or s.clock.round_done:
             return
         params = [p for m in s.models() for p in m.parameters() if p.requires_grad] or _leaves(loss)
         if not params:
@@ -81,7 +81,7 @@ class ManualSteps:
         """The next step's work begins: did the script update the parameters by hand since
         the last backward? Ends the round as a manual step if so."""
         s, update = self.s, self.update
-        if update is None or self.off or s.round_done or not s.micro:
+        if update is None or self.off or s.clock.round_done or not s.clock.micro:
             return False
         if self._before:
             before, self._before = self._before, []
@@ -94,7 +94,7 @@ class ManualSteps:
         elif not self.seen:
             return False
         _run_hooks(_optim._global_optimizer_post_hooks, update)
-        if not s.round_done:  # the probes' hooks are gone (the run is finishing)
+        if not s.clock.round_done:  # the probes' hooks are gone (the run is finishing)
             s.on_step_post(update)
         return True
 

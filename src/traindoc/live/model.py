@@ -71,7 +71,7 @@ class ModelWatch:
 
     def measure_step(self, opt: Any) -> None:
         index = self.s.optimizer_index(opt)
-        step = self.s.step
+        step = self.s.clock.step
         rows: list[tuple[str, str, int, bool, bool, int, float, bool]] = []
         tracked: list[torch.Tensor] = []
         grads: list[torch.Tensor] = []
@@ -164,7 +164,7 @@ class ModelWatch:
                 dtypes=tuple(str(p.dtype) for p in ps), numel=sum(p.numel() for p in ps),
                 weight_decay=float(g.get("weight_decay", 0.0)), momentum=float(beta or 0.0),
             ))
-        return Optimizer(step=self.s.step, index=index, cls=type(opt).__name__, groups=tuple(groups))
+        return Optimizer(step=self.s.clock.step, index=index, cls=type(opt).__name__, groups=tuple(groups))
 
     def name_tensors(self, names: list[tuple[Any, str]]) -> None:
         """Name parameters no module holds (raw tensors trained by hand) as the script calls
@@ -196,11 +196,11 @@ class ModelWatch:
         the user's frames that contains it (so ``model.backbone(x)`` called directly still
         gives ``backbone.0.weight``, not ``0.weight``)."""
         if module in self._roots:
-            self._roots[module] = self.s.current_step  # the step of its latest training forward
+            self._roots[module] = self.s.clock.current_step  # the step of its latest training forward
             return
         if len(self._roots) >= 8:
             return
-        self._roots[module] = self.s.current_step
+        self._roots[module] = self.s.clock.current_step
         owner = largest_container(module, frame_modules(sys._getframe(1)))
         self._name_from(getattr(owner, "_orig_mod", owner))  # torch.compile's wrapper
 
@@ -232,7 +232,7 @@ class ModelWatch:
         """An output's spread across the batch as an ``Activation(is_output=True)``; a
         one-row batch has no spread: its NaN flag alone goes out when ``nan_alone``."""
         spread = measure.output_spread(out)
-        step = self.s.current_step
+        step = self.s.clock.current_step
 
         def decode(vals: list[float]) -> Iterable[Event]:
             nan, sp, scale, lo, hi = vals
@@ -297,7 +297,7 @@ class ModelWatch:
             self._relu.pop(module)
         if not flags and not relus:
             return
-        step = self.s.step
+        step = self.s.clock.step
         with torch.no_grad():
             parts = [torch.stack([f for _, _, f in flags]).float()] if flags else []
             for _, _, active, _, negative in relus:  # [dead share, ever negative]

@@ -97,7 +97,7 @@ class JoinCounter:
             finally:
                 del join._get_num_nonjoined_procs
                 if asked[0] > 1:  # the last ask finds every rank joined: not an iteration
-                    counter.offsets.append((counter.s.current_step, counter.offset + asked[0] - 1))
+                    counter.offsets.append((counter.s.clock.current_step, counter.offset + asked[0] - 1))
 
         self._saved = (Join, original)
         Join.__exit__ = __exit__  # type: ignore[method-assign]

@@ -3,7 +3,7 @@
 Every rank observes itself (its own session, probes and detectors). On top of that, once the
 script has joined a process group of two or more ranks:
 
-- on each sampled step (at the end of the round, ``Session.round_listeners``) each rank takes
+- on each sampled step (at the end of the round, ``StepClock.listen_round``) each rank takes
   a fingerprint of its replicated parameters (``fingerprint``), its step time (with the part
   spent in the DataLoader iterator) and its own loss on each step since the previous sampled
   step, emits them into its own stream and publishes them in the job's rendezvous store;
@@ -121,7 +121,7 @@ class Ranks:
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self.s.round_listeners.append(self._on_round)
+        self.s.clock.listen_round(self._on_round)
         self.s.event_listeners.append(self._on_event)
         self._handles.append(register_optimizer_step_post_hook(self._on_step))
         self._wrap_loader()
@@ -131,8 +131,7 @@ class Ranks:
             self._spawn.install()
 
     def uninstall(self) -> None:
-        if self._on_round in self.s.round_listeners:
-            self.s.round_listeners.remove(self._on_round)
+        self.s.clock.unlisten_round(self._on_round)
         if self._on_event in self.s.event_listeners:
             self.s.event_listeners.remove(self._on_event)
         for h in self._handles:
@@ -151,7 +150,7 @@ class Ranks:
         # Which parameters the script keeps alike itself: matched on the first step (a
         # broadcast of the initial weights) and on sampled ones (per-step gradient all-reduces),
         # while the gradients it all-reduced still exist.
-        if self._first_step or self.s.sampled:
+        if self._first_step or self.s.clock.sampled:
             self._first_step = False
             try:
                 synced_params(self.s, self._collectives.take_synced(), self._synced)
@@ -209,7 +208,7 @@ class Ranks:
         # then it samples on the job's sampled steps, as the ranks that did not wait do. The
         # latest offset: a Join left in this round has already synchronised the parameters.
         job = step + self._joins.offset
-        sampled = self.s.sampled if job == step else self.s.level.sampled(job)
+        sampled = self.s.clock.sampled if job == step else self.s.level.sampled(job)
         if self._store is None:  # not in a group of several ranks (yet): nothing to time or keep
             if sampled and not self._broken:
                 self._sampled(job)  # joins the exchange once the script has made its group
@@ -219,7 +218,7 @@ class Ranks:
         stepped = self._stepped
         # Only steps with no sampled work on either side are timed: a sampled step carries
         # traindoc's own measurements, which are nobody's training time.
-        if not (self.s.sampled or self.s.next_sampled) and stepped is not None and not self._broken:
+        if not (self.s.clock.sampled or self.s.clock.next_sampled) and stepped is not None and not self._broken:
             wall, queued, collectives, queued_inside = (a - b for a, b in zip(now, stepped))
             queued -= queued_inside  # a wait for a core inside a collective is in its time already
             own = max(wall - queued - collectives, 0.0)

@@ -102,7 +102,7 @@ class Watch:
             self.session.on_optimizer_created(self._optimizer)
         if self._model is not None:
             self.session.model.adopt_model(self._model)
-        self._probes = Probes(self.session)
+        self._probes = Probes(self.session, everything=self._recorder is not None)
         self._probes.install()
         from traindoc.live.ranks import Ranks  # traindoc-ranks: cross-rank checks, mp.spawn children
 

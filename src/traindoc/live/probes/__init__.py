@@ -1,11 +1,20 @@
-"""The live probes, in one explicit list. Each probe class takes the session and a shared
-Patcher, and has ``install()`` / ``uninstall()``; ``Probes`` installs them all in order and
-removes them in reverse (the Patcher restores every patched function)."""
+"""The live probes, in one explicit list, and the one place that installs them.
+
+Each probe is a ``Probe`` (``base.py``): it declares the signals it measures, and ``Probes``
+installs only those a selected detector reads (all of them when the run is recorded: a
+recording is read again later by any detector), plus the ``required`` ones that feed the step
+clock. Probes are installed in this order and removed in reverse; the Patcher restores every
+patched function. The order matters only where two probes wrap the same function (the
+comments say which)."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
+from traindoc.events import SIGNALS
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.amp import AmpProbes
+from traindoc.live.probes.base import Probe
 from traindoc.live.probes.checkpoints import CheckpointProbes
 from traindoc.live.probes.clipping import ClippingProbe
 from traindoc.live.probes.core import CoreProbes
@@ -24,7 +33,7 @@ from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.probes.schedule import ScheduleProbe
 from traindoc.live.session import Session
 
-PROBES: tuple[type, ...] = (
+PROBES: tuple[type[Probe], ...] = (
     CoreProbes,
     ClippingProbe,  # before amp: amp's wrapper of clip_grads_with_norm_ goes on top of it
     AmpProbes,  # after core: wraps its clip_grad_norm_ wrapper
@@ -33,10 +42,10 @@ PROBES: tuple[type, ...] = (
     EvalProbes,
     DataProbes,
     MetricsProbe,
-    RouterProbe,  # after metrics: shares its Publisher
+    RouterProbe,
     EvalMetricsProbe,  # after core: drops a loss that fed a backward before the round closes
-    LossTermsProbe,  # after core: its backward wrapper runs first, before the user's backward
-    MaskingProbe,  # reads the core probe's in_model_forward
+    LossTermsProbe,  # after core: its backward callback runs first, before the session's
+    MaskingProbe,
     OrderProbe,
     ScheduleProbe,
     InitProbe,
@@ -44,19 +53,53 @@ PROBES: tuple[type, ...] = (
     ManualStepProbe,  # last: its backward check runs before every other probe's
 )
 
+# Signals of the run itself, not measured by a probe.
+_BUILT_IN = {"run", "end"}
+
+
+def probe_signals(wanted: Iterable[str]) -> set[str]:
+    """The probe signals that detectors reading ``wanted`` need: a name that is no event
+    signal is one of the script's own metrics (``val_acc``), which the metric probes measure."""
+    return {s if s in SIGNALS else "metrics" for s in wanted if s not in _BUILT_IN}
+
+
+def selected(wanted: Iterable[str] | None) -> list[type[Probe]]:
+    """The probes to install for detectors reading ``wanted`` (None: every probe)."""
+    if wanted is None:
+        return list(PROBES)
+    wanted = set(wanted)
+    signals = wanted | probe_signals(wanted)  # a probe may measure a named metric itself (routers)
+    return [cls for cls in PROBES if cls.required or signals & set(cls.signals)]
+
 
 class Probes:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, *, everything: bool = False) -> None:
         self.session = session
         self.patcher = Patcher(session)
-        self._probes = [cls(session, self.patcher) for cls in PROBES]
+        chosen = selected(None if everything else session.engine.signals())
+        self._probes = [cls(session, self.patcher) for cls in chosen]
+
+    @property
+    def names(self) -> list[str]:
+        """The installed probes' names, in install order."""
+        return [p.name for p in self._probes]
 
     def install(self) -> None:
+        session = self.session
         for probe in self._probes:
             probe.install()
+            session.clock.subscribe(probe)
+            if type(probe).on_module_output is not Probe.on_module_output:
+                session.output_listeners.append(probe.on_module_output)
         self.patcher.sync_ops()
 
     def uninstall(self) -> None:
+        session = self.session
         for probe in reversed(self._probes):
             probe.uninstall()
+            session.clock.unsubscribe(probe)
+        session.output_listeners.clear()
         self.patcher.restore()
+
+
+__all__ = ["PROBES", "Probe", "Probes", "probe_signals", "selected"]

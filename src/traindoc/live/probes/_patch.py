@@ -166,9 +166,9 @@ class Patcher:
             # The step this backward belongs to is sampled or not from its first callback on
             # (the round that closes in it was decided at its optimizer step), unless a
             # hand-written update may end the round in the first callback: then all are called
-            # (a sampled-only callback checks ``session.measuring`` itself).
-            sampled = session.measuring or (
-                not session.manual.off and session.micro > 0 and not session.round_done)
+            # (a sampled-only callback checks ``session.clock.measuring`` itself).
+            sampled = session.clock.measuring or (
+                not session.manual.off and session.clock.micro > 0 and not session.clock.round_done)
             failed = session.failed
             for probe, fn in patcher._before[sampled]:  # call_each, written out: every step
                 if probe not in failed:
@@ -254,16 +254,16 @@ class Patcher:
         if not session.compiled and dynamo_compiled():  # a compiled function ran this step
             self.ops.close()
             session.mark_compiled()
-        if session.measuring != self._train_window:
+        if session.clock.measuring != self._train_window:
             self.sync_ops()
-        wanted = bool(self._step_pre) and (session.measuring or session.sampled or not session.trained
-                                           or bool(session.first_step_listeners))
+        wanted = bool(self._step_pre) and (session.clock.measuring or session.clock.sampled or not session.clock.trained
+                                           or bool(session.clock.first_step_listeners))
         if wanted != (self._pre_handle is not None):
             self._hook_pre(wanted)
 
     def sync_ops(self) -> None:
         """The op-level window of training follows the session's sampled steps."""
-        self._train_window = self.session.measuring
+        self._train_window = self.session.clock.measuring
         if self._train_window:
             self.ops.hold("train")
         else:

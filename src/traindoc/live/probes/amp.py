@@ -34,6 +34,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from traindoc.events import AutocastCheck, Event, GradScale, ScaledClip
 from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.probes.clipping import local_norm, norm_key
 from traindoc.live.objects import user_site
 from traindoc.live.session import Session
@@ -44,12 +45,13 @@ MATMUL = (nn.Linear, nn.modules.conv._ConvNd, nn.MultiheadAttention)
 AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps")
 
 
-class AmpProbes:
+class AmpProbes(Probe):
     name = "amp"
+    signals = ("amp", "autocast", "loss", "grad_norm", "step_skipped")
+    required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         self._active: dict[int, Any] = {}  # id(scaler) -> scaler, scale() ran since its update()
         self._opts: dict[int, weakref.ref[Any]] = {}  # optimizers seen by scaler.step / unscale_
         self._hook: Any = None
@@ -98,21 +100,14 @@ class AmpProbes:
                   lambda orig: self._wrap_clip(orig, "clip_grads_with_norm_"))
         self._patcher.patch_descriptor(torch.autograd.Function, "apply", self._wrap_apply)
         s = self.s
-        s.sampling_listeners.append(self._on_sampling_change)
-        s.sampled_round_listeners.append(self._on_round)
-        if s.level.activations and s.sampled:
+        if s.level.activations and s.clock.sampled:
             self._set_forward_hooks(True)
 
     def uninstall(self) -> None:
-        s = self.s
         self._set_forward_hooks(False)
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
-        if self._on_sampling_change in s.sampling_listeners:
-            s.sampling_listeners.remove(self._on_sampling_change)
-        if self._on_round in s.sampled_round_listeners:
-            s.sampled_round_listeners.remove(self._on_round)
         self._guard(self._emit_autocast, 1 << 62)  # the last sampled step's check
         self._active.clear()
 
@@ -131,7 +126,7 @@ class AmpProbes:
 
     def _on_scale(self, scaler: Any, out: Any) -> None:
         self._active[id(scaler)] = scaler
-        self._scaled.add(self.s.current_step)
+        self._scaled.add(self.s.clock.current_step)
         scale = scaler._scale
         if isinstance(out, torch.Tensor) and out.numel() == 1 and scale is not None and scale.device == out.device:
             self.s.loss_scales[id(out)] = scale  # the session divides at backward(), before update()
@@ -184,9 +179,9 @@ class AmpProbes:
         s = self.s
         s.on_step_skipped(optimizer)  # the hooks did not fire: the scaler skipped this step
         self._patcher.step_ended()
-        if not s.sampled:
+        if not s.clock.sampled:
             return
-        step = s.step
+        step = s.clock.step
         params = [p for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
         if not params or len({p.grad.device for p in params}) != 1:
             return
@@ -234,7 +229,7 @@ class AmpProbes:
         scale = scaler._scale
         if scale is None:
             return
-        step, found = s.step, self._found
+        step, found = s.clock.step, self._found
         self._found = None
         with torch.no_grad():  # cat copies: _scale changes in place at the next update()
             parts = [scale.detach().reshape(1).float()]
@@ -300,7 +295,7 @@ class AmpProbes:
                         kwargs: dict[str, Any]) -> None:
         s = self.s
         limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value", 0.0))
-        step = s.current_step
+        step = s.clock.current_step
         if fn == "clip_grad_norm_" and out is None:  # at torch's inner call: the norm it measured
             out = args[1] if len(args) > 1 else kwargs.get("total_norm")
         if fn == "clip_grads_with_norm_":  # the norm is the caller's: measured before the call
@@ -309,7 +304,7 @@ class AmpProbes:
             if key is not None and key == self._split_clip:
                 return  # another parameter group of the clipping just reported
             self._split_clip, self._split_norm = key, out
-        where = user_site(1) if self._clip_sites < 3 or s.measuring else ""
+        where = user_site(1) if self._clip_sites < 3 or s.clock.measuring else ""
         self._clip_sites += 1
         with torch.no_grad():
             parts = [scale.detach().reshape(1).float()]
@@ -324,7 +319,7 @@ class AmpProbes:
         s.defer(packed, decode)
 
     # ---- autocast coverage (forward hooks on sampled steps) ---------------------------------------
-    def _on_sampling_change(self, on: bool) -> None:
+    def on_sampling(self, on: bool) -> None:
         if on != bool(self._fwd):  # every step: only a change costs anything
             self._guard(self._set_forward_hooks, on)
 
@@ -345,7 +340,7 @@ class AmpProbes:
 
     def _record(self, module: Any, output: Any) -> None:
         active = [d for d in self._devices if torch.is_autocast_enabled(d)]
-        step = self.s.current_step
+        step = self.s.clock.current_step
         if active:
             self._seen.setdefault(step, set()).update(
                 f"{d}:{str(torch.get_autocast_dtype(d)).removeprefix('torch.')}" for d in active)
@@ -391,13 +386,13 @@ class AmpProbes:
         params = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
         if not params:
             return
-        step = self.s.current_step
+        step = self.s.clock.current_step
         self._seen.setdefault(step, set()).add(
             f"{device}:{str(torch.get_autocast_dtype(device)).removeprefix('torch.')}")
         name = f"{cls.__name__}({self.s.model.param_name(params[0])})"
         self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type, "custom_fwd"))
 
-    def _on_round(self, step: int) -> None:
+    def on_sampled_round_end(self, step: int) -> None:
         if self._rows or self._scaled:  # a sampled round: its forward's autocast rows
             self._guard(self._emit_autocast, step)
 

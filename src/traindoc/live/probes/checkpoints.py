@@ -38,6 +38,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from traindoc.events import Checkpoint, SaveFile, StateLoad
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
 
@@ -51,12 +52,12 @@ _MISSING = object()
 _Waiting = tuple[StateLoad, Callable[[Any], bool]]
 
 
-class CheckpointProbes:
+class CheckpointProbes(Probe):
     name = "checkpoints"
+    signals = ("save", "load", "checkpoint", "train_state")
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         self._saved: set[str] = set()  # files torch.save wrote (absolute paths)
         self._loads: list[tuple[int, str]] = []  # (id of a loaded object or its parts, path)
         self._pending: Any = None
@@ -114,7 +115,7 @@ class CheckpointProbes:
 
     def _after_save(self, obj: Any, path: str, existed: bool) -> None:
         s = self.s
-        step, where = s.current_step, user_site(1)
+        step, where = s.clock.current_step, user_site(1)
         ck = _checkpoint_event(obj, path, step)
         if ck is None and not isinstance(obj, torch.nn.Module):
             return  # not a checkpoint (a tensor, a list, metrics)
@@ -158,7 +159,7 @@ class CheckpointProbes:
             return
         self._saved.discard(source)
         self._saved.add(target)
-        self.s.emit(SaveFile(step=self.s.current_step, op="move", path=target, source=source,
+        self.s.emit(SaveFile(step=self.s.clock.current_step, op="move", path=target, source=source,
                              where=user_site(1)))
 
     # ---- torch.load and load_state_dict -------------------------------------------------------
@@ -209,7 +210,7 @@ class CheckpointProbes:
     def _on_optimizer_load(self, opt: Any, state_dict: Any, before: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
         lrs, initial = _group_lrs(opt.param_groups)
         event = StateLoad(
-            step=self.s.current_step, target="optimizer", cls=type(opt).__name__, before=before[0],
+            step=self.s.clock.current_step, target="optimizer", cls=type(opt).__name__, before=before[0],
             after=lrs, initial_before=before[1], initial_after=initial, path=self._source(state_dict),
             where=user_site(1),
         )
@@ -270,7 +271,7 @@ class CheckpointProbes:
         if not before and not after:
             return
         event = StateLoad(
-            step=self.s.current_step, target="scheduler", cls=type(sched).__name__, before=before,
+            step=self.s.clock.current_step, target="scheduler", cls=type(sched).__name__, before=before,
             after=after, path=self._source(state_dict), where=user_site(1),
         )
         opt = getattr(sched, "optimizer", None)

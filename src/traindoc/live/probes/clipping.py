@@ -46,6 +46,7 @@ import torch
 
 from traindoc.live.objects import ObjectMap
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 
@@ -68,12 +69,13 @@ def norm_key(norm: torch.Tensor) -> tuple[int, int]:
     return norm.untyped_storage().data_ptr(), int(norm.storage_offset())
 
 
-class ClippingProbe:
+class ClippingProbe(Probe):
     name = "clipping"
+    signals = ("clip", "grad_norm", "params")
+    required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         # The last clipping counted: its step, max_norm and norm's storage. The tensor is
         # kept so that its storage is not reused by another norm while it is compared.
         self._last: tuple[int, float, tuple[int, int]] | None = None
@@ -126,7 +128,7 @@ class ClippingProbe:
 
         @functools.wraps(orig)
         def _take_model_step(engine: Any, *args: Any, **kwargs: Any) -> Any:
-            step = probe.s.current_step  # the optimizer steps inside: the step it takes
+            step = probe.s.clock.current_step  # the optimizer steps inside: the step it takes
             probe._ds_norm = None
             probe._patcher.guard(probe.name, probe._before_deepspeed_step, engine, step)
             out = orig(engine, *args, **kwargs)
@@ -203,7 +205,7 @@ class ClippingProbe:
         norm = local_norm(total_norm)
         if norm is None:
             return
-        this = (self.s.current_step, float(max_norm), norm_key(norm))
+        this = (self.s.clock.current_step, float(max_norm), norm_key(norm))
         if this == self._last:
             return  # another parameter group of the clipping just counted
         self._last, self._last_norm = this, norm

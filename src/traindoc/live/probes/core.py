@@ -27,6 +27,7 @@ from traindoc.live import measure
 from traindoc.live.objects import file_line, library_caller, user_site
 from traindoc.live.probes._ops import is_compiled_module, torch_function
 from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 _is_compiling = is_compiling
@@ -36,12 +37,13 @@ _PACKED_KEYS = ("position_ids", "cu_seq_lens_q", "cu_seqlens", "seq_idx")
 _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
-class CoreProbes:
+class CoreProbes(Probe):
     name = "core"
+    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase")
+    required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._forward: list[Any] = []
@@ -73,22 +75,19 @@ class CoreProbes:
             self._patch(torch.nn.Module, method, self._wrap_cast)
         self._patch(torch.optim.Optimizer, "zero_grad", self._wrap_zero_grad)
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad)
-        s.sampling_listeners.append(self.set_forward_hooks)
         # Our global forward hooks make torch warn on every call of a torch.compile'd module;
         # the warning is about us, not the user's code, so it must not reach their output.
         warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
         self._filter = warnings.filters[0]
-        if s.level.activations and s.sampled:
-            self.set_forward_hooks(True)
+        if s.level.activations and s.clock.sampled:
+            self.on_sampling(True)
 
     def uninstall(self) -> None:
-        self.set_forward_hooks(False)
+        self.on_sampling(False)
         filters: list[Any] = warnings.filters  # type: ignore[assignment]  # typeshed: Sequence; it is a list
         if self._filter in filters:
             filters.remove(self._filter)
             warnings._filters_mutated()  # type: ignore[attr-defined]
-        if self.set_forward_hooks in self.s.sampling_listeners:
-            self.s.sampling_listeners.remove(self.set_forward_hooks)
 
     # ---- wrappers ------------------------------------------------------------------------------
     def _wrap_optimizer_init(self, orig: Any) -> Any:
@@ -107,7 +106,7 @@ class CoreProbes:
         @functools.wraps(orig)
         def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(obj, *args, **kwargs)
-            if session.micro and not session.round_done:  # after a backward, before any step
+            if session.clock.micro and not session.clock.round_done:  # after a backward, before any step
                 session.on_zero_grad()  # sets a flag: cannot raise
             return out
 
@@ -155,7 +154,7 @@ class CoreProbes:
         index = int(getattr(it, "_num_yielded", 1)) - 1
         if index == 0:
             self._iterators += 1
-        if not self.s.measuring:
+        if not self.s.clock.measuring:
             return
         every = _tensors(batch)
         if every and torch.is_grad_enabled():
@@ -170,7 +169,7 @@ class CoreProbes:
             length = len(it._index_sampler)
         except (AttributeError, TypeError):
             length = -1
-        self.s.emit(Batch(step=self.s.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
+        self.s.emit(Batch(step=self.s.clock.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
                           iterator=self._iterators, index=index, fingerprint=digest.hexdigest(),
                           loader_len=length))
 
@@ -184,7 +183,7 @@ class CoreProbes:
         dims = tuple(int(t.shape[0]) if t.ndim else 0 for t in tensors)
         collate = _describe(getattr(it, "_collate_fn", None)) if all(d == 1 for d in dims) else ""
         self.s.emit(BatchShape(
-            step=self.s.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
+            step=self.s.clock.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
             drawn=int(getattr(sampler, "batch_size", 0) or 0), dims=dims,
             shapes=tuple(str(tuple(t.shape)) for t in tensors),
             packed=isinstance(batch, dict) and any(k in batch for k in _PACKED_KEYS), last=last,
@@ -193,7 +192,7 @@ class CoreProbes:
     # ---- loss calls (op-level, sampled steps) -------------------------------------------------
     def _on_bce(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         input = args[0] if args else kwargs.get("input")
-        if (not self.s.measuring or not torch.is_grad_enabled() or not isinstance(input, torch.Tensor)
+        if (not self.s.clock.measuring or not torch.is_grad_enabled() or not isinstance(input, torch.Tensor)
                 or input.ndim < 1 or input.shape[0] < 2):
             return
         name = func.__name__
@@ -204,12 +203,12 @@ class CoreProbes:
     def _on_cross_entropy(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         # torch hands the mode (input, target, weight) and the rest as keywords
         input = args[0] if args else kwargs.get("input")
-        if (not self.s.measuring or not torch.is_grad_enabled() or kwargs.get("reduction", "mean") != "mean"
+        if (not self.s.clock.measuring or not torch.is_grad_enabled() or kwargs.get("reduction", "mean") != "mean"
                 or not isinstance(input, torch.Tensor) or not isinstance(out, torch.Tensor) or out.numel() != 1):
             return
         classes = int(input.shape[1]) if input.ndim >= 2 else int(input.shape[0])
         self.s.next_step_begins()
-        step = self.s.current_step
+        step = self.s.clock.current_step
 
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Classification(step=step, classes=classes, value=vals[0])
@@ -238,7 +237,8 @@ class CoreProbes:
                              via=library_caller(2)))
 
     # ---- forward hooks (sampled steps) ------------------------------------------------------
-    def set_forward_hooks(self, on: bool) -> None:
+    def on_sampling(self, on: bool) -> None:
+        """Forward hooks up on sampled steps only."""
         if on and not self._forward and not self.s.compiled:
             from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 

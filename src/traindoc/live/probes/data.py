@@ -22,14 +22,16 @@ from torch.utils.data import dataloader as _dl
 
 from traindoc.events import LoaderWait
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 
-class DataProbes:
+class DataProbes(Probe):
     name = "data"
+    signals = ("data_wait",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._wait = 0.0  # this round's time in __next__ (training batches)
@@ -46,8 +48,8 @@ class DataProbes:
         self._startup = True  # the first round includes the script's own set-up
 
     def uninstall(self) -> None:
-        self.s.unlisten_round(self._on_round)
-        self._guard("data", self._emit, self.s.step)
+        self.s.clock.unlisten_round(self._on_round)
+        self._guard("data", self._emit, self.s.clock.step)
 
     def _wrap_next(self, orig: Any) -> Any:
         probes = self
@@ -70,7 +72,7 @@ class DataProbes:
     def _note_loader(self, it: Any) -> None:
         # Rounds are timed from a DataLoader's first batch on (a loop without one pays nothing);
         # the round it comes in is the loader's start-up, not timed.
-        self.s.listen_round(self._on_round)
+        self.s.clock.listen_round(self._on_round)
         sampler = getattr(it, "_index_sampler", None)
         self._settings = dict(
             loader=type(getattr(it, "_dataset", it)).__name__,
@@ -88,7 +90,7 @@ class DataProbes:
             self._waits.append(self._wait)
             self._walls.append(wall)
         self._wait, self._batches, self._startup = 0.0, 0, False
-        if self.s.sampled and self._waits:
+        if self.s.clock.sampled and self._waits:
             self._guard("data", self._emit, step)
 
     def _emit(self, step: int) -> None:

@@ -31,6 +31,7 @@ from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.live import measure
 from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.objects import ObjectMap, frame_modules, user_site
 from traindoc.live.session import Session
 
@@ -92,12 +93,12 @@ class _Phase:
         self.bn_seen: set[int] = set()  # models whose BatchNorm statistics were read
 
 
-class EvalProbes:
+class EvalProbes(Probe):
     name = "eval"
+    signals = ("eval", "bn")
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._hooks: list[Any] = []
@@ -125,7 +126,7 @@ class EvalProbes:
     def uninstall(self) -> None:
         self._set_hooks(False)
         self._patcher.ops.release("eval")
-        self.s.unlisten_round(self._on_round)
+        self.s.clock.unlisten_round(self._on_round)
         self._guard("eval", self._close_phase)
         self._depth = 0
 
@@ -138,7 +139,7 @@ class EvalProbes:
             out = orig(ctx)
             # Only regions after the round's optimizer step can be an evaluation (and not
             # traindoc's own: the session measures under no_grad after the step).
-            if probes._depth or (session.round_done and not probes._busy and not _ours(sys._getframe(1))):
+            if probes._depth or (session.clock.round_done and not probes._busy and not _ours(sys._getframe(1))):
                 probes._guard("eval", probes._enter, ctx)
             return out
 
@@ -161,7 +162,7 @@ class EvalProbes:
             return
         ctx.__dict__["_traindoc_region"] = True
         self._depth += 1
-        self.s.listen_round(self._on_round)
+        self.s.clock.listen_round(self._on_round)
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
             self._set_hooks(True)  # until the region's first root forward
@@ -228,7 +229,7 @@ class EvalProbes:
             return  # re-estimating BatchNorm statistics on purpose (swa_utils.update_bn)
         s = self.s
         if self._phase is None:
-            self._phase = _Phase(s.step, self._region_t0)
+            self._phase = _Phase(s.clock.step, self._region_t0)
         ph = self._phase
         ph.seen.add(id(module))
         one = _Pass()
@@ -316,7 +317,7 @@ class EvalProbes:
                 pairs.append(("model", [(n, m) for n, m in twin.named_modules()
                                         if isinstance(m, nn.modules.batchnorm._BatchNorm)
                                         and m.running_mean is not None]))
-        step = self.s.step
+        step = self.s.clock.step
         rows: list[tuple[str, str, int, bool, bool]] = []
         parts: list[torch.Tensor] = []
         with torch.no_grad():
@@ -356,7 +357,7 @@ class EvalProbes:
     def _on_round(self, step: int) -> None:
         """The round after an evaluation region was entered ended (listened to from then on
         only: most rounds have no evaluation)."""
-        self.s.unlisten_round(self._on_round)
+        self.s.clock.unlisten_round(self._on_round)
         if self._depth:  # a region left open (entered by hand, never exited): stop following it
             self._depth = 0
             self._set_hooks(False)

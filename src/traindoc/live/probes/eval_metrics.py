@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from traindoc.events import Event
 from traindoc.live.probes._ops import torch_function
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.probes.metrics import Publisher, publisher
 from traindoc.live.probes.printed import Printed
 from traindoc.live.session import Session
@@ -57,11 +58,12 @@ class _Phase:
         self.bin: list[torch.Tensor] = []  # [above 0.5, positive targets, count, top score]
 
 
-class EvalMetricsProbe:
+class EvalMetricsProbe(Probe):
     name = "eval_metrics"
+    signals = ("metrics",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self.pub = publisher(session)
         self._patcher = patcher
         self._guard = patcher.guard
@@ -85,7 +87,7 @@ class EvalMetricsProbe:
 
     def uninstall(self) -> None:
         self._patcher.ops.release("eval-mode")
-        self.s.unlisten_round(self._on_round)
+        self.s.clock.unlisten_round(self._on_round)
         try:  # always put the real stdout back, even when reading it was disabled
             self.printed.uninstall()
         except Exception as exc:  # never let traindoc break the user's run
@@ -94,7 +96,7 @@ class EvalMetricsProbe:
 
     # ---- loss calls, seen by the op-level mode ---------------------------------------------------
     def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if (torch.is_grad_enabled() and self._eval_model is None) or not self.s.round_done or len(args) < 2:
+        if (torch.is_grad_enabled() and self._eval_model is None) or not self.s.clock.round_done or len(args) < 2:
             return
         name = func.__name__
         kind = "cls" if name in _CLASS_FNS else "bin"
@@ -167,7 +169,7 @@ class EvalMetricsProbe:
         if got is None:
             return
         vec, classes = got
-        step = self.s.current_step
+        step = self.s.clock.current_step
         self.evaluated = True
         self._wake()
         if grad and input.requires_grad:
@@ -211,10 +213,10 @@ class EvalMetricsProbe:
     def _wake(self) -> None:
         """Something waits for the round's end (an evaluation loss, printed metrics): listen to
         it. Rounds with nothing waiting (most of a run) do not call this probe at all."""
-        self.s.listen_round(self._on_round)
+        self.s.clock.listen_round(self._on_round)
 
     def _on_round(self, step: int) -> None:
-        self.s.unlisten_round(self._on_round)
+        self.s.clock.unlisten_round(self._on_round)
         if self.printed.held:
             self._guard("stdout", self.printed.publish)
         if self._phase is not None or self._pending is not None:

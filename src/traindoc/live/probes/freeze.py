@@ -25,27 +25,24 @@ import torch.nn as nn
 from traindoc.events import FreezeSkipped
 from traindoc.live.objects import ObjectMap, file_line
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 _MAX_COPY_BYTES = 256 << 20
 
 
-class FreezeProbe:
+class FreezeProbe(Probe):
     name = "freeze"
+    signals = ("freeze",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._called = ObjectMap()  # modules train() ran on
 
     def install(self) -> None:
         self._patch(nn.Module, "train", self._wrap_train)
-        self.s.first_step_listeners.append(self._first_step)
-
-    def uninstall(self) -> None:
-        if self._first_step in self.s.first_step_listeners:
-            self.s.first_step_listeners.remove(self._first_step)
 
     def _wrap_train(self, orig: Any) -> Any:
         called = self._called
@@ -58,7 +55,7 @@ class FreezeProbe:
 
         return train
 
-    def _first_step(self, opt: Any) -> None:
+    def on_first_step(self, opt: Any) -> None:
         self._guard(self.name, self._check)
 
     def _check(self) -> None:
@@ -71,7 +68,7 @@ class FreezeProbe:
                 if would is not None and not would:
                     continue  # ran on a copy and froze nothing (a condition not met): quiet
                 prefix = f"{name}." if name else ""
-                self.s.emit(FreezeSkipped(step=self.s.current_step, module=name or type(module).__name__,
+                self.s.emit(FreezeSkipped(step=self.s.clock.current_step, module=name or type(module).__name__,
                                           cls=type(module).__name__, where=override,
                                           params=tuple(prefix + n for n in (would or ()))))
 

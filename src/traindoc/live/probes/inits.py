@@ -29,6 +29,7 @@ from traindoc.events import InitOverwritten
 from traindoc.live.objects import ObjectMap, file_line, is_user_file
 from traindoc.live.probes._ops import caller, torch_function
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 _INIT_FUNCTIONS = ("normal_", "trunc_normal_", "uniform_", "xavier_uniform_", "xavier_normal_",
@@ -40,11 +41,12 @@ _MAX_PARAMS = 100_000  # registered parameters followed (bounded memory)
 _SPREAD = 1.5  # a later init that changes the std by more than this overwrote a deliberate one
 
 
-class InitProbe:
+class InitProbe(Probe):
     name = "init"
+    signals = ("init",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._guard = patcher.guard
         self._ops = patcher.ops
         self._handle: Any = None  # torch's parameter registration hook, while construction lasts
@@ -62,9 +64,8 @@ class InitProbe:
             self._set(nn.init, fn, self._wrap_init)
         self._ops.listen(self.name, [torch_function(getattr(torch.Tensor, fn)) for fn in _TENSOR_METHODS],
                          self._filled)
-        if not self.s.trained:  # construction is still going on (not a watch installed again)
+        if not self.s.clock.trained:  # construction is still going on (not a watch installed again)
             self._ops.hold(self.name, now=True)
-        self.s.first_step_listeners.append(self._first_step)
 
     def _set(self, owner: Any, name: str, make: Any) -> None:
         orig = getattr(owner, name)
@@ -82,10 +83,8 @@ class InitProbe:
 
     def uninstall(self) -> None:
         self._remove()
-        if self._first_step in self.s.first_step_listeners:
-            self.s.first_step_listeners.remove(self._first_step)
 
-    def _first_step(self, opt: Any) -> None:
+    def on_first_step(self, opt: Any) -> None:
         self._remove()  # construction is over: training runs without these patches
         self._guard(self.name, self._report)
         self._by_ptr.clear()
@@ -150,7 +149,7 @@ class InitProbe:
         for p, notes in self._notes.items():
             if len(notes) >= 2 and _changed(notes[-2][1], notes[-1][1]):
                 self.s.emit(InitOverwritten(
-                    step=self.s.current_step, name=self.s.model.param_name(p),
+                    step=self.s.clock.current_step, name=self.s.model.param_name(p),
                     sites=tuple(s for s, _ in notes[-4:]), stds=tuple(v for _, v in notes[-4:]),
                     counts=tuple(self._counts.get(s, 0) for s, _ in notes[-4:])))
 

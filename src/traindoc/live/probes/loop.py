@@ -35,6 +35,7 @@ from torch.utils.data import dataloader as _dl
 from traindoc.events import Event, GradAccumulation, Scalar, SchedulerStep
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
 
@@ -123,12 +124,12 @@ class _Interval:
         self.retained = False
 
 
-class LoopProbes:
+class LoopProbes(Probe):
     name = "loop"
+    signals = ("scheduler", "lr", "accumulation")
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._post_due = False  # this backward was measured before: measure it after
@@ -199,7 +200,7 @@ class LoopProbes:
         if opt in self._stepped or getattr(opt, "_opt_called", False):
             if sched not in self._early:
                 self._sched_done[sched] = True
-                self.s.emit(SchedulerStep(step=self.s.step, scheduler=type(sched).__name__,
+                self.s.emit(SchedulerStep(step=self.s.clock.step, scheduler=type(sched).__name__,
                                           optimizer=type(opt).__name__))
             return
         rec = self._early.get(sched)
@@ -219,7 +220,7 @@ class LoopProbes:
         rec = self._early.pop(sched)
         self._sched_done[sched] = True
         self.s.emit(SchedulerStep(
-            step=self.s.step, scheduler=rec.scheduler, optimizer=rec.optimizer, early=rec.early,
+            step=self.s.clock.step, scheduler=rec.scheduler, optimizer=rec.optimizer, early=rec.early,
             skipped=rec.skipped, lr_start=rec.lr_start, lr_after=rec.lr_after, lr_first=lr_first,
             where=rec.where,
         ))
@@ -241,7 +242,7 @@ class LoopProbes:
         @functools.wraps(orig)
         def scale(scaler: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(scaler, outputs, *args, **kwargs)
-            if isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor) and probes.s.measuring:
+            if isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor) and probes.s.clock.measuring:
                 probes._guard("accumulation", probes._note_scaled, outputs, out)
             return out
 
@@ -278,7 +279,7 @@ class LoopProbes:
             self._last_opt, self._last_iv = weakref.ref(opt), iv
         if self._scaled:
             self._scaled.clear()
-        if self.s.sampled and not is_compiling():
+        if self.s.clock.sampled and not is_compiling():
             self._guard("lr", self._emit_lr, opt)
 
     def _first_step(self, opt: Any) -> None:
@@ -293,7 +294,7 @@ class LoopProbes:
             return  # the LR series follows the first optimizer
         lr = _lr0(opt)
         if math.isfinite(lr):
-            self.s.emit(Scalar(step=self.s.step, name="lr", value=lr))
+            self.s.emit(Scalar(step=self.s.clock.step, name="lr", value=lr))
 
     # ---- gradients between steps ---------------------------------------------------------------
     def _wrap_next(self, orig: Any) -> Any:
@@ -309,7 +310,7 @@ class LoopProbes:
         return __next__
 
     def _before_backward(self, loss: Any) -> None:
-        self._post_due = self.s.measuring and loss is not None
+        self._post_due = self.s.clock.measuring and loss is not None
         if self._post_due:
             self._measured += 1
             self._pre_backward(loss)
@@ -370,7 +371,7 @@ class LoopProbes:
             return
         s = self.s
         index = s.optimizer_index(opt)
-        step = s.step
+        step = s.clock.step
         backwards = self._patcher.backwards - iv.backwards
         batches = self._batches - iv.batches
         interleaved = iv.first_stamp != self._last_bwd_stamp

@@ -36,6 +36,7 @@ from traindoc import metrics as api
 from traindoc.events import Event, LossTerm
 from traindoc.live.objects import user_site
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 MAX_TERMS = 8
@@ -59,12 +60,12 @@ class _Term:
     tensor: torch.Tensor | None = None
 
 
-class LossTermsProbe:
+class LossTermsProbe(Probe):
     name = "loss_terms"
+    signals = ("loss_terms",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._named: list[tuple[str, Any]] = []  # the terms the script named, this step's only
@@ -88,7 +89,7 @@ class LossTermsProbe:
 
     # ---- wrappers ------------------------------------------------------------------------------
     def _on_backward(self, loss: Any) -> None:
-        if self.s.measuring and not self._off and loss is not None:
+        if self.s.clock.measuring and not self._off and loss is not None:
             self._before_backward(loss)
 
     def _wrap_checkpoint(self, orig: Any) -> Any:
@@ -103,18 +104,18 @@ class LossTermsProbe:
         return checkpoint
 
     def _on_terms(self, named: list[tuple[str, Any]]) -> None:
-        if self.s.measuring and not self._off:
+        if self.s.clock.measuring and not self._off:
             self._named = [(n, t) for n, t in named if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-            self._named_step = self.s.current_step
+            self._named_step = self.s.clock.current_step
 
     # ---- measuring -----------------------------------------------------------------------------
     def _before_backward(self, loss: torch.Tensor) -> None:
         named, self._named = self._named, []
-        step = self.s.current_step
+        step = self.s.clock.current_step
         if self._named_step != step:  # named on an earlier step whose backward never came
             named = []
         first, self._last_step = step != self._last_step, step
-        if (not first or self._off or not self.s.measuring or loss.grad_fn is None
+        if (not first or self._off or not self.s.clock.measuring or loss.grad_fn is None
                 or loss.numel() != 1 or not torch.is_grad_enabled()):
             return
         if self._measured >= FIRST and step % (4 * self.s.level.every) != 0:

@@ -10,15 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 
-class ManualStepProbe:
+class ManualStepProbe(Probe):
     name = "manual"
+    signals = ("params", "optimizer", "accumulation", "lifecycle")
+    required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
-        self._patcher = patcher
+        super().__init__(session, patcher)
 
     def install(self) -> None:
         manual = self.s.manual
@@ -31,5 +33,5 @@ class ManualStepProbe:
         s = self.s
         if s.manual.off:  # a torch.optim optimizer steps: no hand-written update to look for
             self._patcher.drop_backward(self.name)
-        elif not s.round_done and s.micro:
+        elif not s.clock.round_done and s.clock.micro:
             s.manual.step_ended()

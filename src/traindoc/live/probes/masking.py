@@ -25,14 +25,16 @@ from traindoc.events import REPLACED, Activation, Event
 from traindoc.live.objects import file_line
 from traindoc.live.probes._ops import caller, torch_function
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 
-class MaskingProbe:
+class MaskingProbe(Probe):
     name = "masking"
+    signals = ("activations",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._ops = patcher.ops
         self._on = False  # a sampled step of a level that measures activations
         # torch's function -> the tensors whose values it replaces or chooses from
@@ -45,15 +47,12 @@ class MaskingProbe:
 
     def install(self) -> None:
         self._ops.listen(self.name, self._values, self._seen)
-        self.s.sampling_listeners.append(self._toggle)
-        self._on = self.s.level.activations and self.s.sampled
+        self._on = self.s.level.activations and self.s.clock.sampled
 
     def uninstall(self) -> None:
-        if self._toggle in self.s.sampling_listeners:
-            self.s.sampling_listeners.remove(self._toggle)
         self._on = False
 
-    def _toggle(self, on: bool) -> None:
+    def on_sampling(self, on: bool) -> None:
         self._on = on
 
     def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
@@ -69,7 +68,7 @@ class MaskingProbe:
         with torch.no_grad():
             flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in picked]).any()
         self.s.next_step_begins()
-        step = self.s.current_step
+        step = self.s.clock.current_step
         where = file_line(fn, line)
 
         def decode(vals: list[float]) -> Iterable[Event]:

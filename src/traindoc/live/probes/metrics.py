@@ -36,6 +36,7 @@ from traindoc import metrics as api
 from traindoc.events import Event, Scalar
 from traindoc.live.objects import is_user_file
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 # Signals the live face measures itself: logged copies are kept as metrics.
@@ -99,7 +100,7 @@ class Publisher:
         if not names:
             return
         mapped = self.signals(channel, names)
-        step = self.s.current_step if step is None else step
+        step = self.s.clock.current_step if step is None else step
         for name in names:
             signal = mapped.get(name)
             if signal is not None:
@@ -166,11 +167,12 @@ def _metric_name(name: str, signal: str) -> str:
 
 
 # ---- the probe --------------------------------------------------------------------------------
-class MetricsProbe:
+class MetricsProbe(Probe):
     name = "metrics"
+    signals = ("metrics",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self.pub = publisher(session)
         self._patcher = patcher
         self._guard = patcher.guard

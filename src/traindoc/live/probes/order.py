@@ -24,16 +24,18 @@ import sys
 
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
 from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 _EXACT_NUMEL = 1 << 22  # larger weights: power iteration instead of a full SVD
 
 
-class OrderProbe:
+class OrderProbe(Probe):
     name = "order"
+    signals = ("eval_order",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._seen = ObjectMap()  # module -> "train" once a training forward ran, else "eval"
@@ -76,7 +78,7 @@ class OrderProbe:
         if name == type(module).__name__:  # not named yet (no training step so far)
             owner = largest_container(module, frame_modules(sys._getframe(3)))
             name = next((n for n, m in owner.named_modules() if m is module and n), name)
-        self.s.emit(EvalBeforeTrain(step=self.s.current_step, module=name, kind="spectral_norm",
+        self.s.emit(EvalBeforeTrain(step=self.s.clock.current_step, module=name, kind="spectral_norm",
                                     estimate=est, actual=act, where=user_site(4)))
 
 

@@ -178,7 +178,7 @@ class Printed:
                 self.hold(values)
 
     def hold(self, values: dict[str, float]) -> None:
-        step = self.s.current_step
+        step = self.s.clock.current_step
         if self._held and step != self._held_step:
             self.publish()
         self._held_step = step

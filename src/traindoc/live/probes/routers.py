@@ -29,6 +29,7 @@ from traindoc import metrics as api
 from traindoc.events import Event
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.probes.metrics import publisher
 from traindoc.live.objects import ObjectMap
 from traindoc.live.session import Session
@@ -37,11 +38,12 @@ ROUTER_WORDS = ("gate", "router", "gating", "routing", "w_gate", "wg")
 EXPERT_COUNT_ATTRS = ("num_experts", "n_experts", "num_local_experts", "n_routed_experts", "experts_count")
 
 
-class RouterProbe:
+class RouterProbe(Probe):
     name = "routers"
+    signals = ("expert_gini", "expert_entropy")
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._guard = patcher.guard
         self.pub = publisher(session)
         self._routers = ObjectMap()  # module -> (name, experts)
@@ -49,17 +51,11 @@ class RouterProbe:
         self._load: dict[int, dict[int, list[float]]] = {}  # step -> router (id) -> counts
 
     def install(self) -> None:
-        self.s.sampled_round_listeners.append(self._on_round)
-        self.s.output_listeners.append(self._hook)
         api.router_sinks.append(self._on_router)
         for module, experts in list(api.routers.items()):
             self._add(module, type(module).__name__, experts)
 
     def uninstall(self) -> None:
-        if self._on_round in self.s.sampled_round_listeners:
-            self.s.sampled_round_listeners.remove(self._on_round)
-        if self._hook in self.s.output_listeners:
-            self.s.output_listeners.remove(self._hook)
         if self._on_router in api.router_sinks:
             api.router_sinks.remove(self._on_router)
         self._routers = ObjectMap()
@@ -102,9 +98,9 @@ class RouterProbe:
                     self._add(child, full, experts)
 
     # ---- measuring -----------------------------------------------------------------------------
-    def _hook(self, module: Any, output: Any) -> None:
+    def on_module_output(self, module: Any, output: Any) -> None:
         """Every module output on a sampled training forward (from the core probe)."""
-        if module in self._routers and self.s.measuring:
+        if module in self._routers and self.s.clock.measuring:
             self._guard(self.name, self._on_output, module, output)
 
     def _on_output(self, module: Any, output: Any) -> None:
@@ -120,7 +116,7 @@ class RouterProbe:
         with torch.no_grad():
             top = scores.detach().reshape(-1, e).argmax(-1)
             counts = torch.bincount(top, minlength=e).float()
-        step = self.s.current_step
+        step = self.s.clock.current_step
         # Read in the step's one batched transfer, not here.
         self.s.defer(counts, functools.partial(self._decode, step, id(module)))
 
@@ -130,7 +126,7 @@ class RouterProbe:
         acc[router] = vals if old is None or len(old) != len(vals) else [a + b for a, b in zip(old, vals)]
         return ()
 
-    def _on_round(self, step: int) -> None:
+    def on_sampled_round_end(self, step: int) -> None:
         self._guard(self.name, self._round, step)  # a sampled round: models adopted, loads read
 
     def _round(self, step: int) -> None:

@@ -21,14 +21,16 @@ from torch.optim import lr_scheduler as _sched
 from traindoc.events import ScheduleEnd
 from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
 
-class ScheduleProbe:
+class ScheduleProbe(Probe):
     name = "schedule"
+    signals = ("schedule",)
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
-        self.s = session
+        super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
         self._notes = ObjectMap()  # scheduler -> its _Note
@@ -44,7 +46,7 @@ class ScheduleProbe:
     def uninstall(self) -> None:
         for note in self._all:
             if id(note) not in self._children:  # a SequentialLR's child counts through its parent
-                self.s.emit(ScheduleEnd(step=self.s.current_step, scheduler=note.scheduler,
+                self.s.emit(ScheduleEnd(step=self.s.clock.current_step, scheduler=note.scheduler,
                                         optimizer=note.optimizer, taken=note.taken, horizon=note.horizon,
                                         attribute=note.attribute, lr_now=note.lr, lr_peak=note.peak,
                                         where=note.where))

@@ -1,0 +1,68 @@
+"""What every live probe is: a small class with no-op hooks (as Lightning's ``Callback``).
+
+A probe measures what torch's own hooks show it and hands the values to the session
+(``defer``, ``emit``); it never reads or writes another probe's state. It says which signals
+it produces (``signals``, names of ``traindoc.events.SIGNALS``, or ``"metrics"`` for the
+training script's own metrics), and ``Probes`` installs it only when a selected detector reads
+one of them. A ``required`` probe feeds the step clock itself (optimizer steps, backward calls,
+steps a GradScaler skipped, hand-written updates) and is always installed.
+
+The hooks below are called by the step clock and the session, and only when a probe
+overrides them: a probe pays for the hooks it has, nothing for the others.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    from traindoc.live.probes._patch import Patcher
+    from traindoc.live.session import Session
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _default(fn: F) -> F:
+    """Marks a no-op default hook: the clock never calls one that is not overridden."""
+    setattr(fn, "_default_hook", True)
+    return fn
+
+
+class Probe:
+    name: ClassVar[str] = ""
+    signals: ClassVar[tuple[str, ...]] = ()
+    required: ClassVar[bool] = False
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        self.s = session
+        self.clock = session.clock
+        self._patcher = patcher
+
+    def install(self) -> None:
+        """Put up hooks and patches (``Patcher`` takes the patches down again)."""
+
+    def uninstall(self) -> None:
+        """Take down what ``install`` put up that the ``Patcher`` does not restore."""
+
+    @_default
+    def on_sampling(self, on: bool) -> None:
+        """Sampled steps begin (True) or end (False), at a level that measures activations."""
+
+    @_default
+    def on_round_end(self, step: int) -> None:
+        """``step``'s round closed (every step; keep it cheap)."""
+
+    @_default
+    def on_sampled_round_end(self, step: int) -> None:
+        """A sampled step's round closed: what the step measured is complete."""
+
+    @_default
+    def on_first_step(self, opt: Any) -> None:
+        """The run's first optimizer step is about to run: the model is built."""
+
+    @_default
+    def on_module_output(self, module: Any, output: Any) -> None:
+        """A module returned ``output`` in a sampled training forward."""
+
+
+__all__ = ["Probe"]
