@@ -13,21 +13,20 @@ import pytest
 
 import zoo_cases as zoo
 from conftest import ROOT
-from traindoc import catalog, explain
-from traindoc.catalog import evidence
-from traindoc.findings import finding
+from traindoc import catalog, explain, registry
+from traindoc.catalog import finding
 
 IDS = list(catalog.entries())
 
 
 def test_faces_json_is_current() -> None:
     committed = json.loads((ROOT / "src" / "traindoc" / "catalog" / "faces.json").read_text(encoding="utf-8"))
-    assert committed == evidence.compute(zoo.cases()), "run `python tools/coverage.py --write`"
+    assert committed == registry.compute(zoo.cases()), "run `python tools/coverage.py --write`"
     assert set(committed) == set(IDS)
 
 
 def test_evidence_outside_the_registries_is_tested() -> None:
-    for id_, faces in evidence.TESTED_ELSEWHERE.items():
+    for id_, faces in registry.TESTED_ELSEWHERE.items():
         for face, path in faces.items():
             assert face in catalog.FACES
             assert f'"{id_}"' in (ROOT / path).read_text(encoding="utf-8"), f"{path} does not test {id_}"

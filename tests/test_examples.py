@@ -41,7 +41,7 @@ def test_example(cls: type, example: object, tmp_path: Path) -> None:
             if example.fires_at >= 0:
                 assert fired[cls.id] == example.fires_at
     else:
-        assert kind == "zoo", example.source
+        assert kind in ("zoo", "demo_scripts"), example.source
         case = zoo.case(name.removesuffix(".py"))
         if example.fires_at is None:
             assert cls.id not in case.expect

@@ -8,13 +8,13 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tools"))
 import coverage  # noqa: E402
-from traindoc.catalog import evidence  # noqa: E402
+from traindoc import registry  # noqa: E402
 
 
 def test_readme_coverage_table_is_current() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = readme.split(coverage.START, 1)[1].split(coverage.END, 1)[0].strip()
-    assert block == evidence.table().strip(), "run `python tools/coverage.py --write`"
+    assert block == registry.coverage_table().strip(), "run `python tools/coverage.py --write`"
 
 
 def test_readme_commands_are_the_ci_commands() -> None:

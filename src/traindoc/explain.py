@@ -1,5 +1,6 @@
 """``traindoc explain ID``: the catalog page of a failure id, the faces that catch it today and
-those not built yet, then the lint rule's examples when there is one."""
+those not built yet, then the lint rule's examples when there is one. ``--where`` prints instead
+the paths of the id's pieces (``traindoc.registry``)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ HOW = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", nargs="?", help="a failure id, e.g. update-underflow (omit to list all)")
+    parser.add_argument("--where", action="store_true",
+                        help="print where the id's pieces are: catalog page, detector, lint rules, live probes, "
+                             "log and checkpoint readers, examples that fire and stay quiet, tests")
 
 
 def faces_section(id_: str) -> str:
@@ -46,16 +50,30 @@ def text(id_: str) -> str:
     parts = [head, entry.body, faces_section(id_)]
     try:
         from traindoc.lint.rules import rule_docs
-    except ImportError:
-        rule_docs = None  # type: ignore[assignment]
-    if rule_docs is not None:
+    except ImportError:  # a face not built into this install
+        pass
+    else:
         docs = rule_docs(id_)
         if docs:
             parts.append(docs)
     return "\n\n".join(parts) + "\n"
 
 
+def where(id_: str) -> str:
+    from traindoc import registry  # reads the detectors, lint rules and probes: only when asked
+
+    try:
+        return registry.text(id_)
+    except KeyError as exc:
+        raise UsageError(exc.args[0]) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.where:
+        if not args.id:
+            raise UsageError("--where needs a failure id, e.g. traindoc explain update-underflow --where")
+        sys.stdout.write(where(args.id))
+        return 0
     if not args.id:
         for entry in catalog.entries().values():
             sys.stdout.write(f"{entry.id:32} {entry.severity:8} {entry.title}\n")

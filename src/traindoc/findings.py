@@ -6,7 +6,7 @@ Renderers (terminal, JSON, HTML, SARIF) read these; nothing here knows how they 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Sequence, Union
+from typing import Literal, Union
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -57,30 +57,6 @@ class Finding:
 def severity_rank(severity: str) -> int:
     """0 for error, 1 for warning, 2 for info: sort key and --fail-on comparison."""
     return SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES)
-
-
-def finding(
-    id_: str,
-    *,
-    message: str,
-    cause: str | None = None,
-    fix: str | None = None,
-    step: int | None = None,
-    evidence: Mapping[str, EvidenceValue] | None = None,
-    where: Sequence[str] = (),
-) -> Finding:
-    """A finding whose severity and title come from the catalog entry of ``id_``, and its cause
-    and fix too unless the caller knows better: a cause or fix that names the run's own objects
-    (the optimizer, a parameter, file:line) or depends on what was measured is passed in; the
-    general one lives once, on the catalog page (``Entry.cause``, ``Entry.fix``)."""
-    from traindoc import catalog  # catalog imports this module
-
-    entry = catalog.get(id_)
-    return Finding(
-        id=id_, severity=entry.severity, title=entry.title, message=message,
-        cause=entry.cause if cause is None else cause, fix=entry.fix if fix is None else fix,
-        step=step, evidence=dict(evidence or {}), where=tuple(where),
-    )
 
 
 def fmt(x: float) -> str:

@@ -8,7 +8,7 @@ from traindoc import record
 from traindoc.analyze import analyze_ranks, merge_ranks
 from traindoc.engine import Report
 from traindoc.events import RankEnd, RankLoss, RankParams, RunEnd, RunStart, Scalar
-from traindoc.findings import finding
+from traindoc.catalog import finding
 
 
 def test_rank_path_gives_every_rank_its_own_file(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from report_cases import case, face_cases
 
 from traindoc.curves import Curve
 from traindoc.engine import Report
-from traindoc.findings import finding
+from traindoc.catalog import finding
 from traindoc.report import html
 
 

@@ -5,7 +5,7 @@ then the same sections: What it detects, Why it matters, Common causes, What to 
 positives. It is the one place a failure is described: ``traindoc explain ID`` prints it;
 findings take their severity, title and (unless the run supplies a more specific one) their
 cause and fix from it. ``sources`` lists the faces the catalog plans for the id; which of them
-are built comes from ``faces.json``, generated from the tests' evidence (see ``evidence``).
+are built comes from ``faces.json``, generated from the tests' evidence (see ``traindoc.registry``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Mapping, Sequence
 
-from traindoc.findings import SEVERITIES, Severity
+from traindoc.findings import SEVERITIES, EvidenceValue, Finding, Severity
 
 FACES = ("live", "logs", "ckpt", "lint", "preflight")
 SECTIONS = ("What it detects", "Why it matters", "Common causes", "What to try", "False positives")
@@ -131,3 +132,26 @@ def faces(id_: str) -> dict[str, bool]:
     entry = get(id_)
     have = set(built().get(id_, ()))
     return {face: face in have for face in FACES if face in have or face in entry.sources}
+
+
+def finding(
+    id_: str,
+    *,
+    message: str,
+    cause: str | None = None,
+    fix: str | None = None,
+    step: int | None = None,
+    evidence: Mapping[str, EvidenceValue] | None = None,
+    where: Sequence[str] = (),
+) -> Finding:
+    """A finding whose severity and title come from the catalog entry of ``id_``, and its cause
+    and fix too unless the caller knows better: a cause or fix that names the run's own objects
+    (the optimizer, a parameter, file:line) or depends on what was measured is passed in; the
+    general one lives once, on the catalog page (``Entry.cause``, ``Entry.fix``). It lives here,
+    not in ``findings``, so that findings stay plain data that know no catalog."""
+    entry = get(id_)
+    return Finding(
+        id=id_, severity=entry.severity, title=entry.title, message=message,
+        cause=entry.cause if cause is None else cause, fix=entry.fix if fix is None else fix,
+        step=step, evidence=dict(evidence or {}), where=tuple(where),
+    )

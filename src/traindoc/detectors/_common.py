@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from traindoc.catalog import finding
 from traindoc.events import Phase
-from traindoc.findings import Finding
-
-from traindoc.findings import finding, fmt
+from traindoc.findings import Finding, fmt
 
 __all__ = ["Example", "finding", "fmt", "names", "new_phase", "phase_note"]
 
@@ -23,7 +22,8 @@ __all__ = ["Example", "finding", "fmt", "names", "new_phase", "phase_note"]
 class Example:
     """A case a detector must get right, which is also its documentation.
 
-    ``source`` is a zoo script (``zoo/<name>.py``), a golden event stream (a ``.jsonl`` path
+    ``source`` is a zoo script (``zoo/<name>.py``, or ``demo_scripts/<name>.py`` for the three
+    the package ships), a golden event stream (a ``.jsonl`` path
     under tests/, e.g. ``golden/loss_spike.jsonl``), or a real log under tests/fixtures/logs/
     (a CSV, a TensorBoard folder ...) read by ``traindoc logs`` with the options in ``argv``.
     ``fires_at`` is the step at which the detector must first fire, ``-1`` for "fires, step

@@ -34,8 +34,8 @@ class Bf16MasterWeights:
     needs: ClassVar[frozenset[str]] = frozenset({"optimizer"})
     uses: ClassVar[frozenset[str]] = frozenset({"cast", "params"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/bf16_master.py", 0),
-        Example("zoo/healthy_bf16_autocast.py", None),
+        Example("demo_scripts/bf16_master.py", 0),
+        Example("demo_scripts/healthy_bf16_autocast.py", None),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", 20),  # ckpt: bf16 optimizer state
         Example("ckpt/golden/complete_training.jsonl", None),
     )

@@ -28,7 +28,7 @@ class ConstantLoss:
     needs: ClassVar[frozenset[str]] = frozenset({"backward"})
     uses: ClassVar[frozenset[str]] = frozenset({"params"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/nan_masked_loss.py", 0),
+        Example("demo_scripts/nan_masked_loss.py", 0),
         Example("zoo/clamped_loss.py", 0),
         Example("golden/constant_loss.jsonl", 5),
         Example("golden/healthy_noisy_loss.jsonl", None),

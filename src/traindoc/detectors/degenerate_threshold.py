@@ -16,7 +16,7 @@ from traindoc.findings import EvidenceValue, Finding
 
 _PRECISION = ("metric.val_precision", "metric.eval_precision", "metric.precision",
               "metric.train_precision", "metric.valid_precision")
-# Measured live from the evaluation's binary loss calls (live/probes/eval_metrics.py).
+# Measured live from the evaluation's binary loss calls (src/traindoc/live/probes/eval_metrics.py).
 _SCORES = ("val_pos_rate", "val_base_rate", "val_max_score")
 
 

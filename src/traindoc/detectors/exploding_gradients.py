@@ -32,7 +32,7 @@ class ExplodingGradients:
       SGD step at an LR of 1/``params`` replaces the weights. This catches a norm that is huge
       from the first step, where the run's early level is no reference. On the 55 zoo runs the
       ratio is at most 2.4 in the healthy ones and 40 where one loss term dominates
-      (loss-term-imbalance); the exploding ones measure 340 to 88,000 (zoo/divergence: 6.0e4
+      (loss-term-imbalance); the exploding ones measure 340 to 88,000 (zoo/divergence.py: 6.0e4
       against weights of 6.1 at step 0).
     - The run's early level (the median of its first ``early`` norms): ``relative`` (100)
       times it is a norm that grew by two orders of magnitude, at any scale.

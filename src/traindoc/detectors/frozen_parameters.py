@@ -26,7 +26,7 @@ class FrozenParameters:
     uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/frozen_temperature.py", 0),
-        Example("zoo/bf16_master.py", 0),
+        Example("demo_scripts/bf16_master.py", 0),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", 1),
         Example("ckpt/golden/tiny_lr_diff.jsonl", None),
         Example("zoo/healthy_finetune.py", None),

@@ -28,7 +28,7 @@ class MaskedNonfinite:
     id: ClassVar[str] = "masked-nonfinite"
     needs: ClassVar[frozenset[str]] = frozenset({"activations", "backward"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/nan_masked_loss.py", 0),
+        Example("demo_scripts/nan_masked_loss.py", 0),
         Example("golden/masked_nan.jsonl", 3),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )

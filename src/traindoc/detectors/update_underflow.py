@@ -34,9 +34,9 @@ class UpdateUnderflow:
     id: ClassVar[str] = "update-underflow"
     needs: ClassVar[frozenset[str]] = frozenset({"params"})
     examples: ClassVar[tuple[Example, ...]] = (
-        Example("zoo/bf16_master.py", 0),
+        Example("demo_scripts/bf16_master.py", 0),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", -1),
-        Example("zoo/healthy_bf16_autocast.py", None),
+        Example("demo_scripts/healthy_bf16_autocast.py", None),
         Example("ckpt/golden/complete_training.jsonl", None),
     )
 

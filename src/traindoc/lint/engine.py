@@ -115,8 +115,8 @@ def lint_source(
                 continue
             key = (id_, hit.line, hit.col)
             if key not in found:
-                # imported here: the detectors package is only needed once something is found
-                from traindoc.findings import finding
+                # imported here: the catalog is only read once something is found
+                from traindoc.catalog import finding
 
                 f = finding(id_, message=hit.message, cause=hit.cause, fix=hit.fix,
                             where=(f"{path}:{hit.line}",))

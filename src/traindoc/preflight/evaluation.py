@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from traindoc.findings import finding, fmt
+from traindoc.catalog import finding
+from traindoc.findings import fmt
 from traindoc.preflight.launch import Result
 from traindoc.preflight.state import clone
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict

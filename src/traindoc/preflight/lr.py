@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 
-from traindoc.findings import finding, fmt
+from traindoc.catalog import finding
+from traindoc.findings import fmt
 from traindoc.preflight.launch import Result
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
 

@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from traindoc.catalog import finding
 from traindoc.detectors.bad_initial_loss import BadInitialLoss
 from traindoc.events import Classification
-from traindoc.findings import Finding, finding
-from traindoc.findings import fmt
+from traindoc.findings import Finding, fmt
 from traindoc.preflight.launch import Result, Snapshot
 from traindoc.preflight.lr import GRID, band
 from traindoc.preflight.state import LossCall

@@ -1,49 +1,18 @@
-"""The explicit registry of lint rules: every rule class, in one tuple.
+"""The lint rules: one class per module, named after the failure id it reports, found on disk
+(``units.scan``) in module-name order.
 
-One rule per module, named after the failure it finds; each carries ``invalid`` snippets
-(must fire, at the given lines) and ``valid`` near-misses (must stay quiet). A test checks
-that the modules on disk and this tuple agree, and one parametrized test runs every example.
+Each rule carries ``invalid`` snippets (must fire, at the given lines) and ``valid``
+near-misses (must stay quiet); one parametrized test runs every example.
 """
 
 from __future__ import annotations
 
-from traindoc.lint.rules._common import Rule, snippet
-from traindoc.lint.rules.autograd_collective import AutogradCollective
-from traindoc.lint.rules.bf16_master_weights import Bf16MasterWeights
-from traindoc.lint.rules.checkpoint_incomplete import CheckpointIncomplete
-from traindoc.lint.rules.checkpoint_not_atomic import CheckpointNotAtomic
-from traindoc.lint.rules.clip_before_unscale import ClipBeforeUnscale
-from traindoc.lint.rules.constant_loss import ConstantLoss
-from traindoc.lint.rules.detached_prediction import DetachedPrediction
-from traindoc.lint.rules.ema_without_buffers import EmaWithoutBuffers
-from traindoc.lint.rules.eval_in_train_mode import EvalInTrainMode
-from traindoc.lint.rules.grad_cleared_before_step import GradClearedBeforeStep
-from traindoc.lint.rules.inference_tensor_in_autograd import InferenceTensorInAutograd
-from traindoc.lint.rules.masked_nonfinite import MaskedNonfinite
-from traindoc.lint.rules.missing_zero_grad import MissingZeroGrad
-from traindoc.lint.rules.muon_adamw_scale_lr import MuonAdamwScaleLr
-from traindoc.lint.rules.scheduler_before_optimizer import SchedulerBeforeOptimizer
-from traindoc.lint.rules.unscaled_grad_accumulation import UnscaledGradAccumulation
+from typing import cast
 
-# mypy checks each class against the Rule protocol here.
-RULES: tuple[type[Rule], ...] = (
-    MaskedNonfinite,
-    ConstantLoss,
-    DetachedPrediction,
-    Bf16MasterWeights,
-    SchedulerBeforeOptimizer,
-    MissingZeroGrad,
-    GradClearedBeforeStep,
-    UnscaledGradAccumulation,
-    ClipBeforeUnscale,
-    EvalInTrainMode,
-    EmaWithoutBuffers,
-    InferenceTensorInAutograd,
-    CheckpointNotAtomic,
-    CheckpointIncomplete,
-    AutogradCollective,
-    MuonAdamwScaleLr,
-)
+from traindoc import units
+from traindoc.lint.rules._common import Rule, snippet
+
+RULES: tuple[type[Rule], ...] = tuple(cast("list[type[Rule]]", units.scan(__name__, __path__)))
 
 
 def by_id() -> dict[str, type[Rule]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Iterable, Protocol
 
@@ -44,11 +43,13 @@ class Invalid:
 
 
 class Rule(Protocol):
-    """The shape of every class in ``RULES``, which mypy checks there. Rules are plain classes
-    and inherit from nothing; each is built with no arguments for each file it checks.
+    """The shape of every class in ``RULES`` (the registry test checks each). Rules are plain
+    classes and inherit from nothing; each is built with no arguments for each file it checks.
 
-    ``id`` is the catalog id; ``invalid`` snippets must fire at their lines and ``valid`` ones
-    stay quiet (the tests and the docs); ``check`` yields a ``Hit`` per place it fires.
+    ``id`` is the catalog id, also the module's name; ``invalid`` snippets must fire at their
+    lines and ``valid`` ones stay quiet (the tests and the docs); ``check`` yields a ``Hit`` per
+    place it fires. Optional: ``cause_of``, the ids of failures whose cause in source this rule
+    finds while reporting its own id (``traindoc explain ID --where`` lists it under them).
     """
 
     id: ClassVar[str]
@@ -61,4 +62,6 @@ class Rule(Protocol):
 def snippet(code: str) -> str:
     """An example's source as linted: dedented, leading blank lines dropped (line 1 is the
     first line of code)."""
+    import textwrap  # only the examples need it, not a lint run's start
+
     return textwrap.dedent(code).lstrip("\n")

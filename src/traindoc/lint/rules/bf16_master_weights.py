@@ -25,6 +25,7 @@ class Bf16MasterWeights:
     """
 
     id: ClassVar[str] = "bf16-master-weights"
+    cause_of: ClassVar[tuple[str, ...]] = ("update-underflow",)  # what the cast leads to at run time
     invalid: ClassVar[tuple[Invalid, ...]] = (
         Invalid(
             """

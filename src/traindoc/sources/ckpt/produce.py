@@ -29,6 +29,9 @@ from traindoc.sources.ckpt.summary import DiffRow, DiffSummary, GroupRow, Summar
 from traindoc.progress import Progress
 
 LOW_PRECISION = ("bfloat16", "float16")
+# The signals of the events above (a Checkpoint is "train_state" when it holds the training state),
+# which the registry reads to say which detectors this face feeds.
+SIGNALS: tuple[str, ...] = ("checkpoint", "train_state", "optimizer", "params", "bn", "end")
 
 
 # --- inspect --------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Sequence
 
-from traindoc.findings import Finding, finding
+from traindoc.catalog import finding
+from traindoc.findings import Finding
 
 if TYPE_CHECKING:
     import numpy as np
