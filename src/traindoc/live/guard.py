@@ -48,9 +48,9 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traindoc import detectors
-from traindoc.findings import finding, fmt
+from traindoc.catalog import finding
 from traindoc.events import Event
-from traindoc.findings import Finding
+from traindoc.findings import Finding, fmt
 from traindoc.live.objects import ObjectMap
 from traindoc.live.session import Session
 
