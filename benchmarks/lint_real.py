@@ -36,10 +36,11 @@ code. A line is marked only when the mistake is real for that code as it runs, j
 rule's own definition (its class docstring in src/traindoc/lint/rules/): e.g. a resume
 checkpoint with a fixed name rewritten in place at every new best epoch and read back later is
 ``checkpoint-not-atomic``; a loss summed over micro-batches without division under Adam with no
-weight decay was not marked (Adam is scale-invariant, the update does not change); a GradScaler
-or apex loss scale left out of a checkpoint whose schedule is rebuilt from the epoch was not
-marked as ``checkpoint-incomplete`` (the scale re-calibrates within a few steps). Most files
-hold no mistake: they measure precision.
+weight decay was not marked (Adam is scale-invariant, the update does not change); a scheduler
+rebuilt at the saved epoch (``last_epoch=epoch - 2``) is not missing from a checkpoint, but a
+GradScaler left out of one is ``checkpoint-incomplete`` when the shipped configuration enables
+fp16 (not when fp16 is off by default, as tacotron2's apex loss scale). Most files hold no
+mistake: they measure precision.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``Module`` parses a file once and indexes it (``_index``), then finds its training flow
 (``_flow``). It answers the questions the rules ask, always by following names through a
 function and through simple assignments, and calls into functions and methods defined in the
-same file, never further:
+same file or imported from a sibling module of the same folder (``_siblings``), never further:
 
 - what is handed to ``backward`` (``loss.backward()``, ``scaler.scale(loss).backward()``,
   ``accelerator.backward(loss)``) and which names that loss is built from;

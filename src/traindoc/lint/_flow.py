@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import ast
 import builtins
+from pathlib import Path
 
 from traindoc.lint._index import IndexedFile
 from traindoc.lint._nodes import arith_names, contains_word, dotted, loss_roots, method, names_in, returned_names
 from traindoc.lint._scope import AssignValue, Backward, Scope
+from traindoc.lint._siblings import SiblingCache
 
 
 class Module(IndexedFile):
     """One parsed source file and everything the rules ask about it."""
 
-    def __init__(self, source: str, path: str = "<string>") -> None:
-        super().__init__(source, path)
+    def __init__(self, source: str, path: str = "<string>", *, folder: Path | None = None,
+                 siblings: SiblingCache | None = None) -> None:
+        super().__init__(source, path, folder=folder, siblings=siblings)
         self._trained: set[str] | None = None  # trained_models, computed once
         self._loss_names_of: dict[int, set[str]] = {}
         self._targets: dict[int, Scope | None] = {}  # callee_scope, per call
@@ -86,6 +89,11 @@ class Module(IndexedFile):
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             cls = self.scope(call).cls
             found = [s for s in self.functions.get(func.attr, ()) if cls is not None and s.cls == cls]
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+            func.attr in self.sibling_modules.get(func.value.id, ())
+        ):
+            # ``utils.step(opt)`` with ``import utils``: the sibling's function, appended to this tree
+            found = [s for s in self.functions.get(func.attr, ()) if s.cls is None and s.name != "<lambda>"]
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id not in self.aliases:
             # ``Steps.save(...)``: a static or class method of a class of this file
             found = [s for s in self.functions.get(func.attr, ()) if s.cls == func.value.id]

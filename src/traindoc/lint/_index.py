@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import ast
 import operator
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from traindoc.lint._nodes import LOOP_TYPES, LOW_PRECISION, OPTIMIZER_CLASSES, SCALER_CLASSES, dotted, number
 from traindoc.lint._scope import AssignValue, Scope
+from traindoc.lint._siblings import Origins, SiblingCache, link
 
 # A handler of Module._index: (module, parent, child, scope) -> whether the child opens a scope
 # (scope_of[child] is then set). ``child`` is Any: it is of the node type the handler is filed
@@ -26,10 +28,22 @@ _Handler = Callable[["IndexedFile", ast.AST, Any, Scope], bool]
 class IndexedFile:
     """One parsed source file and everything the rules ask about it."""
 
-    def __init__(self, source: str, path: str = "<string>") -> None:
+    def __init__(self, source: str, path: str = "<string>", *, folder: Path | None = None,
+                 siblings: SiblingCache | None = None) -> None:
         self.path = path
         self.source = source
         self.tree = ast.parse(source, filename=path)
+        # With ``folder``: what the file imports from sibling modules there is appended to the
+        # tree (``_siblings``); ``origins`` says where those lines come from.
+        self.origins: Origins | None = None
+        # sibling modules imported whole (``import utils``) -> their functions appended here
+        self.sibling_modules: dict[str, set[str]] = {}
+        linked: dict[str, str] = {}
+        if folder is not None:
+            found = link(self.tree, source, folder, folder / Path(path).name, siblings)
+            if found is not None:
+                self.source, self.origins = found.source, found.origins
+                linked, self.sibling_modules = found.names, found.modules
         self.aliases: dict[str, str] = {}
         self.parent: dict[ast.AST, ast.AST] = {}
         self.scopes: list[Scope] = []
@@ -47,6 +61,11 @@ class IndexedFile:
         self._constructors: list[ast.Call] | None = None
         self._torch_saves: list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]] | None = None
         self._index()
+        for local, real in linked.items():
+            # an imported function now defined in this tree is called like one of this file
+            self.aliases.pop(local, None)
+            if local != real:
+                self.functions.setdefault(local, []).extend(s for s in self.functions.get(real, ()) if s.cls is None)
 
     # -- indexing -----------------------------------------------------------------------------
 

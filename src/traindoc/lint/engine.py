@@ -18,6 +18,7 @@ from traindoc import catalog
 from traindoc.findings import Finding, severity_rank
 from traindoc.lint import config as config_mod
 from traindoc.lint._ast import Module
+from traindoc.lint._siblings import Origins, SiblingCache
 from traindoc.lint.rules import RULES
 from traindoc.progress import Progress
 from traindoc.report import safe
@@ -80,10 +81,14 @@ def lint_source(
     *,
     select: Iterable[str] | None = None,
     ignore: Iterable[str] = (),
+    folder: str | os.PathLike[str] | None = None,
+    siblings: SiblingCache | None = None,
 ) -> tuple[list[LintFinding], list[LintError]]:
-    """Lint one file's text. ``select``/``ignore`` choose rules by id."""
+    """Lint one file's text. ``select``/``ignore`` choose rules by id. With ``folder`` (the
+    file's own), calls into functions and classes it imports from sibling modules there are
+    followed, and a finding inside a sibling is reported at the sibling's path and line."""
     try:
-        mod = Module(source, path)
+        mod = Module(source, path, folder=None if folder is None else Path(folder), siblings=siblings)
     except SyntaxError as e:
         msg = f"cannot parse: {e.msg}"
         return [], [LintError(path, e.lineno, msg, "parse")]
@@ -94,7 +99,8 @@ def lint_source(
                               "parser (python itself raises RecursionError compiling this file)", "parse")]
     chosen = None if select is None else set(select)
     muted = set(ignore)
-    suppressed = _suppressions(source)
+    suppressed = _suppressions(mod.source)  # with the siblings' lines, when any were appended
+    origins = mod.origins
     found: dict[tuple[str, int, int], LintFinding] = {}
     errors: list[LintError] = []
     for cls in RULES:
@@ -118,10 +124,29 @@ def lint_source(
                 # imported here: the catalog is only read once something is found
                 from traindoc.catalog import finding
 
-                f = finding(id_, message=hit.message, cause=hit.cause, fix=hit.fix,
-                            where=(f"{path}:{hit.line}",))
-                found[key] = LintFinding(f, path, hit.line, hit.col)
-    return sorted(found.values(), key=lambda f: (f.line, f.col, f.finding.id)), errors
+                where, line = path, hit.line
+                message, cause, fix = hit.message, hit.cause, hit.fix
+                if origins is not None:
+                    sibling, line = origins.locate(hit.line)
+                    if sibling is not None:
+                        where = display_path(sibling)
+                    message, cause, fix = (_relocate(t, origins) for t in (message, cause, fix))
+                f = finding(id_, message=message, cause=cause, fix=fix, where=(f"{where}:{line}",))
+                found[key] = LintFinding(f, where, line, hit.col)
+    return sorted(found.values(), key=lambda f: (f.path != path, f.path, f.line, f.col, f.finding.id)), errors
+
+
+_LINE = re.compile(r"\bline (\d+)\b")
+
+
+def _relocate(text: str, origins: Origins) -> str:
+    """``line 1234`` in a message, when 1234 is a line appended from a sibling module:
+    ``utils.py line 45``."""
+    def where(m: re.Match[str]) -> str:
+        sibling, line = origins.locate(int(m.group(1)))
+        return m.group(0) if sibling is None else f"{sibling.name} line {line}"
+
+    return _LINE.sub(where, text) if "line " in text else text
 
 
 def lint_paths(
@@ -138,15 +163,20 @@ def lint_paths(
     _check_ids(cli_select or ())
     _check_ids(cli_ignore)
     result = LintResult()
+    siblings = SiblingCache()
     with Progress("traindoc lint") as progress:
         for i, file in enumerate(iter_files(paths)):
             progress.update(i, display_path(file))
-            _lint_file(file, result, cli_select, cli_ignore, use_config)
+            _lint_file(file, result, cli_select, cli_ignore, use_config, siblings)
+    # A finding inside a sibling module is found again from each script that calls into it.
+    unique = {(f.finding.id, f.path, f.line, f.col): f for f in reversed(result.findings)}
+    if len(unique) < len(result.findings):
+        result.findings = [f for f in result.findings if unique.get((f.finding.id, f.path, f.line, f.col)) is f]
     return result
 
 
 def _lint_file(file: Path, result: LintResult, cli_select: tuple[str, ...] | None,
-               cli_ignore: tuple[str, ...], use_config: bool) -> None:
+               cli_ignore: tuple[str, ...], use_config: bool, siblings: SiblingCache | None = None) -> None:
     """Lint one file into ``result``."""
     shown = display_path(file)
     cfg = config_mod.for_path(file) if use_config else config_mod.Config()
@@ -164,7 +194,7 @@ def _lint_file(file: Path, result: LintResult, cli_select: tuple[str, ...] | Non
     except (OSError, UnicodeDecodeError, SyntaxError) as e:
         result.errors.append(LintError(shown, None, f"cannot read: {e}", "read"))
         return
-    findings, errors = lint_source(source, shown, select=chosen, ignore=muted)
+    findings, errors = lint_source(source, shown, select=chosen, ignore=muted, folder=file.parent, siblings=siblings)
     if not any(e.kind == "parse" for e in errors):
         result.files += 1
     result.findings += findings

@@ -6,7 +6,7 @@ import ast
 from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import (
-    Module, Scope, dotted, fixed_filename, kwarg, method, resolve, torch_saves,
+    Module, Scope, dotted, fixed_filename, kwarg, method, number, resolve, torch_saves,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -104,6 +104,19 @@ class CheckpointIncomplete:
         def save(state, path):
             torch.save({**state, "step": state["step"]}, path)
         """,
+        # The schedule is rebuilt from the saved epoch on resume: its state is not lost.
+        """
+        import torch
+
+        def train(model, epoch_start, epochs, ckpt_dir):
+            optimizer = torch.optim.AdamW(model.parameters(), lr=2e-4)
+            decay = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.999, last_epoch=epoch_start - 2)
+            for epoch in range(epoch_start, epochs + 1):
+                run_epoch(model, optimizer)
+                decay.step()
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                           f"{ckpt_dir}/G_{epoch}.pth")
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -173,6 +186,9 @@ class CheckpointIncomplete:
                     enabled = kwarg(call, "enabled")
                     if kind == "scaler" and isinstance(enabled, ast.Constant) and enabled.value is False:
                         continue
+                    last = kwarg(call, "last_epoch")
+                    if kind == "scheduler" and last is not None and number(last) != -1:
+                        continue  # rebuilt at the saved epoch on resume (`last_epoch=epoch - 1`)
                     out[kind] = text
         return out
 
