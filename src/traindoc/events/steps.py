@@ -211,7 +211,13 @@ class Clip:
 @dataclass(frozen=True)
 class Batch:
     """A batch drawn from a DataLoader iterator. ``iterator`` numbers the iterators created
-    (one per ``iter(loader)``), ``index`` is the batch's position within its iterator."""
+    (one per ``iter(loader)``), ``index`` is the batch's position within its iterator.
+    ``grad``: drawn with gradients enabled; ``micro``: the backward() calls of the step before
+    it was drawn (two batches drawn at the same step and micro: the first was skipped, not
+    trained on). ``sampler``: the sampler's class; ``order`` "shuffled", "fixed" or "" (unknown);
+    ``order_key`` (first batch of an iterator, known samplers): equal keys mean the sampler
+    draws the same order (DistributedSampler's seed and epoch, a RandomSampler's generator
+    state); ``epoch``: a DistributedSampler's epoch (-1: none)."""
 
     step: int
     loader: str
@@ -219,6 +225,12 @@ class Batch:
     index: int
     fingerprint: str
     loader_len: int = -1
+    grad: bool = True
+    micro: int = 0
+    sampler: str = ""
+    order: str = ""
+    order_key: str = ""
+    epoch: int = -1
     signal: ClassVar[str] = "batch"
 
 @dataclass(frozen=True)

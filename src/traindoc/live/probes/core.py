@@ -14,7 +14,6 @@ module hook goes up again, so dynamo compiles what a bare run compiles.
 from __future__ import annotations
 
 import functools
-import hashlib
 import warnings
 from typing import Any, Iterable
 
@@ -22,12 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import dataloader as _dl
 
-from traindoc.events import Batch, BatchShape, Cast, Classification, Event
+from traindoc.events import BatchShape, Cast, Classification, Event
 from traindoc.live import measure
 from traindoc.live.objects import file_line, library_caller, user_site
 from traindoc.live.probes._ops import is_compiled_module, torch_function
 from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
 from traindoc.live.probes.base import Probe
+from traindoc.live.probes.batches import BatchContent
 from traindoc.live.session import Session
 
 _is_compiling = is_compiling
@@ -50,6 +50,7 @@ class CoreProbes(Probe):
         self._depth = 0
         self._iterators = 0
         self._filter: object = None
+        self._content = BatchContent(session)  # Batch events (repeated-batch)
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -154,24 +155,14 @@ class CoreProbes(Probe):
         index = int(getattr(it, "_num_yielded", 1)) - 1
         if index == 0:
             self._iterators += 1
-        if not self.s.clock.measuring:
+        head = self._content.head(it, index)  # a pass's first and last batches: fingerprinted, sampled or not
+        measuring = self.s.clock.measuring
+        if not measuring and not head:
             return
         every = _tensors(batch)
-        if every and torch.is_grad_enabled():
+        if measuring and every and torch.is_grad_enabled():
             self._batch_shape(it, batch, every, index)
-        tensors = [t for t in every if t.device.type == "cpu"]
-        if not tensors:
-            return
-        sample = measure.strided(tensors[0]).contiguous()
-        digest = hashlib.blake2b(sample.view(torch.uint8).numpy().tobytes(), digest_size=8)
-        digest.update(str(tuple(tensors[0].shape)).encode())
-        try:
-            length = len(it._index_sampler)
-        except (AttributeError, TypeError):
-            length = -1
-        self.s.emit(Batch(step=self.s.clock.current_step, loader=type(getattr(it, "_dataset", it)).__name__,
-                          iterator=self._iterators, index=index, fingerprint=digest.hexdigest(),
-                          loader_len=length))
+        self._content.emit(it, every, index, self._iterators)
 
     def _batch_shape(self, it: Any, batch: Any, tensors: list[torch.Tensor], index: int) -> None:
         """Shapes are host metadata: no device sync."""
