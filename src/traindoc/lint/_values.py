@@ -143,6 +143,7 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
     one function deep.
     """
     helpers: dict[str, tuple[int | None, int | None, ast.Call, list[str]]] = {}
+    defaults: dict[str, dict[str, ast.expr]] = {}
     for call in mod.named("save"):
         if mod.callee(call) != "torch.save":
             continue
@@ -157,6 +158,7 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
             i_path = params.index(path.id) if isinstance(path, ast.Name) and path.id in params else None
             if i_obj is not None or i_path is not None:
                 helpers[fn.name] = (i_obj, i_path, call, params)
+                defaults[fn.name] = _defaults(fn)
     if not helpers:
         return
     for call in mod.named(*helpers):
@@ -166,7 +168,17 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
             i_obj, i_path, inner, params = helpers[name]
             obj = arg(call, i_obj, params[i_obj]) if i_obj is not None else None
             path = arg(call, i_path, params[i_path]) if i_path is not None else None
+            if path is None and i_path is not None:  # save_checkpoint(state, filename="checkpoint.pth.tar")
+                path = defaults[name].get(params[i_path])
             yield call, obj, path, inner
+
+
+def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:
+    """parameter -> its default value, for the parameters that have one."""
+    positional = fn.args.posonlyargs + fn.args.args
+    out = {a.arg: d for a, d in zip(positional[len(positional) - len(fn.args.defaults):], fn.args.defaults)}
+    out.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
+    return out
 
 
 def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:

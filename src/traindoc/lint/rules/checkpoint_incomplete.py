@@ -58,6 +58,20 @@ class CheckpointIncomplete:
             """,
             4,
         ),
+        # keyword form; the run resumes from it with a GradScaler whose scale it drops
+        Invalid(
+            """
+            import torch
+
+            def train(args, model, optimizer, loader):
+                scaler = torch.cuda.amp.GradScaler()
+                for epoch in range(args.start_epoch, args.epochs):
+                    run_epoch(model, optimizer, scaler, loader)
+                    state = dict(epoch=epoch + 1, model=model.state_dict(), optimizer=optimizer.state_dict())
+                    torch.save(state, args.out / f"epoch_{epoch}.pth")
+            """,
+            7,
+        ),
         Invalid(
             """
             import os
@@ -156,15 +170,22 @@ class CheckpointIncomplete:
             )
 
     def _dict(self, mod: Module, obj: ast.expr | None,
-              call: ast.Call) -> tuple[ast.Dict, list[str], list[str]] | None:
-        """(node, keys, receivers of .state_dict() values) of the dict saved, or None."""
+              call: ast.Call) -> tuple[ast.expr, list[str], list[str]] | None:
+        """(node, keys, receivers of .state_dict() values) of the dict saved, or None: a dict
+        display ``{"model": ...}`` or a ``dict(model=..., epoch=...)`` call."""
         name = obj.id if isinstance(obj, ast.Name) else None
         node = resolve(mod, obj, call, depth=1)
-        if not isinstance(node, ast.Dict):
+        if isinstance(node, ast.Call) and mod.callee(node) == "dict" and not node.args:
+            items: list[tuple[ast.expr | None, ast.expr]] = [
+                (None if kw.arg is None else ast.Constant(kw.arg), kw.value) for kw in node.keywords
+            ]
+        elif isinstance(node, ast.Dict):
+            items = list(zip(node.keys, node.values))
+        else:
             return None
         keys: list[str] = []
         receivers: list[str] = []
-        for key, value in zip(node.keys, node.values):
+        for key, value in items:
             if key is None or not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 return None  # **spread or computed keys: cannot know what is in it
             keys.append(key.value)

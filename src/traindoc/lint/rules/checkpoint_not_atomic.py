@@ -37,6 +37,20 @@ class CheckpointNotAtomic:
             """,
             6,
         ),
+        # the path is the helper's default: every epoch writes over the same file
+        Invalid(
+            """
+            import torch
+
+            def save_state(state, best, filename="resume.pth.tar"):
+                torch.save(state, filename)
+
+            for epoch in range(start, epochs):
+                acc = run_epoch(model, opt)
+                save_state({"epoch": epoch + 1, "model": model.state_dict(), "opt": opt.state_dict()}, acc > best)
+            """,
+            8,
+        ),
         Invalid(
             """
             import torch
