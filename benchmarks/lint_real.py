@@ -39,8 +39,11 @@ checkpoint with a fixed name rewritten in place at every new best epoch and read
 weight decay was not marked (Adam is scale-invariant, the update does not change); a scheduler
 rebuilt at the saved epoch (``last_epoch=epoch - 2``) is not missing from a checkpoint, but a
 GradScaler left out of one is ``checkpoint-incomplete`` when the shipped configuration enables
-fp16 (not when fp16 is off by default, as tacotron2's apex loss scale). Most files hold no
-mistake: they measure precision.
+fp16 (not when fp16 is off by default, as tacotron2's apex loss scale); a `last.pt` written with
+``"optimizer": None`` by a script that cannot resume (yolov5's classify/train.py) is an export,
+not a resume point; a try/except around a backward that a profiler times (yolov5's
+torch_utils.profile) trains nothing; TD3's delayed actor step clears its own gradients first,
+so it accumulates nothing. Most files hold no mistake: they measure precision.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from traindoc.lint._nodes import (
 )
 from traindoc.lint._scope import AssignValue, Backward, Scope, ScopeNode
 from traindoc.lint._values import (
+    drops_optimizer,
     fixed_filename,
     is_constant_value,
     is_detached_value,
@@ -55,7 +56,7 @@ from traindoc.lint._values import (
 __all__ = [
     "EVAL_WORDS", "LOOP_TYPES", "LOW_PRECISION", "OPTIMIZER_CLASSES", "SCALER_CLASSES", "TENSOR_FACTORIES",
     "AssignValue", "Backward", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
-    "dotted", "fixed_filename", "is_constant_value", "is_detached_value", "kwarg", "loss_roots", "method",
+    "dotted", "drops_optimizer", "fixed_filename", "is_constant_value", "is_detached_value", "kwarg", "loss_roots", "method",
     "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "torch_saves", "unparse",
     "value_of", "config_read",
 ]

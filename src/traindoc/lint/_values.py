@@ -181,6 +181,22 @@ def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]
     return out
 
 
+def drops_optimizer(mod: Module, obj: ast.expr | None, at: ast.AST) -> bool:
+    """The dict saved sets its optimizer entry to None (``"optimizer": None``): the state is
+    left out on purpose, so the file is an export of weights, not a point to resume from."""
+    node = resolve(mod, obj, at, depth=1)
+    if isinstance(node, ast.Dict):
+        items = [(k.value if isinstance(k, ast.Constant) else None, v) for k, v in zip(node.keys, node.values)]
+    elif isinstance(node, ast.Call) and dotted(node.func) == "dict":
+        items = [(kw.arg, kw.value) for kw in node.keywords]
+    else:
+        return False
+    return any(
+        isinstance(key, str) and "optim" in key.lower() and isinstance(value, ast.Constant) and value.value is None
+        for key, value in items
+    )
+
+
 def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> ast.expr | None:
     """Follow a name to the value of its last assignment before ``at`` in the same function; an
     attribute of ``self`` to its only assignment in the class's methods (``self.path = ...`` in

@@ -6,7 +6,7 @@ import ast
 from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import (
-    Module, Scope, dotted, fixed_filename, kwarg, method, number, resolve, torch_saves,
+    Module, Scope, dotted, drops_optimizer, fixed_filename, kwarg, method, number, resolve, torch_saves,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -118,6 +118,14 @@ class CheckpointIncomplete:
         def save(state, path):
             torch.save({**state, "step": state["step"]}, path)
         """,
+        # The optimizer is left out on purpose: an export of weights with metadata.
+        """
+        import torch
+
+        for epoch in range(epochs):
+            train_one_epoch(model, optimizer, scheduler, loader)
+            torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": None}, "weights/last.pt")
+        """,
         # The schedule is rebuilt from the saved epoch on resume: its state is not lost.
         """
         import torch
@@ -131,6 +139,18 @@ class CheckpointIncomplete:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                            f"{ckpt_dir}/G_{epoch}.pth")
         """,
+        """
+        import torch
+
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        lr_decay = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda=lambda e: 0.98 ** e)
+        start = restore(model, optimizer)  # the saved epoch + 1, or 0
+        lr_decay.last_epoch = start - 1
+        for epoch in range(start, 300):
+            fit_one_epoch(model, optimizer)
+            lr_decay.step()
+            torch.save({"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, f"w/{epoch}.pt")
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -140,7 +160,7 @@ class CheckpointIncomplete:
         uses = self._uses(mod)
         for call, obj, path, _ in saves:
             found = self._dict(mod, obj, call)
-            if found is None:
+            if found is None or drops_optimizer(mod, obj, call):
                 continue
             node, keys, receivers = found
             have = {part for part in PARTS if _has(part, keys, receivers, mod)}
@@ -208,10 +228,19 @@ class CheckpointIncomplete:
                     if kind == "scaler" and isinstance(enabled, ast.Constant) and enabled.value is False:
                         continue
                     last = kwarg(call, "last_epoch")
-                    if kind == "scheduler" and last is not None and number(last) != -1:
-                        continue  # rebuilt at the saved epoch on resume (`last_epoch=epoch - 1`)
+                    if kind == "scheduler" and (
+                        (last is not None and number(last) != -1) or _repositioned(mod, text)
+                    ):
+                        continue  # set to the saved epoch on resume (`last_epoch=epoch - 1`)
                     out[kind] = text
         return out
+
+
+def _repositioned(mod: Module, scheduler: str) -> bool:
+    """``scheduler.last_epoch = start_epoch - 1`` somewhere in the file: the schedule is put
+    back at the resumed epoch without its state."""
+    target = f"{scheduler}.last_epoch"
+    return any(t == target for scope in mod.scopes for t, _, _ in scope.assigns)
 
 
 def _has(part: str, keys: list[str], receivers: list[str], mod: Module) -> bool:

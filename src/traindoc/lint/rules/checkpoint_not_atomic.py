@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, dotted, fixed_filename, method, torch_saves
+from traindoc.lint._ast import Module, arg, dotted, drops_optimizer, fixed_filename, method, torch_saves
 from traindoc.lint.rules._common import Hit, Invalid
 
 RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
@@ -175,6 +175,15 @@ class CheckpointNotAtomic:
             train_one_epoch(model, optimizer, loader)
             torch.save({"model": model.state_dict(), "epoch": epoch}, f"checkpoints/epoch_{epoch:03d}.pt")
         """,
+        # weights and metadata only, the optimizer left out on purpose: an export, not a resume point
+        """
+        import torch
+
+        for epoch in range(epochs):
+            fit(model, optimizer, loader)
+            snapshot = dict(epoch=epoch, model=model.state_dict(), optimizer=None)
+            torch.save(snapshot, "runs/last.pt")
+        """,
         """
         import torch
 
@@ -227,9 +236,11 @@ class CheckpointNotAtomic:
             return
         loaded = self._loaded_paths(mod)
         via_helper = {id(inner) for call, _, _, inner in saves if inner is not call}
-        for call, _, path, inner in saves + _buffer_writes(mod, saves):
+        for call, obj, path, inner in saves + _buffer_writes(mod, saves):
             if path is None and inner is not call:
                 continue
+            if drops_optimizer(mod, obj, call) or drops_optimizer(mod, arg(inner, 0, "obj"), inner):
+                continue  # weights without the optimizer, on purpose: an export
             if inner is call and id(call) in via_helper:
                 continue  # judged where the helper is called, with the caller's path
             path = _opened_path(mod, path, call)

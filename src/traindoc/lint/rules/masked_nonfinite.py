@@ -220,6 +220,22 @@ class MaskedNonfinite:
                 continue
             optimizer.step()
         """,
+        # a profiler times forward and backward of each layer; nothing is trained
+        """
+        import time
+
+        def time_layers(layers, x, repeats=10):
+            timings = {}
+            for name, layer in layers.items():
+                start = time.perf_counter()
+                try:
+                    for _ in range(repeats):
+                        layer(x).float().sum().backward()
+                    timings[name] = (time.perf_counter() - start) / repeats
+                except Exception:
+                    timings[name] = float("nan")  # this layer has nothing to differentiate
+            return timings
+        """,
         """
         import torch
 
@@ -381,7 +397,7 @@ class MaskedNonfinite:
                 continue
             first, last = block.body[0].lineno, block.body[-1].end_lineno or block.body[-1].lineno
             inside = [b for b in scope.backwards if first <= b.call.lineno <= last]
-            if not inside:
+            if not inside or not _trains(mod, scope):
                 continue
             for handler in block.handlers:
                 caught = _broad(handler.type)
@@ -400,6 +416,15 @@ class MaskedNonfinite:
                     "re-raise everything else (`except SomeError as e: ... raise`); if bad "
                     "batches must be skipped, count them and stop past a small share.",
                 )
+
+
+def _trains(mod: Module, scope: Scope) -> bool:
+    """The gradients of a backward in ``scope`` reach an optimizer step: one in ``scope`` (or
+    what it calls), in a function of this file that calls it, or in a method of its class. A
+    backward timed by a profiler or run for a gradient check trains nothing."""
+    if mod.steps_in(scope) or any(mod.steps_in(mod.scope(c)) for c in mod.callers_of(scope)):
+        return True
+    return scope.cls is not None and any(s.cls == scope.cls and mod.steps_in(s) for s in mod.scopes)
 
 
 def _clears(mod: Module, scope: Scope, node: ast.AST, start: int, end: int) -> bool:

@@ -147,6 +147,21 @@ class UnscaledGradAccumulation:
                 optimizer.step()
                 optimizer.zero_grad()
         """,
+        # delayed policy update: the value net steps every batch, the policy every 2nd one on
+        # gradients its own block computes after clearing them
+        """
+        for it, batch in enumerate(buffer):
+            td_error = value_net(batch.obs, batch.act) - batch.target
+            critic_loss = td_error.pow(2).mean()
+            value_optimizer.zero_grad()
+            critic_loss.backward()
+            value_optimizer.step()
+            if it % 2 == 0:
+                actor_loss = -value_net(batch.obs, policy(batch.obs)).mean()
+                policy_optimizer.zero_grad()
+                actor_loss.backward()
+                policy_optimizer.step()
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -187,6 +202,8 @@ class UnscaledGradAccumulation:
                     guard = _modulo_guard(mod, call, None)  # the guard inside the helper that steps
                 if guard is None or mod.inside(site, guard[0]) or mod.inside(b.call, guard[0]):
                     continue
+                if _cleared_before(mod, guard[0], call, opt):
+                    continue  # the guarded step sees only what its own block computes (TD3's actor)
                 every = guard[1]
                 shown = f"once every `{every}` batches (`{mod.text(guard[0].test)}`, line {guard[0].lineno})"
                 if _scales_grads(guard[0]):
@@ -236,6 +253,18 @@ class UnscaledGradAccumulation:
                     f"`{b.owner}.backward`.",
                 )
                 return
+
+
+def _cleared_before(mod: Module, block: ast.AST, step: ast.Call, opt: str) -> bool:
+    """``block`` clears the gradients ``opt`` steps on (``opt.zero_grad()``, or a module's
+    ``zero_grad()``) before ``step``: nothing from earlier backward passes reaches the step."""
+    for call in mod.calls_in(mod.scope(block), block):
+        receiver = dotted(method(call, "zero_grad"))
+        if receiver is None or (call.lineno, call.col_offset) >= (step.lineno, step.col_offset):
+            continue
+        if receiver == opt or mod.role(receiver) != "optimizer":
+            return True
+    return False
 
 
 def _is_accelerate(mod: Module, owner: str | None) -> bool:
