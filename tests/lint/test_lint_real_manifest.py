@@ -77,3 +77,16 @@ def test_benchmark_on_the_checkouts_has_no_false_positive(capsys):
     if not all((root / e.folder / e.path).is_file() for e in entries):
         pytest.skip(f"checkouts not under {root} (make them with benchmarks/lint_real.py --export)")
     assert bench.main(["--checkouts", str(root)]) == 0, capsys.readouterr().out
+
+
+def test_readme_table_matches_the_manifest():
+    """The README's lint_real row counts what the manifest holds (found, FP, recall come from a
+    run of the benchmark and are checked there)."""
+    data = tomllib.loads(MANIFEST.read_text(encoding="utf-8"))["file"]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = re.search(r"\| files \| repositories \| marked mistakes \|.*\n\|[-| ]+\|\n\| (\d+) \| (\d+) \| (\d+) \|", readme)
+    assert row, "the lint_real table is missing from README.md"
+    files, repos, marked = (int(g) for g in row.groups())
+    assert files == len(data)
+    assert repos == len({item["repo"] for item in data})
+    assert marked == sum(len(item["mistakes"]) for item in data)
