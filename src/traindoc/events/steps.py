@@ -168,6 +168,11 @@ class ParamStats:
     signal: ClassVar[str] = "params"
 
 REPLACED = "replaced before the loss"  # Activation.type: non-finite values the loss code replaced
+# Activation.type: non-finite values a guard inside a model's forward replaced (module: the call)
+REPLACED_INSIDE = "replaced inside the model"
+# Activation.type prefix, "<ORIGIN> <op> at <file:line>": the op that made a non-finite value out
+# of finite inputs, which a guard then replaced; module: the user's module running the op
+ORIGIN = "first non-finite from"
 LOSS_INPUT = "loss input"  # Activation.type: the probabilities a loss function sees
 
 

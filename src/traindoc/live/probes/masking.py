@@ -4,11 +4,16 @@ A loss that goes NaN/Inf on some samples (``torch.log`` of a rate head without s
 division by a zero count) is often "fixed" by replacing those values before the mean:
 ``torch.nan_to_num(per_sample)``, ``torch.where(torch.isfinite(x), x, 0)``,
 ``x.masked_fill(~torch.isfinite(x), 0)``. The step then trains on the remaining samples and the
-NaN never shows in the loss. On sampled steps, while training (grad enabled) and outside any
-model's forward pass (a model may handle NaN on purpose, e.g. fully masked attention rows),
-these calls are looked at: when a value they replace or choose from is non-finite and requires
-grad, the step gets an ``Activation(nan=True, is_output=True)`` named after the call and its
-line, which ``masked-nonfinite`` weighs against the finite value handed to backward().
+NaN never shows in the loss. On sampled steps, while training (grad enabled), these calls are
+looked at: when a value they replace or choose from is non-finite and requires grad, the step
+gets an ``Activation`` named after the call and its line, which ``masked-nonfinite`` weighs
+against the finite value handed to backward(). Outside any model's forward pass that is
+``Activation(nan=True, is_output=True, type=REPLACED)``; inside one, ``type=REPLACED_INSIDE``
+(a model may replace NaN on purpose, e.g. fully masked attention rows: the detector judges it by
+the values' origin). Once a guard replaced something, the next sampled steps look for where the
+values were born (probes/nonfinite_origin.py): the first op among their autograd ancestors that
+made a non-finite value from finite inputs gives an ``Activation(type=ORIGIN ...)`` before the
+guard's own.
 
 The calls are seen by the op-level mode of sampled steps (probes/_ops.py): torch's functions
 stay torch's own. The probe reads a flag on the device (no sync) and takes the caller's file
@@ -22,10 +27,12 @@ from typing import Any, Callable, Iterable
 import torch
 
 from traindoc.events import REPLACED, Activation, Event
+from traindoc.events.steps import ORIGIN, REPLACED_INSIDE
 from traindoc.live.objects import file_line
 from traindoc.live.probes._ops import caller, torch_function
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
+from traindoc.live.probes.nonfinite_origin import OriginSearch
 from traindoc.live.session import Session
 
 
@@ -37,6 +44,8 @@ class MaskingProbe(Probe):
         super().__init__(session, patcher)
         self._ops = patcher.ops
         self._on = False  # a sampled step of a level that measures activations
+        # Where the replaced values were born (armed once a guard replaced a non-finite value).
+        self._origin = OriginSearch(session, lambda funcs, fn: self._ops.listen(self.name, funcs, fn))
         # torch's function -> the tensors whose values it replaces or chooses from
         self._values: dict[Any, Callable[[tuple[Any, ...], dict[str, Any]], list[Any]]] = {
             torch_function(torch.nan_to_num): _first,
@@ -56,27 +65,45 @@ class MaskingProbe(Probe):
         self._on = on
 
     def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        if self._on and not self.s.in_model_forward and torch.is_grad_enabled():
+        if self._on and torch.is_grad_enabled():
             frame = caller()
-            self._check(func.__name__, frame.f_code.co_filename, frame.f_lineno, self._values[func](args, kwargs))
+            self._check(func.__name__, frame.f_code.co_filename, frame.f_lineno, self._values[func](args, kwargs),
+                        inside=self.s.in_model_forward)
 
-    def _check(self, name: str, fn: str, line: int, tensors: list[Any]) -> None:
+    def _check(self, name: str, fn: str, line: int, tensors: list[Any], inside: bool = False) -> None:
+        """A guard inside a model's forward is reported as such (``REPLACED_INSIDE``): a model
+        may mask on purpose (fully masked attention rows), which ``masked-nonfinite`` tells
+        apart by the values' origin; one in the loss code as the model's output (``REPLACED``)."""
         picked = [t for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad
                   and (t.is_floating_point() or t.is_complex())]
         if not picked:
             return
+        self._origin.first_guard()
+        origins = self._origin.ancestors(picked)  # born flags of the ops they came from
         with torch.no_grad():
             flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in picked]).any()
-        self.s.next_step_begins()
+            packed = torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
+        if not inside:
+            self.s.next_step_begins()
         step = self.s.clock.current_step
         where = file_line(fn, line)
+        origin = self._origin
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            if vals[0]:
+            if not vals[0]:
+                return
+            origin.arm()
+            born = next((o for o, v in zip(origins, vals[1:]) if v), None)
+            if born is not None:  # first: the detector reads it with the guard
+                op, module, site, _ = born
+                yield Activation(step=step, module=module, type=f"{ORIGIN} {op} at {site}", nan=True)
+            if inside:
+                yield Activation(step=step, module=f"{name} at {where}", type=REPLACED_INSIDE)
+            else:
                 yield Activation(step=step, module=f"{name} at {where}", type=REPLACED,
                                  nan=True, is_output=True)
 
-        self.s.defer(flag.reshape(1), decode)
+        self.s.defer(packed, decode)
 
 
 def _first(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
