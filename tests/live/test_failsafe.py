@@ -14,6 +14,7 @@ from torch.utils.data import dataloader as _dl
 import traindoc
 from traindoc.live.probes.data import DataProbes
 from traindoc.live.probes.eval import EvalProbes
+from traindoc.live.probes.accumulation import AccumulationProbe
 from traindoc.live.probes.loop import LoopProbes
 
 
@@ -43,7 +44,7 @@ def train(steps: int = 12) -> tuple[nn.Module, list[float]]:
 
 
 @pytest.mark.parametrize("cls,method,probe", [
-    (LoopProbes, "_pre_backward", "accumulation"),
+    (AccumulationProbe, "_pre_backward", "accumulation"),
     (LoopProbes, "_before_sched", "scheduler"),
     (EvalProbes, "_look", "eval"),
     (EvalProbes, "_enter", "eval"),

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import traindoc
 from traindoc.events import GradAccumulation, SchedulerStep
-from traindoc.live.probes.loop import loss_factor
+from traindoc.live.probes.accumulation import loss_factor
 
 SCHED = "scheduler-before-optimizer"
 UNSCALED = "unscaled-grad-accumulation"

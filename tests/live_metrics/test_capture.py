@@ -197,7 +197,7 @@ def test_two_sources_of_one_signal_keep_the_first_as_the_signal(tmp_path: Path) 
 
 def test_a_failing_capture_is_disabled_and_never_reaches_the_user(monkeypatch: pytest.MonkeyPatch,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from traindoc.live.probes import metrics as probe
+    from traindoc.live.probes import publisher as probe
 
     def broken(self: object, channel: str, values: object) -> None:
         raise RuntimeError("boom")

@@ -114,7 +114,7 @@ class ModelWatch:
                 g = gn[gi_] if has_grad else None
                 gi_ += has_grad
                 if g is not None:
-                    self.s.grad_sq[step] = self.s.grad_sq.get(step, 0.0) + g * g
+                    self.s.stream.grad_sq[step] = self.s.stream.grad_sq.get(step, 0.0) + g * g
                 low = dtypes[i] in measure.LOW_PRECISION
                 intended = lr if adam else (lr * push if math.isfinite(push) else None)
                 yield ParamStats(

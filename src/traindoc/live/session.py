@@ -1,13 +1,9 @@
-"""A live observation session: step bookkeeping, sampling, and the one batched transfer.
+"""A live observation session: what torch's hooks saw, told to the step clock and the stream.
 
-The probes (``live/probes/``) call the ``on_*`` methods from torch's hooks. Tensors measured
-during a step stay on their device in ``_pending``; at the end of each *sampled* step they are
-concatenated and read back with one ``.tolist()`` per device (the only GPU sync traindoc adds),
-decoded into events and fed to the engine.
-
-Steps are counted by the step clock (``live/clock.py``): the session tells it what the hooks
-saw and reads back which step that is and whether it is sampled; the round ends it writes into
-the stream are decoded here with the round's loss and gradient norm.
+The probes (``live/probes/``) call the ``on_*`` methods from torch's hooks. The step clock
+(``live/clock.py``) says which step that work belongs to and whether it is sampled; what the
+probes measure waits on its device in the stream (``live/stream.py``) and is read back in one
+transfer at the end of each sampled step, decoded into events and fed to the engine.
 
 The step bookkeeping never runs inside a probe that can be disabled: a measurement that fails
 (an unexpected dtype, a tensor subclass) disables that measurement only, and the report names
@@ -16,7 +12,6 @@ the detectors it left blind.
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import sys
@@ -28,22 +23,15 @@ import torch
 
 from traindoc import config, detectors
 from traindoc.engine import Engine, Report
-from traindoc.events import (
-    NO_GRADS, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Backward, Clip, Event, Phase, RunEnd,
-    RunStart, Scalar, StepBegin, StepEnd,
-)
+from traindoc.events import Event, Phase, RunEnd, RunStart, StepBegin
 from traindoc.findings import Finding
 from traindoc.live import measure
-from traindoc.live.clock import Marker, Outcome, StepClock
+from traindoc.live.clock import StepClock
 from traindoc.live.levels import LEVELS, PROBE_SIGNALS
 from traindoc.live.model import ModelWatch
 from traindoc.live.manual import ManualSteps, ManualUpdate
 from traindoc.live.objects import ObjectMap, user_site
-
-# A deferred measurement in the pending list: (tensor, decoder, arguments); at the flush,
-# ``decoder(values, *arguments)`` makes its events. The session's own measurements of every
-# step (the loss, the clip norm) pass arguments rather than make a closure at every step.
-Deferred = tuple[torch.Tensor, Callable[..., Iterable[Event]], tuple[Any, ...]]
+from traindoc.live.stream import Stream
 
 
 class Session:
@@ -67,16 +55,17 @@ class Session:
         self._sink = sink
         # The routine lifecycle (StepBegin, StepEnd of a step that took effect) is one or two
         # events per step: made only when something reads them (a detector, a recording).
-        self._routine = sink is not None or self.engine.wants("lifecycle")
-        # In stream order: measurements to read back, round ends, and events that must not
-        # overtake the measurements before them (never rebound: the clock writes to it too).
-        self._pending: list[Deferred | Marker | Event] = []
-        self.clock = StepClock(self.level, self._pending, routine=self._routine, on_close=self._round_closed)
+        routine = sink is not None or self.engine.wants("lifecycle")
+        self.failed: dict[str, str] = {}
+        self._failed_at: dict[str, int] = {}
+        self.stream = Stream(self.emit, self.fail, self.failed, routine=routine)
+        self.defer = self.stream.defer  # what probes measure, read back at the next flush
+        self.clock = StepClock(self.level, self.stream.pending, routine=routine, on_close=self._round_closed)
+        self.stream.taken = self.clock.taken
         # A step before any gradient was computed, on zero gradients: a framework allocating
         # its optimizer's state (deepspeed.initialize does), not training. Skipped whole.
         self.setup_step = False
         self._phase = 0
-        self._loss_sum: dict[int, float] = {}  # step -> sum of its decoded backward values
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
@@ -85,10 +74,6 @@ class Session:
         self._last_index = -1
         self.model = ModelWatch(self)  # names and sampled measurements of the model
         self.manual = ManualSteps(self)  # steps written by hand, without torch.optim
-        self._clipped: set[int] = set()
-        self.grad_sq: dict[int, float] = {}  # step -> sum of squared gradient norms measured
-        self.failed: dict[str, str] = {}
-        self._failed_at: dict[str, int] = {}
         self.in_model_forward = False  # a model's forward is running (set by the core probe)
         # A torch.compile'd model is trained: no global module hook of traindoc goes up any more
         # (dynamo guards on them, and would compile again each time they change).
@@ -113,14 +98,6 @@ class Session:
         """The step that work happening now belongs to (the next one once an optimizer stepped)."""
         return self.clock.current_step
 
-    def defer(self, tensor: torch.Tensor, decode: Callable[..., Iterable[Event]], *args: Any) -> None:
-        """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
-        values (a list of floats) and ``args`` to make events. Probes use this instead of
-        ``.item()``."""
-        if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):  # traindoc-ranks: a
-            tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
-        self._pending.append((tensor, decode, args))
-
     def next_step_begins(self) -> None:
         """The next step's work begins (a model's forward, a loss call) while this round is
         done: end this round in the stream first, so that the next step's measurements never
@@ -144,7 +121,7 @@ class Session:
         same round ends it again, for itself). Only the opt-in guard calls this, right after a
         step, to act on that step's findings."""
         self.clock.mark_end()
-        self._flush()
+        self.stream.flush()
         self.engine.flush()  # the guard acts on this step's findings: the column detectors judge now
 
     def models(self) -> list[Any]:
@@ -179,14 +156,14 @@ class Session:
         the sampled steps are those the uninterrupted run would sample. Only before the first
         step of this session; later (or going backwards) it changes nothing."""
         if self.clock.resume_at(step):
-            self._flush()  # its StepBegin, now
+            self.stream.flush()  # its StepBegin, now
 
     def finish(self, status: str = "ok", exit_code: int = 0) -> Report:
         clock = self.clock
         if not clock.round_done and clock.micro:
             self.manual.step_ended()  # the last round's hand-written update
         clock.finish()
-        self._flush()
+        self.stream.flush()
         self.emit(RunEnd(steps=clock.current_step, duration_s=time.perf_counter() - self._t0, status=status,
                          trained=clock.trained, exit_code=exit_code, optimizer_steps=clock.steps_taken))
         report = self.engine.finish()
@@ -213,8 +190,8 @@ class Session:
 
     def _round_closed(self, sampled: bool) -> None:
         """The clock closed a round: read a sampled step's measurements back now."""
-        if sampled or len(self._pending) > 512:
-            self._flush()
+        if sampled or len(self.stream.pending) > 512:
+            self.stream.flush()
 
     # ---- optimizers ---------------------------------------------------------------------------
     def mark_compiled(self) -> None:
@@ -235,7 +212,7 @@ class Session:
                 self._phase += 1
                 reason = (f"a new optimizer ({type(opt).__name__}) after "
                           f"{self.clock.steps_taken} optimizer steps")
-                self._pending.append(Phase(step=self.current_step, index=self._phase, reason=reason))
+                self.stream.pending.append(Phase(step=self.current_step, index=self._phase, reason=reason))
         self._last_opt_ref = weakref.ref(opt)
         self._last_index = self._optimizers.get(opt, -1)
 
@@ -316,7 +293,7 @@ class Session:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:
                 value = value / scale
-        self.defer(value, _decode_backward, self._loss_sum, clock.step, micro, constant, where)
+        self.stream.backward(value, clock.step, micro, constant, where)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)
@@ -338,78 +315,9 @@ class Session:
         where = user_site(2) if self.clock.measuring else ""
         if step is None:
             step = self.clock.current_step
-        self._clipped.add(step)
         if total_norm.requires_grad:
             total_norm = total_norm.detach()
-        self.defer(total_norm, _decode_clip, step, max_norm, where, via)
-
-    def clip_pending(self, step: int) -> None:
-        """A clipping of ``step`` will be reported once the step took it: the gradients measured
-        in the step are clipped ones, so they give no gradient norm of their own."""
-        self._clipped.add(step)
-
-    # ---- the one batched transfer ------------------------------------------------------------
-    def _flush(self) -> None:
-        if not self._pending:
-            return
-        pending = self._pending[:]
-        self._pending.clear()
-        read = iter(measure.read_back([e[0] for e in pending if isinstance(e, tuple) and e[0] is not None]))
-        emit = self.emit
-        for entry in pending:
-            if isinstance(entry, tuple):
-                if entry[0] is None:  # a lifecycle marker
-                    if entry[2] is None:
-                        emit(StepBegin(step=entry[1]))
-                    else:
-                        self._end_round(entry[1], entry[2])
-                    continue
-                vals = next(read)
-                if "decode" in self.failed:
-                    continue
-                try:  # a probe's decoder must not stop the stream (the lifecycle is in it)
-                    events = list(entry[1](vals, *entry[2]))
-                except Exception as exc:  # never let traindoc break the user's training
-                    self.fail("decode", exc)
-                    continue
-                for event in events:
-                    emit(event)
-            else:
-                emit(entry)
-        # The column detectors (loss spikes, divergence) judge in chunks of the engine's size,
-        # not at every sampled step: each judgement has a fixed cost that a small model's
-        # sampled step would pay again and again for a few new points.
-
-    def _end_round(self, step: int, outcomes: list[Outcome]) -> None:
-        """The round's loss and gradient norm, then how each optimizer's step ended."""
-        loss = self._loss_sum.pop(step, None)
-        # A round the script dropped on purpose (backward, then zero_grad and no step, while
-        # it steps its optimizer elsewhere) trained on nothing: its loss is not the training
-        # loss. Its Backward events still carry the values.
-        dropped = self.clock.taken and all(o == SKIPPED_BY_SCRIPT for _, o, _ in outcomes)
-        if loss is not None and not dropped:
-            self.emit(Scalar(step=step, name="loss", value=loss))
-        grad_sq = self.grad_sq.pop(step, None)
-        clipped = step in self._clipped
-        self._clipped.discard(step)
-        if self._clipped:  # a clip reported after its round was read back (rare): forget it too
-            self._clipped = {s for s in self._clipped if s > step}
-        if not clipped and grad_sq is not None:
-            self.emit(Scalar(step=step, name="grad_norm", value=math.sqrt(grad_sq)))
-        for index, outcome, taken in outcomes:
-            if outcome != STEPPED or self._routine:
-                self.emit(StepEnd(step=step, optimizer=index, outcome=outcome, taken=taken))
-
-
-def _decode_backward(vals: list[float], sums: dict[int, float], step: int, micro: int, constant: bool,
-                     where: str) -> tuple[Event, ...]:
-    sums[step] = sums.get(step, 0.0) + vals[0]  # the step's loss, emitted at its end
-    return (Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where),)
-
-
-def _decode_clip(vals: list[float], step: int, max_norm: float, where: str, via: str) -> tuple[Event, ...]:
-    return (Clip(step=step, norm=vals[0], max_norm=float(max_norm), where=where, via=via),
-            Scalar(step=step, name="grad_norm", value=vals[0]))
+        self.stream.clip(total_norm, step, max_norm, where, via)
 
 
 def _has_grads(opt: Any) -> bool:

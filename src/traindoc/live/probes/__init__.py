@@ -13,6 +13,7 @@ from typing import Iterable
 
 from traindoc.events import SIGNALS
 from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.accumulation import AccumulationProbe
 from traindoc.live.probes.amp import AmpProbes
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.checkpoints import CheckpointProbes
@@ -39,6 +40,7 @@ PROBES: tuple[type[Probe], ...] = (
     AmpProbes,  # after core: wraps its clip_grad_norm_ wrapper
     CheckpointProbes,
     LoopProbes,  # after core: its step hook runs after the session has counted the step
+    AccumulationProbe,  # after core, as the loop probe
     EvalProbes,
     DataProbes,
     MetricsProbe,

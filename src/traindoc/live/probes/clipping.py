@@ -144,7 +144,7 @@ class ClippingProbe(Probe):
         if float(engine.gradient_clipping()) > 0:
             # The gradients the step's own measurement reads are clipped already; the norm
             # before clipping comes after the step (ZeRO, bf16, fp16 compute it inside).
-            self.s.clip_pending(step)
+            self.s.stream.clip_pending(step)
 
     def _adopt_deepspeed(self, engine: Any) -> None:
         """DeepSpeed's bf16 / fp16 / ZeRO optimizers step fp32 copies of the model's parameters

@@ -37,7 +37,7 @@ from traindoc.events import Event
 from traindoc.live.probes._ops import torch_function
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
-from traindoc.live.probes.metrics import Publisher, publisher
+from traindoc.live.probes.publisher import Publisher, publisher
 from traindoc.live.probes.printed import Printed
 from traindoc.live.session import Session
 

@@ -1,5 +1,4 @@
-"""The training loop's order: LR schedulers against optimizer steps, and how gradients are built
-between two optimizer steps (accumulation, clearing).
+"""The training loop's order: LR schedulers against optimizer steps, and the LR per step.
 
 Scheduler order: ``LRScheduler._update_lr``, which every ``LRScheduler.step`` calls after its
 own order check, is patched rather than ``step`` itself, so that PyTorch's warning (issued in
@@ -12,13 +11,6 @@ training. A scheduler's construction-time step is not the user's and is ignored.
 before its optimizer's first ``step()`` is "early"; if an AMP GradScaler skipped that
 optimizer's step (``scaler.step(opt)`` was called but found Inf/NaN), the call is counted as
 ``skipped``: PyTorch warns there too, but the user's order is right.
-
-Gradients between steps (sampled steps only): before each backward(), whether each optimizer's
-gradients are None/zero (cleared) and their norm otherwise; after it, their total norm; and the
-constant factor between the loss function's value and the tensor handed to backward(), read from
-the autograd graph (``loss / accum`` is a DivBackward node with a constant divisor). On steps that
-are not sampled only integer counters move. Gradient norms stay on the device until the session's
-one batched transfer (``session.defer``).
 """
 
 from __future__ import annotations
@@ -30,47 +22,14 @@ from typing import Any
 
 import torch
 from torch.optim import lr_scheduler as _sched
-from torch.utils.data import dataloader as _dl
 
-from traindoc.events import Event, GradAccumulation, Scalar, SchedulerStep
-from traindoc.live import measure
+from traindoc.events import Scalar, SchedulerStep
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
 from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
 
-_MAX_NORMS = 16  # gradient norms kept per interval (one per backward)
-
-
-def loss_factor(t: torch.Tensor) -> float:
-    """The constant factor between the loss as computed and ``t``: walks ``t``'s autograd graph
-    through multiplications and divisions by constants (``loss / 4`` -> 0.25, ``0.5 * loss``
-    -> 0.5, none -> 1.0). NaN when a constant lives on an accelerator (reading it would sync)."""
-    f = 1.0
-    node = t.grad_fn
-    for _ in range(6):
-        if node is None:
-            return f
-        name = type(node).__name__
-        if name not in ("MulBackward0", "DivBackward0"):
-            return f
-        nf = node.next_functions
-        const = [i for i, (fn, _) in enumerate(nf) if fn is None]
-        if len(nf) != 2 or len(const) != 1 or (name == "DivBackward0" and const[0] != 1):
-            return f
-        i = const[0]
-        c = getattr(node, "_saved_other" if i == 1 else "_saved_self", None)
-        if not isinstance(c, torch.Tensor) or c.numel() != 1 or c.device.type != "cpu":
-            return math.nan
-        v = float(c)  # a CPU scalar (a Python number wrapped by autograd): no device sync
-        if v == 0:
-            return f
-        f = f / v if name == "DivBackward0" else f * v
-        node = nf[1 - i][0]
-    return f
-
-
-def _lr0(opt: Any) -> float:
+def lr0(opt: Any) -> float:
     """Parameter group 0's LR as a float, NaN when it is an accelerator tensor (no sync)."""
     try:
         lr = opt.param_groups[0]["lr"]
@@ -95,44 +54,19 @@ class _Early:
         self.opt_ref = weakref.ref(opt)
         self.early = 0
         self.skipped = 0
-        self.lr_start = _lr0(opt)
+        self.lr_start = lr0(opt)
         self.lr_after = math.nan
         self.where = where
 
 
-class _Interval:
-    """One optimizer's gradients since its previous step (measured backward calls only)."""
-
-    __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
-                 "first_none", "post", "factors", "where", "sites", "retained")
-
-    def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
-        self.reset(backwards, batches, unmeasured)
-
-    def reset(self, backwards: int, batches: int, unmeasured: int) -> None:
-        self.backwards = backwards  # counters at the interval's start
-        self.batches = batches
-        self.unmeasured = unmeasured
-        self.first_stamp: int | None = None
-        self.pre: list[torch.Tensor] = []
-        self.none_seen = False
-        self.first_none: bool | None = None
-        self.post: list[torch.Tensor] = []
-        self.factors: list[float] = []
-        self.where = ""
-        self.sites: set[str] = set()  # call sites of the measured backward() calls
-        self.retained = False
-
-
 class LoopProbes(Probe):
     name = "loop"
-    signals = ("scheduler", "lr", "accumulation")
+    signals = ("scheduler", "lr")
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
         self._patch = patcher.patch
         self._guard = patcher.guard
-        self._post_due = False  # this backward was measured before: measure it after
         self._sched_depth = 0
         # scheduler order
         # Keyed by identity, ignoring dead objects (Python reuses ids).
@@ -140,32 +74,17 @@ class LoopProbes(Probe):
         self._scaler_tried = ObjectMap()  # optimizers passed to GradScaler.step
         self._early = ObjectMap()  # scheduler -> _Early
         self._sched_done = ObjectMap()  # schedulers whose order is settled
-        # gradients between steps (the backward calls are counted by the patcher: every step)
-        self._measured = 0  # backward calls measured (sampled steps)
-        self._batches = 0
-        self._opt_steps = 0
-        self._last_bwd_stamp = 0
-        self._intervals = ObjectMap()  # optimizer -> _Interval
-        # The optimizer of the last step (weak) and its interval: the common case of every step
-        # skips both identity-map lookups.
+        # The optimizer of the last step (weak): the common case of every step skips a lookup.
         self._last_opt: Any = lambda: None
-        self._last_iv: _Interval | None = None
-        self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
-        self._sites = ObjectMap()  # optimizer -> (step() call site, first backward's call site)
-        self._scaled: dict[int, float] = {}
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
         self._patcher.on_step("loop", post=self._post_step)
         hook = "_update_lr" if hasattr(_sched.LRScheduler, "_update_lr") else "step"  # torch < 2.6: step
         self._patch(_sched.LRScheduler, hook, self._wrap_sched_step)
-        self._patcher.on_backward("accumulation", before=self._before_backward, after=self._after_backward,
-                                  sampled_only=True)
-        self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
             self._patch(scaler, "step", self._wrap_scaler_step)
-            self._patch(scaler, "scale", self._wrap_scaler_scale)
 
     def uninstall(self) -> None:
         # Schedulers whose optimizer never stepped: report what was seen.
@@ -214,7 +133,7 @@ class LoopProbes(Probe):
     def _after_sched(self, sched: Any) -> None:
         rec = self._early.get(sched)
         if rec is not None:
-            rec.lr_after = _lr0(rec.opt_ref())
+            rec.lr_after = lr0(rec.opt_ref())
 
     def _emit_early(self, sched: Any, lr_first: float) -> None:
         rec = self._early.pop(sched)
@@ -236,55 +155,20 @@ class LoopProbes(Probe):
 
         return step
 
-    def _wrap_scaler_scale(self, orig: Any) -> Any:
-        probes = self
-
-        @functools.wraps(orig)
-        def scale(scaler: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(scaler, outputs, *args, **kwargs)
-            if isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor) and probes.s.clock.measuring:
-                probes._guard("accumulation", probes._note_scaled, outputs, out)
-            return out
-
-        return scale
-
-    def _note_scaled(self, loss: torch.Tensor, scaled: torch.Tensor) -> None:
-        if len(self._scaled) > 64:
-            self._scaled.clear()
-        self._scaled[id(scaled)] = loss_factor(loss)  # the factor before the scaler's
-
     # ---- optimizer steps -----------------------------------------------------------------------
     def _post_step(self, opt: Any) -> None:
         if self.s.setup_step:  # not a training step (Session.setup_step)
             return
-        self._opt_steps += 1
-        if opt is self._last_opt():  # stepped before, its interval made (a stable object)
-            iv = self._last_iv
-        else:
+        if opt is not self._last_opt():
             if opt not in self._stepped:
                 self._guard("scheduler", self._first_step, opt)
-            iv = self._intervals.get(opt)
-        backwards = self._patcher.backwards
-        unmeasured = backwards - self._measured
-        if iv is not None and backwards > iv.backwards and unmeasured == iv.unmeasured:
-            self._guard("accumulation", self._close_interval, opt, iv)
-        self._mark = (backwards, self._batches, unmeasured)
-        if iv is None:
-            iv = self._intervals[opt] = _Interval(*self._mark)
-        elif iv.first_stamp is None:  # nothing measured: only the counters move
-            iv.backwards, iv.batches, iv.unmeasured = self._mark
-        else:
-            iv.reset(*self._mark)
-        if iv is not self._last_iv:
-            self._last_opt, self._last_iv = weakref.ref(opt), iv
-        if self._scaled:
-            self._scaled.clear()
+            self._last_opt = weakref.ref(opt)
         if self.s.clock.sampled and not is_compiling():
             self._guard("lr", self._emit_lr, opt)
 
     def _first_step(self, opt: Any) -> None:
         self._stepped[opt] = True
-        lr = _lr0(opt)
+        lr = lr0(opt)
         for sched, rec in self._early.items():
             if rec.opt_ref() is opt:
                 self._emit_early(sched, lr)
@@ -292,133 +176,6 @@ class LoopProbes(Probe):
     def _emit_lr(self, opt: Any) -> None:
         if self.s.optimizer_index(opt) != 0:
             return  # the LR series follows the first optimizer
-        lr = _lr0(opt)
+        lr = lr0(opt)
         if math.isfinite(lr):
             self.s.emit(Scalar(step=self.s.clock.step, name="lr", value=lr))
-
-    # ---- gradients between steps ---------------------------------------------------------------
-    def _wrap_next(self, orig: Any) -> Any:
-        probes = self
-
-        @functools.wraps(orig)
-        def __next__(it: Any) -> Any:
-            out = orig(it)
-            if torch.is_grad_enabled():  # an evaluation loop's batches are not micro-batches
-                probes._batches += 1
-            return out
-
-        return __next__
-
-    def _before_backward(self, loss: Any) -> None:
-        self._post_due = self.s.clock.measuring and loss is not None
-        if self._post_due:
-            self._measured += 1
-            self._pre_backward(loss)
-
-    def _after_backward(self, loss: Any) -> None:
-        if self._post_due:
-            self._post_due = False
-            self._post_backward()
-
-    def _optimizers(self) -> list[Any]:
-        return self.s.optimizers()
-
-    def _pre_backward(self, tensor: torch.Tensor) -> None:
-        self._last_bwd_stamp = self._opt_steps
-        factor = self._scaled.pop(id(tensor), None)
-        if factor is None:
-            factor = loss_factor(tensor)
-        call_site = user_site(2)  # a walk up the stack, on sampled steps only
-        retained = self._patcher.retain_graph
-        for opt in self._optimizers():
-            iv = self._intervals.get(opt)
-            if iv is None:
-                iv = _Interval(*self._mark)  # its first interval
-                self._intervals[opt] = iv
-            first = iv.first_stamp is None
-            if first:
-                iv.first_stamp = self._opt_steps
-                site = self._sites.get(opt)
-                iv.where = site[1] if site is not None else user_site(3)
-            iv.factors.append(factor)
-            if len(iv.sites) < 8:
-                iv.sites.add(call_site)
-            iv.retained |= retained
-            if iv.none_seen:
-                continue
-            grads = _grads(opt)
-            if not grads:
-                iv.none_seen = True
-                if first:
-                    iv.first_none = True
-                continue
-            with torch.no_grad():
-                iv.pre.append(_total_norm(grads))
-            if first:
-                iv.first_none = False
-
-    def _post_backward(self) -> None:
-        for opt in self._optimizers():
-            iv = self._intervals.get(opt)
-            if iv is None or len(iv.post) >= _MAX_NORMS:
-                continue
-            grads = _grads(opt)
-            with torch.no_grad():
-                iv.post.append(_total_norm(grads) if grads else torch.zeros(()))
-
-    def _close_interval(self, opt: Any, iv: _Interval) -> None:
-        if iv.first_stamp is None:
-            return
-        s = self.s
-        index = s.optimizer_index(opt)
-        step = s.clock.step
-        backwards = self._patcher.backwards - iv.backwards
-        batches = self._batches - iv.batches
-        interleaved = iv.first_stamp != self._last_bwd_stamp
-        factors = iv.factors
-        scale = math.nan if any(math.isnan(f) for f in factors) else max(factors, default=1.0)
-        nparams = sum(len(g["params"]) for g in opt.param_groups)
-        site = self._sites.get(opt)
-        if site is None:  # call sites are looked up once per optimizer (a walk up the stack)
-            site = (user_site(3), iv.where)
-            self._sites[opt] = site
-        cls, lr, where, bwhere = type(opt).__name__, _lr0(opt), site[0], site[1]
-        npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
-        # Every backward() of the interval measured: their sites say whether it is one loop.
-        sites = len(iv.sites) if backwards == len(iv.factors) else 0
-        retained = iv.retained
-
-        def event(pre: list[float], post: list[float]) -> GradAccumulation:
-            carried = 0.0 if first_none or not pre else pre[0]
-            cleared = none_seen or any(v == 0.0 for v in pre)
-            return GradAccumulation(
-                step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
-                scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
-                interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
-                sites=sites, retained=retained,
-            )
-
-        parts = iv.pre + iv.post
-        if not parts:
-            s.emit(event([], []))
-            return
-        with torch.no_grad():
-            dev = parts[0].device
-            packed = torch.stack([t.to(dev) for t in parts])
-
-        def decode(vals: list[float]) -> list[Event]:
-            return [event(vals[:npre], vals[npre:])]
-
-        s.defer(packed, decode)
-
-
-def _grads(opt: Any) -> list[torch.Tensor]:
-    return [p.grad for g in opt.param_groups for p in g["params"]
-            if p.grad is not None and p.requires_grad and not p.grad.is_sparse]
-
-
-def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
-    norms = measure.grad_norms(grads)
-    dev = norms.device
-    return torch.linalg.vector_norm(norms.to(dev).float())
-

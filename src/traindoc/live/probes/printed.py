@@ -24,7 +24,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from traindoc.live.probes.metrics import Publisher
+from traindoc.live.probes.publisher import Publisher
 from traindoc.live.session import Session
 from traindoc.sources.logs import mapping
 

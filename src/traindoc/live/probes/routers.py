@@ -30,7 +30,7 @@ from traindoc.events import Event
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
-from traindoc.live.probes.metrics import publisher
+from traindoc.live.probes.publisher import publisher
 from traindoc.live.objects import ObjectMap
 from traindoc.live.session import Session
 

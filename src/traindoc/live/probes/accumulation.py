@@ -1,0 +1,281 @@
+"""How gradients are built between two optimizer steps: accumulation and clearing.
+
+Gradients between steps (sampled steps only): before each backward(), whether each optimizer's
+gradients are None/zero (cleared) and their norm otherwise; after it, their total norm; and the
+constant factor between the loss function's value and the tensor handed to backward(), read from
+the autograd graph (``loss / accum`` is a DivBackward node with a constant divisor). On steps that
+are not sampled only integer counters move. Gradient norms stay on the device until the session's
+one batched transfer (``session.defer``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from typing import Any
+
+import torch
+from torch.utils.data import dataloader as _dl
+
+from traindoc.events import Event, GradAccumulation
+from traindoc.live import measure
+from traindoc.live.probes._patch import Patcher
+from traindoc.live.probes.base import Probe
+from traindoc.live.probes.loop import lr0
+from traindoc.live.objects import ObjectMap, user_site
+from traindoc.live.session import Session
+
+_MAX_NORMS = 16  # gradient norms kept per interval (one per backward)
+
+
+def loss_factor(t: torch.Tensor) -> float:
+    """The constant factor between the loss as computed and ``t``: walks ``t``'s autograd graph
+    through multiplications and divisions by constants (``loss / 4`` -> 0.25, ``0.5 * loss``
+    -> 0.5, none -> 1.0). NaN when a constant lives on an accelerator (reading it would sync)."""
+    f = 1.0
+    node = t.grad_fn
+    for _ in range(6):
+        if node is None:
+            return f
+        name = type(node).__name__
+        if name not in ("MulBackward0", "DivBackward0"):
+            return f
+        nf = node.next_functions
+        const = [i for i, (fn, _) in enumerate(nf) if fn is None]
+        if len(nf) != 2 or len(const) != 1 or (name == "DivBackward0" and const[0] != 1):
+            return f
+        i = const[0]
+        c = getattr(node, "_saved_other" if i == 1 else "_saved_self", None)
+        if not isinstance(c, torch.Tensor) or c.numel() != 1 or c.device.type != "cpu":
+            return math.nan
+        v = float(c)  # a CPU scalar (a Python number wrapped by autograd): no device sync
+        if v == 0:
+            return f
+        f = f / v if name == "DivBackward0" else f * v
+        node = nf[1 - i][0]
+    return f
+
+
+class _Interval:
+    """One optimizer's gradients since its previous step (measured backward calls only)."""
+
+    __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
+                 "first_none", "post", "factors", "where", "sites", "retained")
+
+    def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
+        self.reset(backwards, batches, unmeasured)
+
+    def reset(self, backwards: int, batches: int, unmeasured: int) -> None:
+        self.backwards = backwards  # counters at the interval's start
+        self.batches = batches
+        self.unmeasured = unmeasured
+        self.first_stamp: int | None = None
+        self.pre: list[torch.Tensor] = []
+        self.none_seen = False
+        self.first_none: bool | None = None
+        self.post: list[torch.Tensor] = []
+        self.factors: list[float] = []
+        self.where = ""
+        self.sites: set[str] = set()  # call sites of the measured backward() calls
+        self.retained = False
+
+
+class AccumulationProbe(Probe):
+    name = "accumulation"
+    signals = ("accumulation",)
+
+    def __init__(self, session: Session, patcher: Patcher) -> None:
+        super().__init__(session, patcher)
+        self._guard = patcher.guard
+        self._post_due = False  # this backward was measured before: measure it after
+        # the backward calls are counted by the patcher, at every step
+        self._measured = 0  # backward calls measured (sampled steps)
+        self._batches = 0
+        self._opt_steps = 0
+        self._last_bwd_stamp = 0
+        self._intervals = ObjectMap()  # optimizer -> _Interval
+        # The optimizer of the last step (weak) and its interval: the common case of every step
+        # skips both identity-map lookups.
+        self._last_opt: Any = lambda: None
+        self._last_iv: _Interval | None = None
+        self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
+        self._sites = ObjectMap()  # optimizer -> (step() call site, first backward's call site)
+        self._scaled: dict[int, float] = {}
+
+    def install(self) -> None:
+        patcher = self._patcher
+        patcher.on_step("accumulation", post=self._post_step)
+        patcher.on_backward("accumulation", before=self._before_backward, after=self._after_backward,
+                            sampled_only=True)
+        patcher.patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is not None:
+            patcher.patch(scaler, "scale", self._wrap_scaler_scale)
+
+    def _wrap_scaler_scale(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def scale(scaler: Any, outputs: Any, *args: Any, **kwargs: Any) -> Any:
+            out = orig(scaler, outputs, *args, **kwargs)
+            if isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor) and probes.s.clock.measuring:
+                probes._guard("accumulation", probes._note_scaled, outputs, out)
+            return out
+
+        return scale
+
+    def _note_scaled(self, loss: torch.Tensor, scaled: torch.Tensor) -> None:
+        if len(self._scaled) > 64:
+            self._scaled.clear()
+        self._scaled[id(scaled)] = loss_factor(loss)  # the factor before the scaler's
+
+    def _post_step(self, opt: Any) -> None:
+        if self.s.setup_step:  # not a training step (Session.setup_step)
+            return
+        self._opt_steps += 1
+        if opt is self._last_opt():  # stepped before, its interval made (a stable object)
+            iv = self._last_iv
+        else:
+            iv = self._intervals.get(opt)
+        backwards = self._patcher.backwards
+        unmeasured = backwards - self._measured
+        if iv is not None and backwards > iv.backwards and unmeasured == iv.unmeasured:
+            self._guard("accumulation", self._close_interval, opt, iv)
+        self._mark = (backwards, self._batches, unmeasured)
+        if iv is None:
+            iv = self._intervals[opt] = _Interval(*self._mark)
+        elif iv.first_stamp is None:  # nothing measured: only the counters move
+            iv.backwards, iv.batches, iv.unmeasured = self._mark
+        else:
+            iv.reset(*self._mark)
+        if iv is not self._last_iv:
+            self._last_opt, self._last_iv = weakref.ref(opt), iv
+        if self._scaled:
+            self._scaled.clear()
+
+    def _wrap_next(self, orig: Any) -> Any:
+        probes = self
+
+        @functools.wraps(orig)
+        def __next__(it: Any) -> Any:
+            out = orig(it)
+            if torch.is_grad_enabled():  # an evaluation loop's batches are not micro-batches
+                probes._batches += 1
+            return out
+
+        return __next__
+
+    def _before_backward(self, loss: Any) -> None:
+        self._post_due = self.s.clock.measuring and loss is not None
+        if self._post_due:
+            self._measured += 1
+            self._pre_backward(loss)
+
+    def _after_backward(self, loss: Any) -> None:
+        if self._post_due:
+            self._post_due = False
+            self._post_backward()
+
+    def _optimizers(self) -> list[Any]:
+        return self.s.optimizers()
+
+    def _pre_backward(self, tensor: torch.Tensor) -> None:
+        self._last_bwd_stamp = self._opt_steps
+        factor = self._scaled.pop(id(tensor), None)
+        if factor is None:
+            factor = loss_factor(tensor)
+        call_site = user_site(2)  # a walk up the stack, on sampled steps only
+        retained = self._patcher.retain_graph
+        for opt in self._optimizers():
+            iv = self._intervals.get(opt)
+            if iv is None:
+                iv = _Interval(*self._mark)  # its first interval
+                self._intervals[opt] = iv
+            first = iv.first_stamp is None
+            if first:
+                iv.first_stamp = self._opt_steps
+                site = self._sites.get(opt)
+                iv.where = site[1] if site is not None else user_site(3)
+            iv.factors.append(factor)
+            if len(iv.sites) < 8:
+                iv.sites.add(call_site)
+            iv.retained |= retained
+            if iv.none_seen:
+                continue
+            grads = _grads(opt)
+            if not grads:
+                iv.none_seen = True
+                if first:
+                    iv.first_none = True
+                continue
+            with torch.no_grad():
+                iv.pre.append(_total_norm(grads))
+            if first:
+                iv.first_none = False
+
+    def _post_backward(self) -> None:
+        for opt in self._optimizers():
+            iv = self._intervals.get(opt)
+            if iv is None or len(iv.post) >= _MAX_NORMS:
+                continue
+            grads = _grads(opt)
+            with torch.no_grad():
+                iv.post.append(_total_norm(grads) if grads else torch.zeros(()))
+
+    def _close_interval(self, opt: Any, iv: _Interval) -> None:
+        if iv.first_stamp is None:
+            return
+        s = self.s
+        index = s.optimizer_index(opt)
+        step = s.clock.step
+        backwards = self._patcher.backwards - iv.backwards
+        batches = self._batches - iv.batches
+        interleaved = iv.first_stamp != self._last_bwd_stamp
+        factors = iv.factors
+        scale = math.nan if any(math.isnan(f) for f in factors) else max(factors, default=1.0)
+        nparams = sum(len(g["params"]) for g in opt.param_groups)
+        site = self._sites.get(opt)
+        if site is None:  # call sites are looked up once per optimizer (a walk up the stack)
+            site = (user_site(3), iv.where)
+            self._sites[opt] = site
+        cls, lr, where, bwhere = type(opt).__name__, lr0(opt), site[0], site[1]
+        npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
+        # Every backward() of the interval measured: their sites say whether it is one loop.
+        sites = len(iv.sites) if backwards == len(iv.factors) else 0
+        retained = iv.retained
+
+        def event(pre: list[float], post: list[float]) -> GradAccumulation:
+            carried = 0.0 if first_none or not pre else pre[0]
+            cleared = none_seen or any(v == 0.0 for v in pre)
+            return GradAccumulation(
+                step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
+                scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
+                interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
+                sites=sites, retained=retained,
+            )
+
+        parts = iv.pre + iv.post
+        if not parts:
+            s.emit(event([], []))
+            return
+        with torch.no_grad():
+            dev = parts[0].device
+            packed = torch.stack([t.to(dev) for t in parts])
+
+        def decode(vals: list[float]) -> list[Event]:
+            return [event(vals[:npre], vals[npre:])]
+
+        s.defer(packed, decode)
+
+
+def _grads(opt: Any) -> list[torch.Tensor]:
+    return [p.grad for g in opt.param_groups for p in g["params"]
+            if p.grad is not None and p.requires_grad and not p.grad.is_sparse]
+
+
+def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
+    norms = measure.grad_norms(grads)
+    dev = norms.device
+    return torch.linalg.vector_norm(norms.to(dev).float())
+
