@@ -43,7 +43,11 @@ fp16 (not when fp16 is off by default, as tacotron2's apex loss scale); a `last.
 ``"optimizer": None`` by a script that cannot resume (yolov5's classify/train.py) is an export,
 not a resume point; a try/except around a backward that a profiler times (yolov5's
 torch_utils.profile) trains nothing; TD3's delayed actor step clears its own gradients first,
-so it accumulates nothing. Most files hold no mistake: they measure precision.
+so it accumulates nothing; a validation pass under ``no_grad`` without ``.eval()`` on a model
+built from layers with no dropout or running statistics (the Linear and LSTM models of
+pytorch-tutorial) changes nothing and was not marked. The GAN scripts of PyTorch-GAN were judged
+from their training loops (the order of zero_grad, backward, step and detach per network). Most
+files hold no mistake: they measure precision.
 """
 
 from __future__ import annotations

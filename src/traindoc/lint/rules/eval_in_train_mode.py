@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, contains_word, dotted, method
+from traindoc.lint._ast import Module, Scope, contains_word, dotted, method, mode_free
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -57,6 +57,33 @@ class EvalInTrainMode:
             optimizer = torch.optim.AdamW(model.parameters())
             """,
             4,
+        ),
+        # a model of this file with dropout: its mode matters
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Tagger(nn.Module):
+                def __init__(self, vocab, tags):
+                    super().__init__()
+                    self.embed = nn.Embedding(vocab, 64)
+                    self.rnn = nn.GRU(64, 64, num_layers=2, dropout=0.3, batch_first=True)
+                    self.out = nn.Linear(64, tags)
+
+                def forward(self, tokens):
+                    return self.out(self.rnn(self.embed(tokens))[0])
+
+            tagger = Tagger(5000, 17)
+            opt = torch.optim.Adam(tagger.parameters(), lr=1e-3)
+            for tokens, tags in train_batches:
+                opt.zero_grad()
+                nn.functional.cross_entropy(tagger(tokens).flatten(0, 1), tags.flatten()).backward()
+                opt.step()
+            with torch.no_grad():
+                hits = sum((tagger(t).argmax(-1) == g).sum().item() for t, g in test_batches)
+            """,
+            20,
         ),
         Invalid(
             """
@@ -124,6 +151,29 @@ class EvalInTrainMode:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # built here from layers that act the same in both modes: .eval() would change nothing
+        """
+        import torch
+        from torch import nn
+
+        class Scorer(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.body = nn.Sequential(nn.Linear(dim, 128), nn.GELU(), nn.LayerNorm(128))
+                self.head = nn.Linear(128, 1)
+
+            def forward(self, x):
+                return self.head(self.body(x))
+
+        scorer = Scorer(32).to(device)
+        opt = torch.optim.SGD(scorer.parameters(), lr=0.05)
+        for x, y in train_loader:
+            opt.zero_grad()
+            nn.functional.mse_loss(scorer(x), y).backward()
+            opt.step()
+        with torch.no_grad():
+            test_mse = sum(nn.functional.mse_loss(scorer(x), y).item() for x, y in test_loader)
+        """,
         """
         import torch
 
@@ -211,6 +261,8 @@ class EvalInTrainMode:
                     continue
                 over = f" over `{loader}`" if loader else f" in `{scope.name}`"
                 model = _model_called(body, models)
+                if model is not None and mode_free(mod, model):
+                    continue  # built here from layers with no dropout or running statistics
                 if model is not None and (not switched or (loader and _inline_in_train_mode(mod, scope, node))):
                     yield Hit(
                         node,
@@ -226,7 +278,7 @@ class EvalInTrainMode:
                     )
                     continue
                 ema = _model_called(body, set(emas))
-                if ema is not None:
+                if ema is not None and not mode_free(mod, emas[ema][0]):
                     source, built = emas[ema]
                     yield Hit(
                         node,
