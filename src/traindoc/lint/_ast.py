@@ -21,7 +21,7 @@ Nothing here imports torch; it reads source only.
 from __future__ import annotations
 
 from traindoc.lint._flow import Module
-from traindoc.lint._modes import mode_free
+from traindoc.lint._modes import mode_free, sets_train_mode
 from traindoc.lint._nodes import (
     EVAL_WORDS,
     LOOP_TYPES,
@@ -58,6 +58,6 @@ __all__ = [
     "EVAL_WORDS", "LOOP_TYPES", "LOW_PRECISION", "OPTIMIZER_CLASSES", "SCALER_CLASSES", "TENSOR_FACTORIES",
     "AssignValue", "Backward", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
     "dotted", "drops_optimizer", "fixed_filename", "is_constant_value", "is_detached_value", "kwarg", "loss_roots", "method", "mode_free",
-    "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "torch_saves", "unparse",
+    "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "sets_train_mode", "torch_saves", "unparse",
     "value_of", "config_read",
 ]

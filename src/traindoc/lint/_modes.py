@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from traindoc.lint._flow import Module
-from traindoc.lint._nodes import dotted
+from traindoc.lint._nodes import dotted, method
 
 # torch.nn layers whose forward is the same in train and eval mode.
 MODE_FREE_LAYERS = frozenset(
@@ -36,6 +36,25 @@ def mode_free(mod: Module, name: str) -> bool:
     """``name`` is built in this file, only from layers without train-mode behaviour."""
     built = mod.built.get(name, [])
     return len(built) == 1 and _free(mod, _unchained(built[0]), set())
+
+
+def sets_train_mode(body: list[ast.stmt], model: str) -> bool:
+    """The no_grad block itself calls ``model.train()`` before running the model: train mode
+    there is deliberate (Monte Carlo dropout samples sub-networks with dropout on). A
+    ``model.train()`` after the passes only restores the mode for training."""
+    first_train = first_run = None
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if not isinstance(n, ast.Call):
+                continue
+            where = (n.lineno, n.col_offset)
+            if dotted(method(n, "train")) == model and not (
+                n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value is False
+            ):
+                first_train = min(first_train or where, where)
+            elif dotted(n.func) == model:
+                first_run = min(first_run or where, where)
+    return first_train is not None and (first_run is None or first_train < first_run)
 
 
 def _unchained(call: ast.expr) -> ast.expr:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, contains_word, dotted, method, mode_free
+from traindoc.lint._ast import Module, Scope, contains_word, dotted, method, mode_free, sets_train_mode
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -151,6 +151,23 @@ class EvalInTrainMode:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # Monte Carlo dropout: the evaluation keeps dropout on by calling .train() itself
+        """
+        import torch
+
+        @torch.no_grad()
+        def predictive(net, x, samples=30):
+            net.train()
+            draws = torch.stack([net(x) for _ in range(samples)])
+            return draws.mean(0), draws.var(0)
+
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        for x, y in train_loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+        mean, var = predictive(net, x_test)
+        """,
         # built here from layers that act the same in both modes: .eval() would change nothing
         """
         import torch
@@ -261,8 +278,8 @@ class EvalInTrainMode:
                     continue
                 over = f" over `{loader}`" if loader else f" in `{scope.name}`"
                 model = _model_called(body, models)
-                if model is not None and mode_free(mod, model):
-                    continue  # built here from layers with no dropout or running statistics
+                if model is not None and (mode_free(mod, model) or sets_train_mode(body, model)):
+                    continue  # built without dropout or running statistics; or kept in train mode on purpose
                 if model is not None and (not switched or (loader and _inline_in_train_mode(mod, scope, node))):
                     yield Hit(
                         node,

@@ -168,6 +168,19 @@ class InferenceTensorInAutograd:
             loss.backward()
             optimizer.step()
         """,
+        # the inference tensor is copied where it is used: a normal tensor reaches the loss
+        """
+        import torch
+        import torch.nn.functional as F
+
+        for obs, act, rew, nxt in replay:
+            with torch.inference_mode():
+                bootstrap = rew + 0.99 * target_net(nxt).amax(dim=1)
+            td = F.smooth_l1_loss(online(obs).gather(1, act).squeeze(1), bootstrap.clone())
+            optimizer.zero_grad()
+            td.backward()
+            optimizer.step()
+        """,
         """
         import torch
 
@@ -299,10 +312,21 @@ class InferenceTensorInAutograd:
         return out
 
     def _cloned_after(self, scope: Scope, name: str, end: int) -> bool:
+        """``name = name.clone()`` after the block, or every later read of ``name`` is a
+        ``name.clone()`` (``F.mse_loss(q, target.clone())``): only normal tensors go on."""
         for stmt, value in scope.values_of(name):
             if stmt.lineno > end and method(value, "clone") is not None:
                 return True
-        return False
+        reads = clones = 0
+        for node in ast.walk(scope.node):
+            if getattr(node, "lineno", 0) <= end:
+                continue
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                reads += 1
+            elif isinstance(node, ast.Attribute) and node.attr == "clone" and isinstance(node.value, ast.Name) \
+                    and node.value.id == name:
+                clones += 1
+        return reads > 0 and reads == clones
 
     def _use(self, mod: Module, scope: Scope) -> str:
         if scope.backwards:
