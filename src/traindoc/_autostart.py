@@ -29,22 +29,18 @@ import os
 import sys
 from typing import Any
 
-_OFF = ("", "0", "false", "no", "off")
 _watch: Any = None
 _signals: Any = None
 _installed = False
 _die_by: int | None = None  # the signal that ends the process after the exit handlers
 
 
-def enabled() -> bool:
-    """Is ``TRAINDOC`` set to something that means on?"""
-    return os.environ.get("TRAINDOC", "").strip().lower() not in _OFF
-
-
 def install() -> None:
     """Open the session once torch is imported (now, if it already is)."""
+    from traindoc.config import autostart_enabled
+
     global _installed
-    if _installed or not enabled():
+    if _installed or not autostart_enabled():
         return
     _installed = True
     import atexit
@@ -174,7 +170,7 @@ class _AfterImport:
                 exec_module(module)
                 then()
 
-            loader.exec_module = exec_then_start  # type: ignore[union-attr, method-assign]  # this one import's loader
+            setattr(loader, "exec_module", exec_then_start)  # this one import's loader, on purpose
             return spec
         except Exception:  # never break the user's import
             return None

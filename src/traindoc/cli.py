@@ -24,7 +24,7 @@ FACES: dict[str, tuple[str, str]] = {
     "ckpt": ("traindoc.sources.ckpt.cli", "inspect one checkpoint or diff two"),
     "lint": ("traindoc.lint.cli", "find training mistakes in source code, without running it"),
     "report": ("traindoc.report.cli", "show a saved JSON report again: as text, --html or --json"),
-    "explain": ("traindoc.explain", "print the catalog entry of a failure id"),
+    "explain": ("traindoc.explain", "print the catalog entry of a failure id, or --where its code, examples and tests are"),
     "demo": ("traindoc.demo", "run three zoo cases and show the diagnosis"),
     "preflight": ("traindoc.preflight.cli", "probe a training script in minutes before the long run (initial loss, gradients, overfit, eval, resume, LR)"),
 }

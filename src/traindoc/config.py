@@ -14,6 +14,7 @@ the key, never a default taken in silence.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,12 @@ class Settings:
     fail_on: str | None = None
     detectors: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     path: str = ""  # the pyproject.toml it came from
+
+
+def autostart_enabled() -> bool:
+    """Is ``TRAINDOC`` set to something that means on (``TRAINDOC=1 python train.py``: the live
+    doctor with no code change)? The .pth line setup.py installs makes the same test."""
+    return os.environ.get("TRAINDOC", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def find_table(start: Path) -> tuple[Path, dict[str, object]] | None:

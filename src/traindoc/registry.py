@@ -4,8 +4,9 @@ For each id: its catalog page, its detector module, its lint rule(s) (found by t
 rule declares, not by file name), the live probes that produce the signals its detector reads,
 the log and checkpoint readers that produce them, the examples that must fire and those that
 must stay quiet (the detector's ``examples``, the zoo and demo scripts' ``traindoc-expect``
-lines, a lint rule's snippets) and the test files that name it. Nothing here is a hand-kept list
-of ids: each fact is read from the unit that owns it. ``traindoc explain ID --where`` prints it;
+lines, a lint rule's snippets) and the test files that name it. Each fact is read from the unit
+that owns it; the one hand-kept table, ``TESTED_ELSEWHERE``, names the units that are neither
+detectors nor lint rules (the guard, the fleet, the preflight probes). ``traindoc explain ID --where`` prints it;
 tests/test_registry.py checks every path exists and every file is named after its id.
 
 Which faces of each id are built (``faces.json``, the README's coverage table) is computed here
@@ -107,24 +108,21 @@ class Where:
 # --- what produces each signal ---------------------------------------------------------------
 
 
-def probe_signals() -> dict[str, tuple[str, ...]]:
-    """{probe module path: the signals it produces}, from each class in
-    ``traindoc.live.probes.PROBES``: its ``signals``, or else what
-    ``traindoc.live.levels.PROBE_SIGNALS`` lists under its ``name``. Empty without torch."""
+def probes_feeding(wanted: Iterable[str]) -> tuple[str, ...]:
+    """The modules of the live probes that produce any of the signals ``wanted`` (a detector's
+    ``needs`` and ``uses``), as the live face chooses the probes it installs: each probe class
+    declares its ``signals``; a script's own metric (``val_acc``) is the metric probes'
+    ``metrics``. Empty without torch."""
     try:
-        from traindoc.live.levels import PROBE_SIGNALS
-        from traindoc.live.probes import PROBES
+        from traindoc.live.probes import PROBES, probe_signals
     except ImportError:
-        return {}
-    out: dict[str, set[str]] = {}
-    for cls in PROBES:
-        declared = getattr(cls, "signals", None)
-        if declared is None:
-            declared = PROBE_SIGNALS.get(getattr(cls, "name", ""), ())
-        out.setdefault(rel(Path(_module_file(cls.__module__))), set()).update(declared)
-    return {p: tuple(sorted(s)) for p, s in out.items() if s}
+        return ()
+    signals = set(wanted) | probe_signals(wanted)
+    found = [_module_file(cls.__module__) for cls in PROBES if signals & set(cls.signals)]
+    return tuple(dict.fromkeys(rel(Path(f)) for f in found))
 
 
+@lru_cache(maxsize=1)
 def reader_signals() -> dict[str, tuple[str, ...]]:
     """{reader module path: the signals it produces}: each log reader (a public module of
     ``sources.logs`` with a ``read`` function) yields the signals a column maps to; the
@@ -163,12 +161,14 @@ def _applies(needs: Iterable[str], uses: Iterable[str], have: Iterable[str]) -> 
 # --- the registry ----------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=1)
 def cases() -> list[Case]:
     """The zoo's cases (from a checkout) and the demo scripts, by name."""
     top = root()
     return sorted((read(top / "zoo") if top else []) + demo_cases(), key=lambda c: c.name)
 
 
+@lru_cache(maxsize=1)
 def ids() -> list[str]:
     """Every failure id: the catalog's pages and every id a unit or a case names."""
     from traindoc import detectors
@@ -179,66 +179,51 @@ def ids() -> list[str]:
     return sorted(named)
 
 
-@lru_cache(maxsize=1)
-def table() -> dict[str, Where]:
-    """{id: Where} for every id."""
+def where(id_: str) -> Where:
+    """The pieces of ``id_``; KeyError with a "Did you mean" hint when unknown."""
     from traindoc import detectors
     from traindoc.lint.rules import RULES
 
-    dets = detectors.by_id()
-    probes, readers = probe_signals(), reader_signals()
-    all_cases = cases()
-    tests = _test_texts()
-    out: dict[str, Where] = {}
-    for id_ in ids():
-        page = PACKAGE / "catalog" / f"{id_}.md"
-        det = dets.get(id_)
-        fires: list[str] = []
-        quiet: list[str] = []
-        probe_paths: list[str] = []
-        reader_paths: list[str] = []
-        if det is not None:
-            wanted = set(det.needs) | set(getattr(det, "uses", ()))
-            probe_paths = [p for p, s in probes.items() if wanted & set(s)]
-            reader_paths = [p for p, s in readers.items() if _applies(det.needs, getattr(det, "uses", ()), s)]
-            for ex in det.examples:
-                (quiet if ex.fires_at is None else fires).append(rel(resolve(ex.source)))
-        # A rule reports its own id; one that finds the cause of another failure says so.
-        rules = [r for r in RULES if r.id == id_ or id_ in getattr(r, "cause_of", ())]
-        for rule in (r for r in rules if r.id == id_):
-            path = rel(Path(_module_file(rule.__module__)))
-            if rule.invalid:
-                fires.append(path)
-            if rule.valid:
-                quiet.append(path)
-        fires += [rel(c.path) for c in all_cases if id_ in c.expect]
-        for path in TESTED_ELSEWHERE.get(id_, {}).values():
-            fires.append(path)
-            quiet.append(path)
-        mention = re.compile(rf"(?<![\w-]){re.escape(id_)}(?![\w-])")
-        out[id_] = Where(
-            id=id_,
-            page=rel(page) if page.exists() else "",
-            detector=rel(Path(_module_file(det.__module__))) if det is not None else "",
-            lint_rules=tuple(rel(Path(_module_file(r.__module__))) for r in rules),
-            probes=tuple(probe_paths),
-            readers=tuple(reader_paths),
-            fires=tuple(dict.fromkeys(fires)),
-            quiet=tuple(dict.fromkeys(quiet)),
-            tests=tuple(p for p, text in tests.items() if mention.search(text)),
-        )
-    return out
-
-
-def where(id_: str) -> Where:
-    """The pieces of ``id_``; KeyError with a "Did you mean" hint when unknown."""
-    got = table().get(id_)
-    if got is None:
+    if id_ not in ids():
         catalog.get(id_)  # raises with the hint
         raise KeyError(f"unknown failure id {id_!r}.")
-    return got
+    det = detectors.by_id().get(id_)
+    fires: list[str] = []
+    quiet: list[str] = []
+    probes: tuple[str, ...] = ()
+    readers: list[str] = []
+    if det is not None:
+        uses = getattr(det, "uses", ())
+        probes = probes_feeding({*det.needs, *uses})
+        readers = [p for p, s in reader_signals().items() if _applies(det.needs, uses, s)]
+        for ex in det.examples:
+            (quiet if ex.fires_at is None else fires).append(rel(resolve(ex.source)))
+    # A rule reports its own id; one that finds the cause of another failure says so.
+    rules = [r for r in RULES if r.id == id_ or id_ in getattr(r, "cause_of", ())]
+    for rule in (r for r in rules if r.id == id_):
+        path = rel(Path(_module_file(rule.__module__)))
+        fires += [path] if rule.invalid else []
+        quiet += [path] if rule.valid else []
+    fires += [rel(c.path) for c in cases() if id_ in c.expect]
+    for path in TESTED_ELSEWHERE.get(id_, {}).values():
+        fires.append(path)
+        quiet.append(path)
+    page = PACKAGE / "catalog" / f"{id_}.md"
+    mention = re.compile(rf"(?<![\w-]){re.escape(id_)}(?![\w-])")
+    return Where(
+        id=id_,
+        page=rel(page) if page.exists() else "",
+        detector=rel(Path(_module_file(det.__module__))) if det is not None else "",
+        lint_rules=tuple(rel(Path(_module_file(r.__module__))) for r in rules),
+        probes=probes,
+        readers=tuple(readers),
+        fires=tuple(dict.fromkeys(fires)),
+        quiet=tuple(dict.fromkeys(quiet)),
+        tests=tuple(p for p, text in _test_texts().items() if mention.search(text)),
+    )
 
 
+@lru_cache(maxsize=1)
 def _test_texts() -> dict[str, str]:
     top = root()
     if top is None:

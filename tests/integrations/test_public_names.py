@@ -31,3 +31,21 @@ def test_options_are_checked_when_the_callback_is_made() -> None:
         Doctor(level="fast")
     with pytest.raises(ValueError, match="tiny-update"):
         Doctor(ignore=["tiny-update"])  # a misspelt id: "Did you mean" tiny-updates
+    with pytest.raises(TypeError, match="levl"):
+        Doctor(levl="cheap")
+
+
+def test_one_options_object() -> None:
+    """The callbacks' keywords are the fields of one dataclass, kept as tuples."""
+    import dataclasses
+
+    from traindoc.integrations._doctor import Doctor
+    from traindoc.integrations._options import OptionArgs, Options
+
+    assert list(OptionArgs.__annotations__) == [f.name for f in dataclasses.fields(Options)]
+    select = ["loss-spike"]
+    doctor = Doctor(json="r.json", select=select, ignore=["slow-eval"], export=["wandb"], fail_on="error")
+    select.append("nonfinite")  # the caller's list changes; the options do not
+    assert doctor.options == Options(json="r.json", select=("loss-spike",), ignore=("slow-eval",),
+                                     export=("wandb",), fail_on="error")
+    assert Doctor().options == Options()

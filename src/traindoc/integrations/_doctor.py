@@ -13,35 +13,24 @@ import argparse
 import atexit
 import os
 import sys
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from traindoc import config
 from traindoc.engine import Report
 from traindoc.findings import Finding
 from traindoc.integrations import trackers
-from traindoc.integrations._options import TrainingFindings, at_or_above, check_options
+from traindoc.integrations._options import OptionArgs, Options, TrainingFindings, at_or_above
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.12 (PEP 692); we support 3.10
 
 
 class Doctor:
     """One callback's session: ``start`` when training starts, ``poll`` after each step,
     ``finish`` when it ends."""
 
-    def __init__(
-        self,
-        *,
-        json: str | None = None,
-        html: str | None = None,
-        fail_on: str | None = None,
-        level: str = "standard",
-        select: Sequence[str] | None = None,
-        ignore: Sequence[str] = (),
-        export: bool | Sequence[object] = False,
-    ) -> None:
-        check_options(level, fail_on, [*(select or ()), *ignore])
-        self.json, self.html, self.fail_on, self.level = json, html, fail_on, level
-        self.select = tuple(select) if select is not None else None
-        self.ignore = tuple(ignore)
-        self.export = export
+    def __init__(self, **options: Unpack[OptionArgs]) -> None:
+        self.options = Options(**options)  # checked now: a wrong option fails before training
         self.watch: Any = None
         self.owned = False
         self.report: Report | None = None
@@ -63,7 +52,7 @@ class Doctor:
             return
         self.report = None
         self._sent = set()
-        self.trackers = trackers.resolve(self.export, framework_trackers, tensorboard_dir)
+        self.trackers = trackers.resolve(self.options.export, framework_trackers, tensorboard_dir)
         joined = active()
         if joined is not None:
             self.watch, self.owned = joined, False
@@ -73,9 +62,10 @@ class Doctor:
                 joined.session.model.adopt_model(model)
         else:
             settings = config.load()
-            select = self.select if self.select is not None else settings.select
-            ignore = self.ignore + tuple(settings.ignore)
-            self.watch = Watch(model, optimizer, level=self.level, select=select, ignore=ignore,
+            opts = self.options
+            select = tuple(opts.select) if opts.select is not None else settings.select
+            ignore = tuple(opts.ignore) + tuple(settings.ignore)
+            self.watch = Watch(model, optimizer, level=opts.level, select=select, ignore=ignore,
                                settings=settings)
             self.watch.__enter__()
             self.owned = True
@@ -149,17 +139,18 @@ class Doctor:
             return report
         from traindoc.report import output
 
-        args = argparse.Namespace(json=self.json, html=self.html, fail_on=None)
+        args = argparse.Namespace(json=self.options.json, html=self.options.html, fail_on=None)
         output.emit(report, args)
         if self.trackers:
             from traindoc.report import json as json_report
 
             self._send(report.findings)  # those judged at the end of the run
             trackers.send_report(self.trackers, report, json_report.dumps(report))
-        if self.fail_on is not None and status == "ok":
-            failing = at_or_above(report.findings, self.fail_on)
+        fail_on = self.options.fail_on
+        if fail_on is not None and status == "ok":
+            failing = at_or_above(report.findings, fail_on)
             if failing:
-                raise TrainingFindings(failing, self.fail_on)
+                raise TrainingFindings(failing, fail_on)
         return report
 
     def _at_exit(self) -> None:

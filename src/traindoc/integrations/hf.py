@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
@@ -29,7 +29,10 @@ from traindoc.engine import Report
 from traindoc.findings import Finding
 from traindoc.integrations._doctor import Doctor
 from traindoc.integrations import plain_json
-from traindoc.integrations._options import TrainingFindings
+from traindoc.integrations._options import OptionArgs, TrainingFindings
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.12 (PEP 692); we support 3.10
 
 __all__ = ["TraindocCallback", "TrainingFindings"]
 
@@ -37,26 +40,15 @@ __all__ = ["TraindocCallback", "TrainingFindings"]
 class TraindocCallback(TrainerCallback):
     """Observe a Trainer's training; write the report when it ends.
 
-    ``json``/``html``: report files; ``fail_on``: raise ``TrainingFindings`` at the end of a
+    The keywords are ``integrations._options.Options``: ``json``/``html``: report files; ``fail_on``: raise ``TrainingFindings`` at the end of a
     training with findings at or above this severity ("error", "warning", "info");
     ``level``: "cheap" | "standard" | "thorough"; ``select``/``ignore``: failure ids;
     ``export``: True sends each finding when it first fires to the trackers in
     ``args.report_to`` (W&B, MLflow, TensorBoard), or a list of names/tracker objects.
     """
 
-    def __init__(
-        self,
-        *,
-        json: str | None = None,
-        html: str | None = None,
-        fail_on: str | None = None,
-        level: str = "standard",
-        select: Sequence[str] | None = None,
-        ignore: Sequence[str] = (),
-        export: bool | Sequence[object] = False,
-    ) -> None:
-        self.doctor = Doctor(json=json, html=html, fail_on=fail_on, level=level, select=select,
-                             ignore=ignore, export=export)
+    def __init__(self, **options: Unpack[OptionArgs]) -> None:
+        self.doctor = Doctor(**options)
 
     @property
     def findings(self) -> list[Finding]:

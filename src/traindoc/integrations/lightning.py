@@ -24,14 +24,17 @@ in ``on_train_start``), so findings quote the step numbers the user sees.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 import lightning.pytorch as pl
 
 from traindoc.engine import Report
 from traindoc.findings import Finding
 from traindoc.integrations._doctor import Doctor
-from traindoc.integrations._options import TrainingFindings
+from traindoc.integrations._options import OptionArgs, TrainingFindings
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.12 (PEP 692); we support 3.10
 
 __all__ = ["TraindocCallback", "TrainingFindings", "callbacks_factory"]
 
@@ -39,26 +42,16 @@ __all__ = ["TraindocCallback", "TrainingFindings", "callbacks_factory"]
 class TraindocCallback(pl.Callback):
     """Observe ``trainer.fit``; write the report when it ends.
 
-    ``json``/``html``: report files; ``fail_on``: raise ``TrainingFindings`` at the end of a
-    fit with findings at or above this severity ("error", "warning", "info"); ``level``:
-    "cheap" | "standard" | "thorough"; ``select``/``ignore``: failure ids; ``export``: True
-    sends each finding when it first fires to the trainer's loggers (TensorBoardLogger,
-    WandbLogger, MLFlowLogger), or a list of names/tracker objects.
+    The keywords are ``integrations._options.Options``: ``json``/``html``: report files;
+    ``fail_on``: raise ``TrainingFindings`` at the end of a fit with findings at or above this
+    severity ("error", "warning", "info"); ``level``: "cheap" | "standard" | "thorough";
+    ``select``/``ignore``: failure ids; ``export``: True sends each finding when it first fires
+    to the trainer's loggers (TensorBoardLogger, WandbLogger, MLFlowLogger), or a list of
+    names/tracker objects.
     """
 
-    def __init__(
-        self,
-        *,
-        json: str | None = None,
-        html: str | None = None,
-        fail_on: str | None = None,
-        level: str = "standard",
-        select: Sequence[str] | None = None,
-        ignore: Sequence[str] = (),
-        export: bool | Sequence[object] = False,
-    ) -> None:
-        self.doctor = Doctor(json=json, html=html, fail_on=fail_on, level=level, select=select,
-                             ignore=ignore, export=export)
+    def __init__(self, **options: Unpack[OptionArgs]) -> None:
+        self.doctor = Doctor(**options)
         self._status = "ok"
         self._active = False
 
@@ -125,6 +118,6 @@ class TraindocCallback(pl.Callback):
 
 def callbacks_factory() -> list[pl.Callback]:
     """Lightning's ``callbacks_factory`` entry point: the callback when ``TRAINDOC`` is set."""
-    from traindoc._autostart import enabled
+    from traindoc.config import autostart_enabled
 
-    return [TraindocCallback()] if enabled() else []
+    return [TraindocCallback()] if autostart_enabled() else []

@@ -23,7 +23,7 @@ from typing import Any, Generator
 import pytest
 
 from traindoc import config
-from traindoc.integrations._options import LEVEL_NAMES, at_or_above, check_options
+from traindoc.integrations._options import LEVEL_NAMES, Options, at_or_above
 
 _KEYWORDS = ("fail_on", "level", "select", "ignore")
 
@@ -51,24 +51,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             _options(item)
 
 
-def _options(item: pytest.Item) -> dict[str, Any] | None:
+def _options(item: pytest.Item) -> Options | None:
     marker = item.get_closest_marker("traindoc")
     if marker is None and not item.config.getoption("traindoc"):
         return None
-    options: dict[str, Any] = {"fail_on": item.config.getoption("traindoc_fail_on"),
-                               "level": item.config.getoption("traindoc_level"),
-                               "select": None, "ignore": ()}
+    given: dict[str, Any] = {"fail_on": item.config.getoption("traindoc_fail_on"),
+                             "level": item.config.getoption("traindoc_level")}
     if marker is not None:
         unknown = sorted(set(marker.kwargs) - set(_KEYWORDS))
         if unknown or marker.args:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.traindoc takes keywords "
                                     f"{', '.join(_KEYWORDS)}; got {', '.join(unknown) or 'positional arguments'}")
-        options.update(marker.kwargs)
+        given.update(marker.kwargs)
     try:
-        check_options(options["level"], options["fail_on"], [*(options["select"] or ()), *options["ignore"]])
+        return Options(**given)
     except ValueError as exc:
         raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.traindoc: {exc}") from None
-    return options
 
 
 # An old-style wrapper: pytest 7 with an older pluggy loads it too (this plugin is loaded in
@@ -82,9 +80,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
     from traindoc.live.watch import Watch
 
     settings = config.load(item.config.rootpath)
-    select = tuple(options["select"]) if options["select"] is not None else settings.select
-    doc = Watch(level=options["level"], select=select,
-                ignore=tuple(options["ignore"]) + tuple(settings.ignore), settings=settings,
+    select = tuple(options.select) if options.select is not None else settings.select
+    doc = Watch(level=options.level, select=select,
+                ignore=tuple(options.ignore) + tuple(settings.ignore), settings=settings,
                 announce=False, script=item.nodeid, argv=[])
     doc.__enter__()
     outcome = yield
@@ -95,13 +93,14 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, None]:
         out = io.StringIO()
         text.render(report, out, width=100)
         item.add_report_section("call", "traindoc", out.getvalue())
-    failing = at_or_above(report.findings, options["fail_on"])
+    fail_on = options.fail_on or "info"  # a marker's fail_on=None: every finding fails the test
+    failing = at_or_above(report.findings, fail_on)
     if failing and outcome.excinfo is None:
         from traindoc.report.text import live_line
 
         lines = "\n".join(live_line(f) for f in failing)
         failed = pytest.fail.Exception(
-            f"traindoc found {len(failing)} finding(s) at or above {options['fail_on']}:\n{lines}", pytrace=False)
+            f"traindoc found {len(failing)} finding(s) at or above {fail_on}:\n{lines}", pytrace=False)
         outcome.force_exception(failed)
 
 

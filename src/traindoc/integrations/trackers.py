@@ -120,9 +120,9 @@ def by_name(name: str, tensorboard_dir: str | None = None) -> Tracker | None:
     if name == "mlflow":
         mlflow = sys.modules.get("mlflow")
         active = mlflow.active_run() if mlflow is not None else None
-        if active is None:
+        if mlflow is None or active is None:
             return None
-        return Mlflow(mlflow.MlflowClient(), active.info.run_id)  # type: ignore[union-attr]  # mlflow is imported here
+        return Mlflow(mlflow.MlflowClient(), active.info.run_id)
     if name == "tensorboard" and tensorboard_dir:
         from torch.utils.tensorboard import SummaryWriter
 

@@ -16,11 +16,15 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traindoc import config
 from traindoc.errors import UsageError
 from traindoc.preflight.verdict import FAIL, PROBES, Verdict
 from traindoc.report import output
+
+if TYPE_CHECKING:
+    from traindoc.engine import Report
 
 EXIT_CODES = """exit codes:
   0  every probe passed or was not applicable (and no finding reached --fail-on)
@@ -120,10 +124,10 @@ def _print_verdicts(verdicts: list[Verdict], seconds: float, removed: list[str],
     out.flush()
 
 
-def _write_json(report: object, block: dict[str, object], path: str) -> None:
+def _write_json(report: Report, block: dict[str, object], path: str) -> None:
     from traindoc.report import json as json_report
 
-    data = json_report.to_dict(report)  # type: ignore[arg-type]
+    data = json_report.to_dict(report)
     data["preflight"] = block
     text = json.dumps(data, indent=2) + "\n"
     if path == "-":

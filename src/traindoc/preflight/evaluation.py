@@ -113,12 +113,12 @@ def _culprit(a: list[Call], b: list[Call], tolerance: float, root: Any) -> tuple
 RANDOM_CALL = re.compile(r"\b(?:F\.|functional\.)?(?:dropout\w*|alpha_dropout|rrelu)\((?![^)]*training\s*=)")
 
 
-def _random_call(cls: type) -> str:
+def _random_call(cls: type[torch.nn.Module]) -> str:
     """``file.py:42: `h = F.dropout(h, p=self.p)``` for a dropout call without ``training=`` in
     the forward's source, or ""."""
     try:
-        lines, start = inspect.getsourcelines(cls.forward)  # type: ignore[attr-defined]
-        path = inspect.getsourcefile(cls.forward)  # type: ignore[attr-defined]
+        lines, start = inspect.getsourcelines(cls.forward)
+        path = inspect.getsourcefile(cls.forward)
     except (OSError, TypeError):
         return ""
     for i, text in enumerate(lines):

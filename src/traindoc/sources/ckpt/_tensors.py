@@ -157,8 +157,10 @@ class SafetensorsStore(Store):
         return self._f.get_tensor(name)
 
     def close(self) -> None:
-        # Drop the handle: safe_open unmaps the file when it is collected.
-        self._f = None  # type: ignore[assignment]  # typed non-optional: nothing reads after close
+        # Drop the handle: safe_open unmaps the file when it is collected. A read after close
+        # is our bug and raises; a second close is fine.
+        if hasattr(self, "_f"):
+            del self._f
 
 
 class MultiStore(Store):

@@ -85,13 +85,14 @@ def runs(target: str, *, experiments: Sequence[str] = (), run_ids: Sequence[str]
     client = _client(uri)
     where = f"MLflow at {target}"
     if run_ids:
-        found = [_retry(f"{where}: run {rid}", lambda rid=rid: client.get_run(rid)) for rid in run_ids]  # type: ignore[misc]
+        # Each lambda runs inside _retry, before the loop moves on: no late binding to fear.
+        found = [_retry(f"{where}: run {rid}", lambda: client.get_run(rid)) for rid in run_ids]
         names = {r.info.experiment_id: "" for r in found}
         return _refs(uri, found, names)
     if experiments:
         exps = []
         for name in experiments:
-            exp = _retry(where, lambda name=name: client.get_experiment_by_name(name))  # type: ignore[misc]
+            exp = _retry(where, lambda: client.get_experiment_by_name(name))
             if exp is None:
                 known = [e.name for e in _retry(where, lambda: client.search_experiments())]
                 raise UsageError(f"{where}: no experiment named {name!r}; it has {', '.join(map(repr, known[:10]))}")
@@ -147,7 +148,7 @@ def load(ref: RunRef, overrides: dict[str, str]) -> Log:
     unstepped = []
     for key in keys:
         history = _retry(f"MLflow run {ref.id}: metric {key}",
-                         lambda key=key: client.get_metric_history(ref.id, key))  # type: ignore[misc]
+                         lambda: client.get_metric_history(ref.id, key))
         points = sorted((m.step, m.timestamp, m.value) for m in history)
         steps = [p[0] for p in points]
         if len(points) > 1 and steps[0] == steps[-1]:
