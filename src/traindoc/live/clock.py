@@ -50,6 +50,9 @@ class StepClock:
         # stepped in this round, else ``sampled``: a plain attribute, read many times a step)
         self.measuring = self.sampled
         self.micro = 0  # backward() calls in this round
+        # A model's forward is running (a sampled step's forward hooks say so): an op seen now
+        # is the model's own, not the loss built from its output.
+        self.in_forward = False
         self.trained = False  # a backward or an optimizer step was seen
         self.taken: dict[int, int] = {}  # optimizer index -> steps that took effect
         self._stepped: set[int] = set()  # keys of the optimizers that stepped in this round

@@ -74,7 +74,6 @@ class Session:
         self._last_index = -1
         self.model = ModelWatch(self)  # names and sampled measurements of the model
         self.manual = ManualSteps(self)  # steps written by hand, without torch.optim
-        self.in_model_forward = False  # a model's forward is running (set by the core probe)
         # A torch.compile'd model is trained: no global module hook of traindoc goes up any more
         # (dynamo guards on them, and would compile again each time they change).
         self.compiled = False

@@ -234,7 +234,7 @@ class CoreProbes(Probe):
             from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
             self._depth = 0
-            self.s.in_model_forward = False
+            self.clock.in_forward = False
             self._forward = [register_module_forward_pre_hook(self._pre), register_module_forward_hook(self._post)]
         elif not on and self._forward:
             for h in self._forward:
@@ -248,7 +248,7 @@ class CoreProbes(Probe):
             self.s.mark_compiled()
             return
         if self._depth == 0 and next(module.parameters(), None) is not None:
-            self.s.in_model_forward = True  # until this module returns
+            self.clock.in_forward = True  # until this module returns
             self.s.next_step_begins()
             if torch.is_grad_enabled():
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
@@ -262,7 +262,7 @@ class CoreProbes(Probe):
             return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
-            self.s.in_model_forward = False
+            self.clock.in_forward = False
         if not torch.is_grad_enabled():
             return
         with torch.no_grad():

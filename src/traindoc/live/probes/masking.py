@@ -68,7 +68,7 @@ class MaskingProbe(Probe):
         if self._on and torch.is_grad_enabled():
             frame = caller()
             self._check(func.__name__, frame.f_code.co_filename, frame.f_lineno, self._values[func](args, kwargs),
-                        inside=self.s.in_model_forward)
+                        inside=self.clock.in_forward)
 
     def _check(self, name: str, fn: str, line: int, tensors: list[Any], inside: bool = False) -> None:
         """A guard inside a model's forward is reported as such (``REPLACED_INSIDE``): a model
