@@ -20,7 +20,14 @@ _CARRIED = ("_done",)
 class BadInitialLoss:
     """The first cross-entropy of a fresh classifier should be about ln(C) (uniform predictions
     over C classes). Only a first loss far *above* it fires (a confidently wrong init); a loss
-    below it is normal when training resumes or fine-tunes."""
+    below it is normal when training resumes or fine-tunes.
+
+    A contrastive loss whose logits a learnable scale multiplies (CLIP's
+    ``logit_scale.exp() * img @ txt.T``, initialised at 1/0.07 = 14.3; a learnable temperature
+    ``sim / tau``) starts above ln(C) by design: its logits are cosine similarities in [-1, 1]
+    times the scale, so its first loss may be up to ln(C) + 2 * scale. Such a loss is judged
+    against that bound (live measures the scale at step 0); only a loss above it (features
+    that are not normalised, so the scale alone does not explain it) fires."""
 
     id: ClassVar[str] = "bad-initial-loss"
     needs: ClassVar[frozenset[str]] = frozenset({"classification"})
@@ -28,6 +35,8 @@ class BadInitialLoss:
         Example("zoo/bad_init_scaled_head.py", 0),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_gpt.py", None),
+        Example("zoo/healthy_clip_logit_scale.py", None),
+        Example("zoo/healthy_dual_encoder_learnable_temperature.py", None),
     )
 
     @dataclass(frozen=True)
@@ -55,6 +64,14 @@ class BadInitialLoss:
             return
         expected = math.log(event.classes)
         limit = expected + max(self.config.margin, self.config.relative * expected)
+        scaled = ""
+        if event.scale is not None and math.isfinite(event.scale):
+            # Unit-norm features: logits in [-scale, scale], so a first loss up to 2 * scale
+            # above chance is the scale's doing, not the init's.
+            limit += 2.0 * abs(event.scale)
+            scaled = (f" A learnable scale of {fmt(event.scale)} multiplies the logits, which allows "
+                      f"up to {fmt(2.0 * abs(event.scale))} more for similarities in [-1, 1]: the "
+                      "features it scales are not normalised.")
         if event.value <= limit:
             return
         yield finding(
@@ -62,9 +79,10 @@ class BadInitialLoss:
             message=(
                 f"the first cross-entropy is {fmt(event.value)} for {event.classes} classes; a fresh "
                 f"classifier should start near ln({event.classes}) = {fmt(expected)} (threshold "
-                f"{fmt(limit)})."
+                f"{fmt(limit)})." + scaled
             ),
-            evidence={"loss": event.value, "classes": event.classes, "expected": expected, "threshold": limit},
+            evidence={"loss": event.value, "classes": event.classes, "expected": expected, "threshold": limit,
+                      "logit_scale": event.scale},
         )
 
     def finish(self) -> Iterator[Finding]:

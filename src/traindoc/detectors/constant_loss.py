@@ -9,37 +9,60 @@ from typing import ClassVar, Iterator, Mapping
 
 from traindoc.detectors import _carry
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Backward, Event, ParamStats
+from traindoc.events import Backward, Event, GradAccumulation, ParamStats
 from traindoc.findings import Finding
 
 
 # What carries over a resume (Engine.state_dict): the recent steps' losses, the counts of flagged
 # steps, their values and call sites (all bounded), and the sampled steps still to judge.
 _CARRIED = ("_recent", "_values", "_sites", "_constant", "_zero_grad", "_last_constant", "_first",
-            "_grad_sq", "_with_grad", "_steps", "_sampled")
+            "_grad_sq", "_with_grad", "_steps", "_sampled", "_dry", "_dry_first", "_reached",
+            "_trainable", "_dry_fired")
 
 
 class ConstantLoss:
     """Steps whose loss gives zero gradient: backward() got a tensor with no autograd history (a
     constant that replaced the loss), or, on a sampled step, every gradient came out exactly
-    zero (a clamp or ``torch.where`` that cut the graph)."""
+    zero (a clamp or ``torch.where`` that cut the graph).
+
+    Also a loss whose graph reaches no parameter at all: rebuilt from a thresholded prediction
+    as a new leaf (``torch.tensor(pred > 0.5, requires_grad=True)`` handed to the loss function),
+    so backward() runs and fills only that leaf's gradient. Measured live right after each
+    backward() of a sampled step: every optimizer's gradient norm is 0 (the gradients stay
+    None), on ``confirm`` sampled steps, while the optimizers hold trainable parameters and none
+    of them had a gradient on any sampled step of the run (neither after backward() nor at
+    ``step()``: an embedding's sparse gradient, which the norms leave out, counts). A run where another optimizer's
+    parameters do get gradients (a GAN's discriminator) is no-gradient's to judge."""
 
     id: ClassVar[str] = "constant-loss"
     needs: ClassVar[frozenset[str]] = frozenset({"backward"})
-    uses: ClassVar[frozenset[str]] = frozenset({"params"})
+    uses: ClassVar[frozenset[str]] = frozenset({"params", "accumulation"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("demo_scripts/nan_masked_loss.py", 0),
         Example("zoo/clamped_loss.py", 0),
+        Example("zoo/unet_dice_thresholded_leaf.py", 0),
+        Example("zoo/recsys_rounded_rating_leaf.py", 0),
+        Example("zoo/healthy_unet_soft_dice.py", None),
+        Example("zoo/healthy_recsys_sparse_embeddings.py", None),
         Example("golden/constant_loss.jsonl", 5),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 
     @dataclass(frozen=True)
     class Config:
-        pass
+        confirm: int = 5  # sampled steps whose backward reached no parameter, before firing
+
+        def __post_init__(self) -> None:
+            if self.confirm < 1:
+                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
+        self._dry = 0  # sampled optimizer steps whose every backward() left its gradients at 0
+        self._dry_first: list[int] = []  # their first steps (at most 20)
+        self._reached = False  # some optimizer's gradient norm was > 0 after a backward()
+        self._trainable = False  # an optimizer holds parameters with requires_grad
+        self._dry_fired = False
         # Bounded however long the run: the backward() of the last _RECENT steps (the value and
         # call site of its last call, whether any call got a constant, whether the step was
         # flagged); a flagged step that leaves it adds its value to _values and its site to
@@ -78,7 +101,16 @@ class ConstantLoss:
                 yield self._finding()
             yield from self._close_before(event.step)
             return
+        if isinstance(event, GradAccumulation):
+            yield from self._after_backward(event)
+            return
         assert isinstance(event, ParamStats)
+        if event.optimizer >= 0 and event.requires_grad:
+            if event.has_grad:  # a gradient arrived (a sparse one too, which the norms skip)
+                self._reached = True
+            if not self._trainable:
+                self._trainable = True
+                yield from self._judge_dry()
         if event.optimizer < 0 or not event.requires_grad or not event.has_grad or event.grad is None:
             return
         self._grad_sq[event.step] = self._grad_sq.get(event.step, 0.0) + event.grad ** 2
@@ -86,6 +118,28 @@ class ConstantLoss:
 
     def finish(self) -> Iterator[Finding]:
         yield from self._close_before(1 << 62)
+
+    def _after_backward(self, e: GradAccumulation) -> Iterator[Finding]:
+        """An optimizer's gradient norms right after each backward() of a sampled step."""
+        norms = [n for n in e.norms if n == n]  # NaN: unknown, not zero
+        if not norms or e.backwards < 1:
+            return
+        if any(n != 0.0 for n in norms):
+            self._reached = True
+            return
+        self._dry += 1
+        if len(self._dry_first) < 20:
+            bisect.insort(self._dry_first, e.step)
+        yield from self._judge_dry()
+
+    def _judge_dry(self) -> Iterator[Finding]:
+        if (self._dry_fired or self._reached or not self._trainable
+                or self._dry < self.config.confirm):
+            return
+        self._dry_fired = True
+        for step in self._dry_first:
+            self._flag(step)
+        yield self._finding()
 
     def _close_before(self, step: int) -> Iterator[Finding]:
         """Judge the sampled steps before ``step``: all their events have arrived."""
@@ -133,16 +187,29 @@ class ConstantLoss:
             parts.append(f"on {self._constant} of {self._steps} steps backward() got a tensor with no autograd history")
         if self._zero_grad:
             parts.append(f"on {self._zero_grad} of {self._sampled} sampled steps every gradient was exactly 0")
+        if self._dry_fired:
+            parts.append(
+                f"on {self._dry} sampled optimizer steps every backward() left the parameters of every "
+                "optimizer without a gradient (gradient norm 0 right after it), and no parameter got "
+                "one on any sampled step: the loss's graph reaches no parameter")
         value = f"; the value handed to backward was {fmt(common[0])} on {common[1]} of them" if common else ""
         return finding(
             self.id, step=first,
             message="; ".join(parts) + value + f" (first at step {first}).",
+            cause=_UNREACHED if self._dry_fired and not (self._constant or self._zero_grad) else None,
             evidence={"constant_steps": self._constant, "zero_gradient_steps": self._zero_grad,
+                      "unreached_steps": self._dry,
                       "steps_observed": self._steps, "first_steps": list(self._first),
                       "value_to_backward": common[0] if common else None},
             where=sorted(sites),
         )
 
 
+_UNREACHED = (
+    "The loss was rebuilt outside the model's graph: a thresholded or rounded prediction "
+    "(`(probs > 0.5).float()`, `argmax`, `.round()`), a `.item()`/`.numpy()` round trip, or "
+    "`torch.tensor(pred, requires_grad=True)` made a new leaf; backward() fills that leaf's "
+    "gradient and stops there. The `requires_grad=True` was likely added to silence \"element 0 "
+    "of tensors does not require grad\".")
 _RECENT = 64  # steps whose backward() is kept until they leave (a sampled step is judged sooner)
 _VALUES = 1024  # distinct values counted (and call sites kept): a constant repeats one value

@@ -25,7 +25,9 @@ _SCORES = ("val_pos_rate", "val_base_rate", "val_max_score")
 # measured scores of the latest evaluations.
 _CARRIED = ("_first", "_last", "_best", "_zeros", "_precision_nan", "_fired", "_scores",
             "_none_cross", "_latest", "_evals", "_exact")
-_F1 = ("val_f1", "train_f1")
+# The held-out F1 printed as "test" (the MNIST-example shape: a test() after every epoch) is
+# judged as the validation F1 is.
+_F1 = ("val_f1", "train_f1", "metric.test_f1")
 
 
 class DegenerateThreshold:
@@ -46,18 +48,22 @@ class DegenerateThreshold:
     sooner, at ``min_zeros`` evaluations in a row where no score crossed 0.5 while some targets
     were positive, as the loss falls.
 
-    Besides ``val_f1`` and ``train_f1``, ``watch`` names other thresholded metrics to judge the
+    Besides ``val_f1``, ``train_f1`` and ``metric.test_f1`` (an F1 printed or logged for a
+    "test" split), ``watch`` names other thresholded metrics to judge the
     same way (the logs face fills it with every mapped precision, recall or F-score column:
     ``metric.val_recall``, ``metric.valid_precision_macro``).
     """
 
     id: ClassVar[str] = "degenerate-threshold"
     needs: ClassVar[frozenset[str]] = frozenset({"val_f1"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_f1", "loss", "val_loss", *_PRECISION, *_SCORES})
+    uses: ClassVar[frozenset[str]] = frozenset({"train_f1", "metric.test_f1", "loss", "val_loss", *_PRECISION,
+                                                *_SCORES})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("fixtures/logs/golden/degenerate_threshold.jsonl", 13),
         Example("live_eval_metrics/golden/degenerate_threshold_sparse.jsonl", 60),
         Example("zoo/degenerate_threshold_sparse.py", 60),
+        Example("zoo/gnn_link_f1_printed.py", 10),
+        Example("zoo/fraud_f1_at_threshold_printed.py", 40),
         Example("fixtures/logs/meaning/f1_zero_from_start.csv", 0),
         Example("fixtures/logs/meaning/recall_zero_from_start.jsonl", 100),
         Example("fixtures/logs/golden/healthy_f1.jsonl", None),
@@ -65,6 +71,8 @@ class DegenerateThreshold:
         Example("fixtures/logs/meaning/f1_zero_loss_flat.jsonl", None),
         Example("live_eval_metrics/golden/healthy_sparse_threshold.jsonl", None),
         Example("zoo/healthy_sparse_threshold.py", None),
+        Example("zoo/healthy_gnn_link_f1_printed.py", None),
+        Example("zoo/healthy_fraud_f1_best_threshold.py", None),
     )
 
     @dataclass(frozen=True)

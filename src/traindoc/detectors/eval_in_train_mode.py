@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Iterator, Mapping
 
 from traindoc.detectors import _carry
-from traindoc.detectors._common import Example, finding, names
+from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Head
 from traindoc.events import BatchNormState, Event, EvalPass
 from traindoc.findings import Finding
@@ -32,16 +33,29 @@ class EvalInTrainMode:
     a genuine evaluation in train mode meets the statistics training left. A later phase with
     the same modules in train mode and no statistics read (they are read on the first five
     evaluations, then every tenth) is judged as the phases it repeats. Such a phase is judged
-    when its statistics arrive, at the latest at the end of the run."""
+    when its statistics arrive, at the latest at the end of the run.
+
+    A model with no such module can still depend on the mode: ``F.dropout(x, p,
+    training=self.training)`` in its forward (the older MNIST example). When an evaluation
+    runs it in train mode, live traindoc re-runs its first forward once in eval mode from the
+    same RNG state (on the first two evaluations); an output that changes (``first_diff``: the
+    first submodule whose output differs) means the evaluation is not what model.eval() would
+    give: dropout was active though no backward follows. Random ops that ignore the mode
+    (a policy's sampling, a VAE's noise) give the same numbers again and stay quiet."""
 
     id: ClassVar[str] = "eval-in-train-mode"
     needs: ClassVar[frozenset[str]] = frozenset({"eval"})
     uses: ClassVar[frozenset[str]] = frozenset({"bn"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/eval_train_mode.py", 19),
+        Example("zoo/mnist_functional_dropout_no_eval.py", 24),
+        Example("zoo/gcn_functional_dropout_no_eval.py", 0),
         Example("zoo/healthy_cnn_bn.py", None),
         Example("zoo/healthy_precise_bn.py", None),
         Example("zoo/healthy_swa_update_bn.py", None),
+        Example("zoo/healthy_mnist_functional_dropout_eval.py", None),
+        Example("zoo/healthy_gcn_functional_dropout_eval.py", None),
+        Example("zoo/healthy_mc_dropout_uncertainty.py", None),
         Example("live/golden/eval_train_mode.jsonl", 19),
         Example("live/golden/healthy_eval.jsonl", None),
     )
@@ -75,7 +89,7 @@ class EvalInTrainMode:
             return
         assert isinstance(event, EvalPass)
         self._phases += 1
-        if not event.train_modules:
+        if not event.train_modules and not _mode_changes_output(event):
             return
         self._pending.append(event)
         yield from self._judge(final=False, before=event.step)
@@ -124,6 +138,8 @@ class EvalInTrainMode:
 
     def _finding(self) -> Finding:
         e = self._bad.items[0]
+        if not e.train_modules:
+            return self._functional_finding(e)
         mods = list(e.train_modules)
         bn = any("Norm" in m for m in mods)
         drop = any("Drop" in m or "Stochastic" in m for m in mods)
@@ -161,3 +177,33 @@ class EvalInTrainMode:
                       "steps": [b.step for b in self._bad.items]},
             where=[e.where] if e.where else [],
         )
+
+    def _functional_finding(self, e: EvalPass) -> Finding:
+        at = f" (first forward at {e.where})" if e.where else ""
+        where = "its output" if e.first_diff == "output" else f"first at {e.first_diff}"
+        return finding(
+            self.id, step=e.step,
+            message=(
+                f"evaluation after step {e.step} ran {e.model} under no_grad in train mode{at}; it "
+                f"has no Dropout or BatchNorm module, but re-run once in eval mode from the same RNG "
+                f"state its output changed by {fmt(e.rerun_abs)} ({where}): the forward reads "
+                f"self.training, so the evaluation ran with training behaviour (dropout active) "
+                f"though no backward follows; {self._bad.count} of {self._phases} evaluations so far."
+            ),
+            cause=("The evaluation code does not call model.eval(), and the model applies dropout "
+                   "functionally, `F.dropout(x, p, training=self.training)`, so there is no "
+                   "Dropout module whose mode would show it."),
+            fix=(f"Call `model.eval()` before the evaluation{at} and `model.train()` after it. If "
+                 "stochastic passes are wanted (MC dropout), average several passes over the "
+                 "same batch on purpose."),
+            evidence={"model": e.model, "role": e.role, "train_mode_modules": [],
+                      "changed_in_eval_mode": e.first_diff, "difference": e.rerun_abs,
+                      "evaluations": self._phases, "evaluations_in_train_mode": self._bad.count,
+                      "steps": [b.step for b in self._bad.items]},
+            where=[e.where] if e.where else [],
+        )
+
+
+def _mode_changes_output(e: EvalPass) -> bool:
+    """A train-mode evaluation whose re-run in eval mode gave another output (live)."""
+    return e.training and bool(e.first_diff) and math.isnan(e.rerun)

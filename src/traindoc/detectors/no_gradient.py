@@ -15,7 +15,7 @@ from traindoc.findings import Finding
 # gradient and which never did, the measured steps (counts towards confirm), and the optimizers
 # whose parameters are all frozen.
 _CARRIED = ("_step", "_rows", "_counted", "_got", "_never", "_numel", "_first", "_fired",
-            "_frozen", "_frozen_steps", "_frozen_fired", "_cls")
+            "_frozen", "_frozen_steps", "_frozen_fired", "_cls", "_wet", "_dry", "_dry_steps", "_dry_fired")
 
 
 class NoGradient:
@@ -28,6 +28,13 @@ class NoGradient:
     sampled step, so its ``step()`` can never change anything (a freeze loop that also froze
     the parameters meant to train). An optimizer holding some frozen parameters beside trained
     ones (a backbone frozen on purpose) is not judged by this rule.
+
+    Also, with several optimizers: one whose parameters got no gradient on every sampled step
+    it took, while another optimizer's parameters got gradients on theirs (a GAN generator
+    whose output was detached once, ``fake = netG(z).detach()``, and reused for its own step:
+    its loss reaches only the discriminator). Such a step has no gradient anywhere in the
+    stepping optimizer, which alone would be constant-loss's; the other optimizer's gradients
+    show that the losses do reach parameters, just not these.
     """
 
     id: ClassVar[str] = "no-gradient"
@@ -35,8 +42,13 @@ class NoGradient:
     uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
     examples: ClassVar[tuple[Example, ...]] = (
         Example("zoo/detached_branch.py", 0),
+        Example("zoo/gan_detached_fake_reused.py", 1),
+        Example("zoo/pix2pix_fake_detached_in_forward.py", 1),
         Example("zoo/finetune_head_frozen_too.py", 0),
         Example("zoo/healthy_finetune.py", None),
+        Example("zoo/healthy_gan.py", None),
+        Example("zoo/healthy_dcgan_detach_for_d.py", None),
+        Example("zoo/healthy_pix2pix_detach_for_d.py", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 
@@ -62,6 +74,10 @@ class NoGradient:
         self._frozen_steps: dict[int, int] = {}
         self._frozen_fired: set[int] = set()
         self._cls: dict[int, str] = {}
+        self._wet: set[int] = set()  # optimizers whose parameters got a gradient on a sampled step
+        self._dry: dict[int, list[ParamStats]] = {}  # optimizer -> its rows on its first dry step
+        self._dry_steps: dict[int, int] = {}  # optimizer -> sampled steps without any gradient
+        self._dry_fired: set[int] = set()
 
     def state_dict(self) -> dict[str, object]:
         """Its history, for a resumed run (``_CARRIED``)."""
@@ -93,8 +109,9 @@ class NoGradient:
         if any(r.optimizer < 0 for r in rows):
             return
         held = [r for r in rows if r.requires_grad and r.has_grad is not None]
+        yield from self._judge_dry(held)
         if not any(r.has_grad and r.grad for r in held):
-            return  # every gradient zero: constant-loss, or nothing measurable
+            return  # every gradient zero: constant-loss, or another optimizer's (_judge_dry)
         self._counted += 1
         for r in held:
             self._numel[r.name] = r.numel
@@ -108,6 +125,54 @@ class NoGradient:
         if not self._fired and self._never and self._counted >= self.config.confirm:
             self._fired = True
             yield self._finding()
+
+    def _judge_dry(self, held: list[ParamStats]) -> Iterator[Finding]:
+        """Per optimizer: a step with no gradient anywhere in it counts as dry; it fires once
+        another optimizer has got gradients and this one never has."""
+        by_opt: dict[int, list[ParamStats]] = {}
+        for r in held:
+            by_opt.setdefault(r.optimizer, []).append(r)
+        dry = not any(r.has_grad and r.grad for r in held)
+        for opt, rs in by_opt.items():
+            if not dry:
+                if any(r.has_grad and r.grad for r in rs):
+                    self._wet.add(opt)
+                continue
+            if opt in self._wet:
+                continue
+            self._dry.setdefault(opt, rs[:50])
+            self._dry_steps[opt] = self._dry_steps.get(opt, 0) + 1
+        for opt, n in self._dry_steps.items():
+            if (opt not in self._wet and opt not in self._dry_fired and n >= self.config.confirm
+                    and self._wet - {opt}):
+                self._dry_fired.add(opt)
+                yield self._dry_finding(opt)
+
+    def _dry_finding(self, opt: int) -> Finding:
+        rows = self._dry[opt]
+        first = rows[0].step
+        names_ = [r.name for r in rows]
+        cls = self._cls.get(opt, "optimizer")
+        others = ", ".join(f"{self._cls.get(o, 'optimizer')} (optimizer {o})" for o in sorted(self._wet))
+        return finding(
+            self.id, step=first,
+            message=(
+                f"{cls} (optimizer {opt}) holds {len(rows)} trainable parameter(s) ({names(names_)}; "
+                f"{sum(r.numel for r in rows)} elements) that got no gradient (None or exactly 0) on "
+                f"any of the {self._dry_steps[opt]} sampled steps it took from step {first}, while "
+                f"the parameters of {others} got gradients: the loss backpropagated before its "
+                "step() does not reach them."
+            ),
+            cause=("Its part of the model was cut off from its own loss: in a GAN, the generator's "
+                   "output detached once (`fake = netG(z).detach()`) and the same tensor reused "
+                   "for the generator's step, so the generator loss reaches only the "
+                   "discriminator; or a module's output stored detached in forward() and reused."),
+            fix=("Detach only where the other network steps: `netD(fake.detach())` in the "
+                 "discriminator's step, `netD(fake)` (not detached) in the generator's step."),
+            evidence={"optimizer": opt, "parameters": names_, "count": len(rows),
+                      "sampled_steps": self._dry_steps[opt], "with_gradients": sorted(self._wet)},
+            where=names_[:10],
+        )
 
     def _judge_frozen(self, rows: list[ParamStats]) -> Iterator[Finding]:
         by_opt: dict[int, list[ParamStats]] = {}

@@ -20,7 +20,9 @@ from typing import Union
 
 # The classes live in small modules by theme; everyone imports them from here.
 from traindoc.events.columns import scalars
-from traindoc.events.invariants import BatchShape, EvalBeforeTrain, FreezeSkipped, InitOverwritten, ScheduleEnd
+from traindoc.events.invariants import (
+    BatchShape, EvalBeforeTrain, FreezeSkipped, InferenceForward, InitOverwritten, ScheduleEnd,
+)
 from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTerm, SchedulerStep
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
 from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankParams, RankTime
@@ -69,6 +71,7 @@ SIGNALS: dict[str, str] = {
     "freeze": "modules whose train() override freezes parameters but was never called before training (live)",
     "eval_order": "modules evaluated in eval mode before the training-mode forward their state needs (legacy spectral_norm; live)",
     "collective": "torch.distributed collectives called on tensors inside the autograd graph (live)",
+    "inference_forward": "trainable modules run under torch.inference_mode() while a training step was built (live, sampled steps)",
 }
 
 
@@ -78,6 +81,7 @@ Event = Union[
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
     RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
+    InferenceForward,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -118,6 +122,7 @@ EVENT_TYPES: dict[str, type] = {
     "schedule_end": ScheduleEnd,
     "init_overwritten": InitOverwritten,
     "freeze_skipped": FreezeSkipped,
+    "inference_forward": InferenceForward,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 
@@ -171,5 +176,6 @@ __all__ = [
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
     "RankParams", "RankTime", "RankEnd", "RankLoss", "CollectiveInGraph", "EvalBeforeTrain", "BatchShape", "ScheduleEnd", "InitOverwritten", "FreezeSkipped",
+    "InferenceForward",
     "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

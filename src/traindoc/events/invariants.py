@@ -94,3 +94,20 @@ class FreezeSkipped:
     where: str
     params: tuple[str, ...] = ()
     signal: ClassVar[str] = "freeze"
+
+
+@dataclass(frozen=True)
+class InferenceForward:
+    """Modules holding parameters an optimizer trains ran their forward inside a
+    ``torch.inference_mode()`` region while the step was being built (live, sampled steps):
+    their outputs are inference tensors with no autograd history, so nothing computed from
+    them can give those parameters a gradient. ``step``: the optimizer step being built;
+    ``params``: the trainable parameters of those modules (at most 64); ``modules``: the
+    modules (``name (Type)``, at most 16); ``where``: file:line of the ``inference_mode``
+    region (the ``with`` line, or the call of a function decorated with it)."""
+
+    step: int
+    params: tuple[str, ...]
+    modules: tuple[str, ...]
+    where: str
+    signal: ClassVar[str] = "inference_forward"

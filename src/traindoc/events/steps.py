@@ -240,12 +240,15 @@ class Batch:
 
 @dataclass(frozen=True)
 class Classification:
-    """A cross-entropy loss call: its number of classes and value."""
+    """A cross-entropy loss call: its number of classes and value. ``scale``: the factor a
+    one-element trainable tensor puts on its logits (CLIP's ``logit_scale.exp()``, 1 / a
+    learnable temperature), None when none does (live: step 0 only)."""
 
     step: int
     classes: int
     value: float
     fn: str = "cross_entropy"
+    scale: float | None = None
     signal: ClassVar[str] = "classification"
 
 @dataclass(frozen=True)

@@ -178,6 +178,67 @@ def scalar_leaf(t: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
+# Nodes between a one-element trainable leaf and the product it scales: CLIP's
+# ``logit_scale.exp()``, a temperature clamped or inverted, broadcast or cast.
+_SCALE_CHAIN = frozenset(_THROUGH) | {"ExpBackward0", "ReciprocalBackward0", "ClampBackward1",
+                                      "ClampMinBackward0", "ClampMaxBackward0", "MulBackward1",
+                                      "DivBackward1", "SoftplusBackward0", "AbsBackward0"}
+
+
+def learnable_scale(t: torch.Tensor, budget: int = 48) -> torch.Tensor | None:
+    """The multiplier that a one-element trainable tensor puts on ``t``, when ``t`` is (a
+    product of) something multiplied or divided by it: ``logit_scale.exp() * img @ txt.T``
+    (CLIP), ``sim / self.temperature``. A 0-dim device tensor (no sync), or None. A bounded
+    breadth-first walk of ``budget`` nodes from ``t.grad_fn``, each Mul/Div node's other
+    input followed through at most 4 scalar nodes (exp, reciprocal, clamp, casts) to its leaf;
+    a one-element parameter reached otherwise (a PReLU's weight) is no scale."""
+    start = t.grad_fn
+    queue, seen = ([start] if start is not None else []), set()
+    while queue and budget > 0:
+        node = queue.pop(0)
+        budget -= 1
+        name = type(node).__name__
+        inputs = [fn for fn, _ in node.next_functions]
+        if name in ("MulBackward0", "DivBackward0"):
+            for i, fn in enumerate(inputs):
+                if fn is not None and _scalar_leaf_through(fn):
+                    return _saved_multiplier(node, name, i)
+        for fn in inputs:
+            if fn is not None and id(fn) not in seen:
+                seen.add(id(fn))
+                queue.append(fn)
+    return None
+
+
+def _scalar_leaf_through(node: Any) -> bool:
+    for _ in range(5):
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            leaf = getattr(node, "variable", None)
+            return isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad
+        if name not in _SCALE_CHAIN:
+            return False
+        nexts = [fn for fn, _ in node.next_functions if fn is not None]
+        if len(nexts) != 1:
+            return False
+        node = nexts[0]
+    return False
+
+
+def _saved_multiplier(node: Any, name: str, i: int) -> torch.Tensor | None:
+    """The factor input ``i`` of a Mul/Div node puts on the product: the saved input itself,
+    or its reciprocal for a divisor."""
+    try:
+        saved = node._saved_other if i == 1 else node._saved_self
+    except (AttributeError, RuntimeError):  # not saved (a constant operand) or already freed
+        return None
+    if not isinstance(saved, torch.Tensor) or saved.numel() != 1:
+        return None
+    with torch.no_grad():
+        x = saved.detach().float().reshape(())
+        return 1.0 / x if name == "DivBackward0" else x
+
+
 def read_back(tensors: list[torch.Tensor]) -> list[list[float]]:
     """The values of ``tensors``, each as a list of floats, in one transfer per device: the
     session's one sync point (a sampled step, or its pending values piling up)."""

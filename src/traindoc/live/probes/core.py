@@ -200,11 +200,17 @@ class CoreProbes(Probe):
         classes = int(input.shape[1]) if input.ndim >= 2 else int(input.shape[0])
         self.s.next_step_begins()
         step = self.s.clock.current_step
+        # Step 0 only (bad-initial-loss judges the first loss): a learnable logit scale or
+        # temperature sets how far above ln(C) the first loss may start. A bounded graph walk.
+        scale = measure.learnable_scale(input) if step == 0 and input.requires_grad else None
+        packed = out.detach().reshape(1) if scale is None else \
+            torch.stack([out.detach().float().reshape(()), scale.to(out.device)])
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            yield Classification(step=step, classes=classes, value=vals[0])
+            yield Classification(step=step, classes=classes, value=vals[0],
+                                 scale=vals[1] if len(vals) > 1 else None)
 
-        self.s.defer(out.detach(), decode)
+        self.s.defer(packed, decode)
 
     def _wrap_cast(self, orig: Any) -> Any:
         probes = self

@@ -32,10 +32,12 @@ from traindoc.live import measure
 from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
+from traindoc.live.probes.inference import InferenceRegions
 from traindoc.live.objects import ObjectMap, frame_modules, user_site
 from traindoc.live.session import Session
 
 _RERUNS = 2  # evaluation phases whose first forward is re-run (determinism check)
+_MODE_TOLERANCE = 1e-4  # relative change of a train-mode output when re-run in eval mode
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
 _MAX_BUFFER_BYTES = 256 << 20  # larger models: no re-run (their buffers are not snapshotted)
 _FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
@@ -66,7 +68,8 @@ def _unwrap(m: Any) -> Any:
 class _Pass:
     """One model looked at in an evaluation phase (at its first root forward there)."""
 
-    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training")
+    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training",
+                 "versus_eval")
 
     def __init__(self) -> None:
         self.model = ""
@@ -77,6 +80,9 @@ class _Pass:
         self.names: list[str] = []
         self.where = ""
         self.training = True  # the model's own mode (model.eval() called or not)
+        # A train-mode model without Dropout/BatchNorm modules: the RNG state before its forward,
+        # to re-run it in eval mode from the same state (does model.eval() change the output?)
+        self.versus_eval: dict[str, Any] | None = None
 
 
 class _Phase:
@@ -95,7 +101,7 @@ class _Phase:
 
 class EvalProbes(Probe):
     name = "eval"
-    signals = ("eval", "bn")
+    signals = ("eval", "bn", "inference_forward")
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
@@ -114,6 +120,11 @@ class EvalProbes(Probe):
         self._bn_prev: dict[tuple[str, str], torch.Tensor] = {}
         self._mnames: dict[int, str] = {}
         self._skipped = 0.0  # seconds spent in our re-runs (not the user's evaluation)
+        # A pass with only Dropout in train mode: (it, its module, its first input), kept until
+        # the model's next root forward of the phase, which tells MC dropout (the same batch again)
+        self._mc: tuple[_Pass, Any, Any] | None = None
+        self._first_input: Any = None
+        self._inference = InferenceRegions(session)  # inference_mode regions of training steps
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -141,6 +152,8 @@ class EvalProbes(Probe):
             # traindoc's own: the session measures under no_grad after the step).
             if probes._depth or (session.clock.round_done and not probes._busy and not _ours(sys._getframe(1))):
                 probes._guard("eval", probes._enter, ctx)
+            if session.clock.measuring and type(ctx) is torch.inference_mode and not probes._busy:
+                probes._guard("eval", probes._inference.enter, ctx)
             return out
 
         return __enter__
@@ -153,6 +166,8 @@ class EvalProbes(Probe):
             out = orig(ctx, *args)
             if probes._depth and ctx.__dict__.get("_traindoc_region"):  # a region we track is open
                 probes._guard("eval", probes._exit, ctx)
+            if "_traindoc_inference" in ctx.__dict__:
+                probes._guard("eval", probes._inference.exit, ctx)
             return out
 
         return __exit__
@@ -204,9 +219,13 @@ class EvalProbes(Probe):
         self._fdepth += 1
         if self._busy:
             return
+        if depth == 0 and self._mc is not None and self._mc[1] is module and not torch.is_grad_enabled():
+            self._guard("eval", self._same_batch_again, args)
         if (depth == 0 and not torch.is_grad_enabled() and next(module.parameters(), None) is not None
                 and (self._phase is None or id(module) not in self._phase.seen)):
+            self._first_input = args[0] if args else None
             self._guard("eval", self._look, module)
+            self._first_input = None
 
     def _post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         if is_compiling():
@@ -220,7 +239,8 @@ class EvalProbes(Probe):
                 self._guard("eval", self._rerun, module, args, kwargs, output)
                 self._rerun_pass = None
             self._prints = None
-            self._set_hooks(False)  # the rest of this region runs without hooks
+            if self._mc is None or self._mc[1] is not module:
+                self._set_hooks(False)  # the rest of this region runs without hooks
 
     # ---- one evaluation phase ----------------------------------------------------------------
     def _look(self, module: nn.Module) -> None:
@@ -245,16 +265,31 @@ class EvalProbes(Probe):
         one.mode_modules = len(modes)
         one.train_modules = tuple(f"{n or type(inner).__name__} ({type(m).__name__})"
                                   for n, m in modes if m.training)
+        if one.train_modules and all(_is_dropout_entry(m) for m in one.train_modules) \
+                and isinstance(self._first_input, torch.Tensor):
+            self._mc = (one, module, self._first_input)  # hooks stay up for its next root forward
         seen = self._evaluated.get(inner, 0) + 1
         self._evaluated[inner] = seen
         if seen <= _BN_PHASES or seen % 10 == 0:
             self._batchnorm(inner, owned, held, ph)
-        if (self._reruns < _RERUNS and not module.training and not one.train_modules
-                and all(not m.training for m in inner.modules()) and _rerun_safe(module)):
+        eval_mode = not module.training and all(not m.training for m in inner.modules())
+        if (self._reruns < _RERUNS and not one.train_modules and (eval_mode or inner.training)
+                and _rerun_safe(module)):
+            if not eval_mode:  # in train mode with nothing mode-dependent in sight: F.dropout(x, training=self.training)?
+                one.versus_eval = _save_rng()
             self._reruns += 1
             self._rerun_pass = one
             self._prints = []
             self._mnames = {id(m): n for n, m in inner.named_modules()}
+
+    def _same_batch_again(self, args: Any) -> None:
+        """The second root forward of a model evaluated with Dropout in train mode: the same
+        input tensor again is Monte Carlo dropout (stochastic passes averaged on purpose), and
+        its Dropout modules are no mistake; BatchNorm in train mode still is."""
+        one, _, first = self._mc or (None, None, None)
+        self._mc = None
+        if one is not None and first is not None and args and args[0] is first:
+            one.train_modules = tuple(m for m in one.train_modules if not _is_dropout_entry(m))
 
     def _fingerprint(self, module: Any, output: Any) -> None:
         outs = measure.first_float_tensors(output, limit=1)
@@ -274,12 +309,23 @@ class EvalProbes(Probe):
         t0 = time.perf_counter()
         saved = _save_rng()
         buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()]
+        modes: list[tuple[nn.Module, bool]] = []
+        if one.versus_eval is not None:
+            # The same forward in eval mode, from the RNG state the user's forward started
+            # with: random ops that ignore the mode (sampling) give the same numbers again.
+            _restore_rng(one.versus_eval)
+            one.versus_eval = None
+            modes = [(m, m.training) for m in module.modules()]
+            for m, _ in modes:
+                m.training = False  # the attribute only: no user train() override runs
         self._busy = True
         try:
             with torch.no_grad():
                 out2 = module(*args, **(kwargs or {}))
         finally:
             self._busy = False
+            for m, mode in modes:
+                m.training = mode
             with torch.no_grad():
                 for b, version, copy in buffers:
                     if b._version != version:
@@ -366,6 +412,7 @@ class EvalProbes(Probe):
 
     def _close_phase(self) -> None:
         ph, self._phase = self._phase, None
+        self._mc = None
         if ph is None or not ph.passes:
             return
         end = ph.last_exit if ph.last_exit is not None else time.perf_counter()
@@ -400,10 +447,20 @@ class EvalProbes(Probe):
                 pos += n
                 first = next((one.names[i] for i, f in enumerate(flags) if f and i < len(one.names)), "")
                 rel = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+                if one.training:  # compared with eval mode, not with itself: no determinism check
+                    changed = rel > _MODE_TOLERANCE
+                    reruns.append((math.nan, diff, (first or "output") if changed else ""))
+                    continue
                 reruns.append((rel, diff, first))
             yield from events(reruns)
 
         self.s.defer(packed, decode)
+
+
+def _is_dropout_entry(entry: str) -> bool:
+    """``"drop (Dropout)"``, ``"blocks.0.drop_path (DropPath)"``: a Dropout-like module."""
+    kind = entry.rsplit(" (", 1)[-1]
+    return "Drop" in kind or "Stochastic" in kind
 
 
 def _ours(frame: Any) -> bool:

@@ -32,11 +32,13 @@ _MAX_LINE = 1024  # characters of a line read (the rest of a longer line is not)
 _MAX_LINES = 256  # lines read per write
 _BREAK = re.compile(r"\r\n|\r|\n")
 _DIGIT = re.compile(r"\d")
-# name (1-4 words: letters first, then letters, digits, _ . / -), an optional quote and ":" or
-# "=", then a number (optionally inside tensor(...)), an optional "/ total" and "%".
+# name (1-4 words: letters first, then letters, digits, _ . / -; the last one may end in a
+# threshold, "F1@0.9"), an optional quote and ":" or "=", then a number (optionally inside
+# tensor(...)) that does not touch the name ("F1 (macro): 0.0" is no "F" of 1), an optional
+# "/ total" and "%".
 _PAIR = re.compile(
-    r"(?<![\w.])([A-Za-z][\w./-]*(?: [A-Za-z][\w./-]*){0,3})['\"]?\s*[:=]?\s*"
-    r"(?:tensor\(\s*)?([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+    r"(?<![\w.])([A-Za-z][\w./-]*(?: [A-Za-z][\w./-]*){0,3}(?:@\d+(?:\.\d+)?)?)['\"]?\s*[:=]?\s*"
+    r"(?:tensor\(\s*)?(?<![\w.])([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
     r"(?:\s*/\s*(\d+(?:\.\d*)?))?(\s*%)?(?![\w%]|\.\d)",
     re.IGNORECASE,
 )
@@ -79,7 +81,7 @@ def parse_line(line: str, evaluating: bool = False) -> dict[str, float]:
     for m in _PAIR.finditer(line):
         split = _split_words(line[pos:m.start()]) or split
         pos = m.end()
-        key = _canonical(m.group(1))
+        key = _canonical(m.group(1).split("@", 1)[0])  # F1@0.9 is an F1 (its threshold dropped)
         own, takes, scored = _reading(key)
         if own:
             split = own
