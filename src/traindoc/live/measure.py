@@ -19,8 +19,12 @@ LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 def strided(t: torch.Tensor) -> torch.Tensor:
     """A fixed, evenly strided sample of ``t``'s elements (a view when possible). A complex
-    tensor is seen as its real and imaginary parts, so every statistic works on real numbers."""
-    flat = t.detach().reshape(-1)
+    tensor is seen as its real and imaginary parts, so every statistic works on real numbers. A
+    sparse tensor (an ``nn.Embedding(sparse=True)`` gradient) is seen as the values it holds."""
+    flat = t.detach()
+    if flat.is_sparse:
+        flat = flat.coalesce().values()
+    flat = flat.reshape(-1)
     if flat.is_complex():
         flat = torch.view_as_real(flat).reshape(-1)
     stride = max(1, flat.numel() // SAMPLE)
@@ -45,7 +49,10 @@ def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
 def norm(t: torch.Tensor) -> torch.Tensor:
     """The L2 norm of ``t`` as a float32 scalar, for any floating or complex dtype."""
     wide = torch.float32 if t.dtype in LOW_PRECISION else None  # fp64/complex keep their own
-    return torch.linalg.vector_norm(t.detach(), dtype=wide).float()
+    t = t.detach()
+    if t.is_sparse:  # a sparse gradient: the norm of its (summed) values
+        t = t.coalesce().values()
+    return torch.linalg.vector_norm(t, dtype=wide).float()
 
 
 def spacing(dtype: torch.dtype, magnitude: float) -> float:
@@ -63,7 +70,8 @@ class StepSnapshot:
     def __init__(self, p: torch.Tensor) -> None:
         self.before = strided(p).clone()
         g = p.grad
-        self.grad_nonzero = strided(g) != 0 if g is not None else None
+        # A sparse gradient's values do not line up with the parameter's sample: not known
+        self.grad_nonzero = strided(g) != 0 if g is not None and not g.is_sparse else None
 
     def after(self, p: torch.Tensor, init: torch.Tensor, drive: torch.Tensor | None) -> torch.Tensor:
         """[relative update, unchanged share, max |w - w_init|, median |w|, median |drive|]
