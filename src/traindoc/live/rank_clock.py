@@ -100,7 +100,7 @@ class JoinCounter:
                     counter.offsets.append((counter.s.clock.current_step, counter.offset + asked[0] - 1))
 
         self._saved = (Join, original)
-        Join.__exit__ = __exit__  # type: ignore[method-assign]
+        setattr(Join, "__exit__", __exit__)
 
     def uninstall(self) -> None:
         if self._saved is not None:

@@ -191,7 +191,7 @@ class Ranks:
                 ranks._data += max(time.perf_counter() - t0 - (ranks._queue.seconds() - q0), 0.0)
 
         self._next_saved, self._next_wrapper = original, __next__
-        dataloader._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign, assignment]
+        setattr(dataloader._BaseDataLoaderIter, "__next__", __next__)
 
     def _unwrap_loader(self) -> None:
         """Put back what we wrapped, unless a probe that wrapped it before us has already put
@@ -199,7 +199,7 @@ class Ranks:
         from torch.utils.data import dataloader
 
         if self._next_wrapper is not None and dataloader._BaseDataLoaderIter.__next__ is self._next_wrapper:
-            dataloader._BaseDataLoaderIter.__next__ = self._next_saved  # type: ignore[method-assign]
+            setattr(dataloader._BaseDataLoaderIter, "__next__", self._next_saved)
         self._next_saved = self._next_wrapper = None
 
     # ---- each sampled step ---------------------------------------------------------------------

@@ -20,11 +20,15 @@ import runpy
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traindoc import config
 from traindoc.errors import UsageError
 from traindoc.live import ending
 from traindoc.report import output
+
+if TYPE_CHECKING:
+    from traindoc.live.watch import Watch
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     return code if code != 0 else fail
 
 
-def _execute(doc: object, target: str, script_args: list[str], *,
+def _execute(doc: Watch, target: str, script_args: list[str], *,
              is_module: bool) -> tuple[int, str, bool]:
     """Run the user's code inside the watch, then wait for the threads that still run; return
     (exit code, status, whether an uncaught KeyboardInterrupt ended the main body)."""
@@ -94,7 +98,7 @@ def _execute(doc: object, target: str, script_args: list[str], *,
         sys.path[0] = str(Path(target).resolve().parent)
     else:
         sys.path[0] = os.getcwd()
-    doc.__enter__()  # type: ignore[attr-defined]
+    doc.__enter__()
     try:
         if is_module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)

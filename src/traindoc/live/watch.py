@@ -62,7 +62,9 @@ class Watch:
         if level not in LEVELS:
             raise ValueError(f"level must be one of {', '.join(LEVELS)}, got {level!r}")
         self._model, self._optimizer = model, optimizer
-        self._options = dict(level=level, select=select, ignore=tuple(ignore), settings=settings)
+        self._level, self._select, self._ignore, self._settings = level, select, tuple(ignore), settings
+        # What a child process (mp.spawn) needs to watch itself the same way.
+        self._options: dict[str, object] = dict(level=level, select=select, ignore=self._ignore, settings=settings)
         self._record = record
         # Only rank 0 talks: each rank observes itself, rank 0 reports (torchrun sets RANK).
         self._announce = announce and int(os.environ.get("RANK", "0")) == 0
@@ -94,7 +96,7 @@ class Watch:
             self._signals.install()
         self._recorder = Recorder(self._record) if self._record else None
         self.session = Session(
-            **self._options,  # type: ignore[arg-type]
+            level=self._level, select=self._select, ignore=self._ignore, settings=self._settings,
             sink=self._recorder, announce=_announce if self._announce else None,
         )
         self.session.start(self._script, self._argv)
@@ -112,9 +114,9 @@ class Watch:
         if self._guard_options:
             from traindoc.live.guard import Guard, GuardConfig
 
-            options = self._guard_options if isinstance(self._guard_options, Mapping) else {}
-            self._guard = Guard(self.session, GuardConfig(**options),  # type: ignore[arg-type]
-                                detector_config=(self._options["settings"] or config.Settings()).detectors,  # type: ignore[union-attr]
+            options: dict[str, Any] = dict(self._guard_options) if isinstance(self._guard_options, Mapping) else {}
+            self._guard = Guard(self.session, GuardConfig(**options),
+                                detector_config=(self._settings or config.Settings()).detectors,
                                 announce=self._announce)
             self._guard.install()
         _open.append(self)

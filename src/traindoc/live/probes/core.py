@@ -88,7 +88,7 @@ class CoreProbes(Probe):
         filters: list[Any] = warnings.filters  # type: ignore[assignment]  # typeshed: Sequence; it is a list
         if self._filter in filters:
             filters.remove(self._filter)
-            warnings._filters_mutated()  # type: ignore[attr-defined]
+            warnings._filters_mutated()  # type: ignore[attr-defined]  # a private CPython hook typeshed leaves out
 
     # ---- wrappers ------------------------------------------------------------------------------
     def _wrap_optimizer_init(self, orig: Any) -> Any:

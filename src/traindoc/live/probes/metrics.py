@@ -108,7 +108,7 @@ class MetricsProbe(Probe):
             probe._guard(probe.name, probe._collect, collect, channel, args, kwargs)
             return out
 
-        wrapper.__traindoc__ = True  # type: ignore[attr-defined]
+        setattr(wrapper, "__traindoc__", True)
         self._mine.append((owner, attr, orig, wrapper))
         setattr(owner, attr, wrapper)
 
@@ -317,7 +317,7 @@ class _ImportWatcher:
                     callback(fullname, module)
 
                 try:
-                    loader.exec_module = exec_and_patch  # type: ignore[union-attr, method-assign]  # wrap the loader of this one import
+                    setattr(loader, "exec_module", exec_and_patch)  # the loader of this one import
                 except (AttributeError, TypeError):
                     pass
                 return spec
