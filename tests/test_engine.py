@@ -4,38 +4,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Iterator
+from typing import Iterator
 
 import pytest
 
 from traindoc import events, record
-from traindoc.detectors import build
+from traindoc.detectors import Detector, build
 from traindoc.detectors._common import finding
 from traindoc.engine import Engine
 from traindoc.events import RunEnd, RunStart, Scalar
 from traindoc.findings import Finding
 
 
-class Exploding:
-    id: ClassVar[str] = "divergence"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss"})
-
-    @dataclass(frozen=True)
-    class Config:
-        pass
+class Exploding(Detector):
+    id = "divergence"
+    needs = frozenset({"loss"})
 
     def observe(self, event: events.Event) -> Iterator[Finding]:
         raise ZeroDivisionError("bug in a detector")
 
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
-
-class Refining:
-    id: ClassVar[str] = "loss-spike"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss"})
+class Refining(Detector):
+    id = "loss-spike"
+    needs = frozenset({"loss"})
 
     def __init__(self) -> None:
         self.n = 0
@@ -43,9 +35,6 @@ class Refining:
     def observe(self, event: events.Event) -> Iterator[Finding]:
         self.n += 1
         yield finding(self.id, step=getattr(event, "step", None), message=f"seen {self.n}", cause="c", fix="f")
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
 
 def test_a_crashing_detector_is_disabled_and_the_rest_go_on() -> None:

@@ -117,8 +117,9 @@ def test_explain_where_prints_the_paths(capsys: pytest.CaptureFixture[str]) -> N
 
 @pytest.mark.parametrize("cls", detectors.DETECTORS, ids=lambda c: c.id)
 def test_detector_interface(cls: type) -> None:
+    assert issubclass(cls, detectors.Detector), f"{cls.__name__} must subclass traindoc.detectors.Detector"
     assert cls.id in catalog.entries(), f"{cls.id} has no catalog entry"
-    wanted = set(cls.needs) | set(getattr(cls, "uses", ()))
+    wanted = set(cls.needs) | set(cls.uses)
     assert wanted and all(isinstance(s, str) for s in wanted)  # no needs: any one of its uses
     assert dataclasses.is_dataclass(cls.Config) and cls.Config.__dataclass_params__.frozen
     fires = [e for e in cls.examples if e.fires_at is not None]

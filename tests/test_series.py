@@ -30,7 +30,7 @@ from traindoc.events import scalars
 from traindoc.events import Event, ParamStats, RunEnd, RunStart, Scalar, Series
 
 NAN, INF = math.nan, math.inf
-COLUMNAR = tuple(c for c in detectors.DETECTORS if hasattr(c, "observe_series"))
+COLUMNAR = tuple(c for c in detectors.DETECTORS if c.columnar)
 # Besides the defaults (None): configs that fire easily, so that short runs exercise the
 # firing paths, and corner cases.
 CONFIGS: dict[type, list[Any]] = {
@@ -362,7 +362,7 @@ def test_exploding_gradients_references() -> None:
     assert f.step == 6 and f.evidence["reference"] == "early median"
 
 
-class Spy:
+class Spy(detectors.Detector):
     """A column detector that records what reaches it."""
 
     id = "spy"

@@ -52,23 +52,20 @@ class Report:
 class Engine:
     """Routes events by signal to the detectors that need them.
 
-    Numbers reach a detector in one of two ways, decided by the detector alone:
-
-    - A *column detector* (one with ``observe_series``) judges columns: it gets
-      ``{signal: Series}`` for its signals and never a ``Scalar``. A log's columns (``Series``
-      events) are gathered until the next other event and delivered whole; ``Scalar`` events
-      (live, a recorded stream) are kept in small columns and delivered at a flush point: the
-      source's ``flush()`` (a live session's sampled step), every ``CHUNK`` points,
-      ``finish()``, and, for one detector, the next other event it observes. Its findings can
-      come later than the point that made them, with the same step numbers. (Delivering at
-      every event would cost each column detector its numpy set-up on every step of a live run.)
-    - Every other detector gets ``Scalar`` events as they come, and a log's columns replayed as
-      ``Scalar`` events in step order, exactly what a per-point source would have sent.
+    A log's columns (``Series`` events) are gathered until the next other event and delivered
+    whole to each detector's ``observe_series`` (``{signal: Series}`` for its signals; the
+    ``Detector`` default replays them to ``observe`` point by point). ``Scalar`` events (live, a
+    recorded stream) go to ``observe`` as they come, except for a *column detector* (one that
+    judges columns: ``Detector.columnar``), which never gets a ``Scalar``: they are kept in small
+    columns and delivered at a flush point: the source's ``flush()`` (a live session's sampled
+    step), every ``CHUNK`` points, ``finish()``, and, for one detector, the next other event it
+    observes. Its findings can come later than the point that made them, with the same step
+    numbers. (Delivering at every event would cost each column detector its numpy set-up on
+    every step of a live run.)
 
     Each detector sees its own events in the order they came (Scalars kept for it are delivered
-    before any later event). A detector's optional members (``uses``, ``finish``,
-    ``observe_series``; see ``detectors.Detector``) are looked up with ``getattr``: a missing one
-    is a no-op.
+    before any later event). Every member of ``detectors.Detector`` has a default: the engine
+    calls them all.
 
     A detector that raises is disabled and reported once (``Report.disabled``); the others go
     on. The first finding of an id is announced through ``on_finding``; a later finding of the
@@ -136,11 +133,10 @@ class Engine:
         self.flush()
         detectors: dict[str, object] = {}
         for det in self._detectors:
-            own = getattr(det, "state_dict", None)
-            if callable(own) and det.id not in self._disabled:
-                state = own()
-                if _plain(state):  # else not carried (a checkpoint must never fail because of us);
-                    detectors[det.id] = state  # tests/integrations/test_resume_state.py checks each
+            if det.id not in self._disabled:
+                state = det.state_dict()
+                if state and _plain(state):  # else not carried (a checkpoint must never fail because
+                    detectors[det.id] = state  # of us); tests/integrations/test_resume_state.py checks each
         return {
             "version": _STATE_VERSION,
             "detectors": detectors,
@@ -160,12 +156,11 @@ class Engine:
         by_id = {det.id: det for det in self._detectors}
         for id_, det_state in state.get("detectors", {}).items():
             det = by_id.get(id_)
-            load = getattr(det, "load_state_dict", None)
-            if det is None or not callable(load) or id_ in self._disabled:
+            if det is None or id_ in self._disabled:
                 continue
             fresh = dict(vars(det))
             try:
-                load(det_state)
+                det.load_state_dict(det_state)
             except Exception:  # a state this version cannot read: start afresh
                 vars(det).clear()
                 vars(det).update(fresh)
@@ -225,7 +220,7 @@ class Engine:
         if isinstance(event, RunStart) and event.signals:
             self._declared(set(event.signals))
         for det in self._routes.get(signal, ()):
-            if self._buffered and id(det) in self._column_ids:
+            if self._buffered and det.columnar:
                 self._catch_up(det)  # its Scalars before this event
             self._call(det, det.observe, event)
 
@@ -241,9 +236,8 @@ class Engine:
     def _reroute(self) -> None:
         """Where a Scalar goes: to ``observe`` of the per-point detectors of its signal, and
         into the buffer when a column detector wants its signal."""
-        self._scalar_routes = {s: [d for d in dets if not _columnar(d)] for s, dets in self._routes.items()}
-        self._columnar = {s for s, dets in self._routes.items() if any(map(_columnar, dets))}
-        self._column_ids = {id(d) for d in self._detectors if _columnar(d)}
+        self._scalar_routes = {s: [d for d in dets if not d.columnar] for s, dets in self._routes.items()}
+        self._columnar = {s for s, dets in self._routes.items() if any(d.columnar for d in dets)}
 
     def _declared(self, signals: set[str]) -> None:
         """The source said up front which signals it carries: stop routing events to detectors
@@ -258,7 +252,7 @@ class Engine:
     def _flush_buffer(self) -> None:
         routed = {id(d) for name in self._buffer for d in self._routes.get(name, ())}
         for det in self._detectors:
-            if id(det) in routed and id(det) in self._column_ids:
+            if id(det) in routed and det.columnar:
                 self._catch_up(det)
         self._buffer = {name: ([], []) for name in self._buffer}  # the keys keep their order
         self._buffered = 0
@@ -277,39 +271,24 @@ class Engine:
             if name in wanted and len(steps) > start:
                 columns.append(Series(name, steps[start:], values[start:]))
                 sent[name] = len(steps)
-        series = _optional(det, "observe_series")
-        if columns and series is not None:
-            self._series_to(det, series, columns)
+        if columns:
+            self._series_to(det, columns)
 
     def _deliver(self, columns: list[Series]) -> None:
-        """A log's columns: to the column detectors that want them, and as Scalar events to the
-        per-point detectors."""
+        """A log's columns: to the detectors that want them."""
         for c in columns:
             if len(c):
                 self._seen.add(c.name)
                 self._steps = max(self._steps, int(c.steps[-1]) + 1)  # steps are non-decreasing
         routed = {id(d) for c in columns for d in self._routes.get(c.name, ())}
-        points: list[Detector] = []
         for det in self._detectors:
-            if id(det) not in routed:
-                continue
-            series = _optional(det, "observe_series")
-            if series is None:
-                points.append(det)
-            else:
-                self._series_to(det, series, columns)
-        if not points:
-            return
-        wanted_any = set[str]().union(*(_wanted(d) for d in points))
-        targets = {id(d) for d in points}
-        for ev in scalars([c for c in columns if c.name in wanted_any]):
-            for det in self._routes.get(ev.name, ()):
-                if id(det) in targets:
-                    self._call(det, det.observe, ev)
+            if id(det) in routed:
+                self._series_to(det, columns)
 
-    def _series_to(self, det: Detector, series: Hook, columns: list[Series]) -> None:
-        """``columns`` to ``det.observe_series`` (``series``), those of its signals, in calls
-        that hold at most one column per signal (a signal twice: two calls, in order)."""
+    def _series_to(self, det: Detector, columns: list[Series]) -> None:
+        """``columns`` to ``det.observe_series``, those of its signals, in calls that hold at
+        most one column per signal (a signal twice: two calls, in order)."""
+        series = det.observe_series
         wanted = _wanted(det)
         call: dict[str, Series] = {}
         for c in columns:
@@ -327,9 +306,7 @@ class Engine:
             return self._finished
         self.flush()
         for det in self._detectors:
-            finish = _optional(det, "finish")
-            if finish is not None:
-                self._call(det, finish)
+            self._call(det, det.finish)
         ran: list[str] = []
         not_applicable: list[tuple[str, str]] = []
         for det in self._detectors:
@@ -389,31 +366,13 @@ def _missing(det: Detector, seen: set[str]) -> list[str]:
     needs = set(det.needs)
     if needs:
         return sorted(needs - seen)
-    uses = _uses(det)
+    uses = set(det.uses)
     return [] if uses & seen else sorted(uses)
-
-
-def _columnar(det: Detector) -> bool:
-    """A column detector: it judges whole columns (``observe_series``), never single Scalars."""
-    return _optional(det, "observe_series") is not None
 
 
 def _wanted(det: Detector) -> set[str]:
     """``needs``: required signals; ``uses``: optional ones that enrich the evidence."""
-    return set(det.needs) | _uses(det)
-
-
-def _uses(det: Detector) -> set[str]:
-    """The optional ``uses`` of the Detector protocol; none when the detector has no such member."""
-    uses: Iterable[str] = getattr(det, "uses", ())
-    return set(uses)
-
-
-def _optional(det: Detector, name: str) -> Hook | None:
-    """An optional method of the Detector protocol (``finish``, ``observe_series``), bound to
-    ``det``; None when the detector has no such member: the engine does nothing in its place."""
-    hook: Hook | None = getattr(det, name, None)
-    return hook
+    return set(det.needs) | set(det.uses)
 
 
 # ---- state across a resume (Engine.state_dict) -------------------------------------------------

@@ -1,8 +1,8 @@
-"""A detector's history across a resume, as plain data (``Stateful``; ``Engine.state_dict``).
+"""A detector's history across a resume, as plain data (``Detector.carry``; ``Engine.state_dict``).
 
 Each detector names the attributes that stay true in a new process (values measured in the
-run, counts towards a threshold, bounded windows of them) in a tuple ``_CARRIED``, and its
-``state_dict``/``load_state_dict`` are ``save(self, _CARRIED)``/``load(self, state, _CARRIED)``. Nothing
+run, counts towards a threshold, bounded windows of them) in its ``carry``, which
+``Detector.state_dict``/``load_state_dict`` save and load with these functions. Nothing
 else carries over: object ids, iterator counts and timestamps belong to the old process (a
 generic "save every attribute" made a resumed run report a repeated batch).
 

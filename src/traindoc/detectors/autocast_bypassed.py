@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import AutocastCheck, Event
 from traindoc.findings import Finding
@@ -61,24 +61,23 @@ _FIX = {
 }
 
 
-# What carries over a resume (Engine.state_dict): the sampled steps checked and those that ran
-# matmuls in float32 (counts towards confirm), the first and latest of them.
-_CARRIED = ("_bad", "_checked", "_first", "_last")
-
-
-class AutocastBypassed:
+class AutocastBypassed(Detector):
     """On at least ``confirm`` sampled steps of a mixed-precision run (an autocast region was
     active in a training forward, or a GradScaler scaled the loss), matmul-heavy modules
     (Linear, Conv, attention) holding at least ``min_share`` of those modules' parameters ran
     with float32 weights and produced float32 outputs. Small float32 heads (a router, the LM
     head kept in fp32 on purpose) stay below the share."""
 
-    id: ClassVar[str] = "autocast-bypassed"
-    needs: ClassVar[frozenset[str]] = frozenset({"autocast"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "autocast-bypassed"
+    needs = frozenset({"autocast"})
+    examples = (
         Example("live_amp_ckpt/golden/autocast_outside.jsonl", 0),
         Example("live_amp_ckpt/golden/autocast_applied.jsonl", None),
     )
+
+    # Carried over a resume: the sampled steps checked and those that ran matmuls in float32 (counts
+    # towards confirm), the first and latest of them.
+    carry = ("_bad", "_checked", "_first", "_last")
 
     @dataclass(frozen=True)
     class Config:
@@ -98,13 +97,6 @@ class AutocastBypassed:
         self._last: AutocastCheck | None = None
         self._bad = 0
         self._checked = 0
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, AutocastCheck)

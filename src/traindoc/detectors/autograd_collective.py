@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import CollectiveInGraph, Event
 from traindoc.findings import Finding
 
 
-class AutogradCollective:
+class AutogradCollective(Detector):
     """Fires at the first ``CollectiveInGraph`` (a collective called with grad mode on, on a
     tensor that requires grad); the evidence lists every such call site seen by then."""
 
-    id: ClassVar[str] = "autograd-collective"
-    needs: ClassVar[frozenset[str]] = frozenset({"collective"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "autograd-collective"
+    needs = frozenset({"collective"})
+    examples = (
         Example("zoo/ddp_allreduce_loss.py", 0),
         Example("zoo/healthy_ddp_ema.py", None),
     )
@@ -35,9 +36,6 @@ class AutogradCollective:
             return
         self._sites.append(event)
         yield self._finding()
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
     def _finding(self) -> Finding:
         first = self._sites[0]

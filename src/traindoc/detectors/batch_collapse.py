@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
 from traindoc.events import BatchShape, Event
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the collapsed batches in a row so far (at most
-# confirm) and whether it fired.
-_CARRIED = ("_run", "_fired")
-
-
-class BatchCollapse:
+class BatchCollapse(Detector):
     """The sampler draws ``drawn`` >= 4 samples per batch, but every tensor of the collated
     batch has leading dimension 1, on ``confirm`` sampled batches: the collate function (a
     processor, a tokenizer call) treated the list of samples as one sample, so the model trains
@@ -25,13 +20,17 @@ class BatchCollapse:
     (``position_ids``/``cu_seq_lens``: padding-free collators concatenate on purpose),
     loaders without automatic batching (``batch_size=None``)."""
 
-    id: ClassVar[str] = "batch-collapse"
-    needs: ClassVar[frozenset[str]] = frozenset({"batch_shape"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "batch-collapse"
+    needs = frozenset({"batch_shape"})
+    examples = (
         Example("zoo/batch_collapse_processor.py", 0),
         Example("zoo/healthy_packed_batches.py", None),
         Example("zoo/healthy_mlp.py", None),
     )
+
+    # Carried over a resume: the collapsed batches in a row so far (at most confirm) and whether it
+    # fired.
+    carry = ("_run", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -49,13 +48,6 @@ class BatchCollapse:
         self._run: list[BatchShape] = []  # collapsed batches in a row
         self._fired = False
 
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
-
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, BatchShape)
         if self._fired or event.last or event.packed or event.drawn < self.config.min_drawn:
@@ -67,9 +59,6 @@ class BatchCollapse:
         if len(self._run) >= self.config.confirm:
             self._fired = True
             yield self._finding()
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
     def _finding(self) -> Finding:
         first = self._run[0]

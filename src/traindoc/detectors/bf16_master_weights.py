@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
 from traindoc.events import Cast, Event, Optimizer, ParamStats
 from traindoc.findings import Finding
@@ -25,15 +26,15 @@ _FRAMEWORK_FIX = {
 }
 
 
-class Bf16MasterWeights:
+class Bf16MasterWeights(Detector):
     """An optimizer trains parameters stored in bf16/fp16 (the model was cast, e.g.
     ``model.to(torch.bfloat16)``) instead of fp32 parameters with autocast. The evidence names
     the cast's file:line when the live source saw it."""
 
-    id: ClassVar[str] = "bf16-master-weights"
-    needs: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    uses: ClassVar[frozenset[str]] = frozenset({"cast", "params"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "bf16-master-weights"
+    needs = frozenset({"optimizer"})
+    uses = frozenset({"cast", "params"})
+    examples = (
         Example("demo_scripts/bf16_master.py", 0),
         Example("demo_scripts/healthy_bf16_autocast.py", None),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", 20),  # ckpt: bf16 optimizer state
@@ -80,6 +81,3 @@ class Bf16MasterWeights:
                       "cast_by": cast.via if cast else ""},
             where=[cast.where] if cast and cast.where else [],
         )
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
 from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
 from traindoc.events import Checkpoint, Event, GradScale, RunStart, ScaledClip, SchedulerStep
 from traindoc.findings import Finding
@@ -41,12 +42,7 @@ ENTRY = {
 }
 
 
-# What carries over a resume (Engine.state_dict): the training checkpoints written (the first 64),
-# and whether the run steps a GradScaler or LR schedulers (their classes).
-_CARRIED = ("_ckpts", "_scaler", "_schedulers")
-
-
-class CheckpointIncomplete:
+class CheckpointIncomplete(Detector):
     """A training checkpoint (weights plus some training state) misses the optimizer state, the
     step/epoch counter, or the LR scheduler's state when there is a scheduler to restore.
 
@@ -79,10 +75,10 @@ class CheckpointIncomplete:
     statistics anywhere in the file), the buffers count as missing whatever ``required`` says.
     Checkpoints are judged at the end, when all is known."""
 
-    id: ClassVar[str] = "checkpoint-incomplete"
-    needs: ClassVar[frozenset[str]] = frozenset({"train_state"})
-    uses: ClassVar[frozenset[str]] = frozenset({"amp", "scheduler", "run"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "checkpoint-incomplete"
+    needs = frozenset({"train_state"})
+    uses = frozenset({"amp", "scheduler", "run"})
+    examples = (
         Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
         Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
         Example("ckpt/golden/incomplete_meta_only.jsonl", -1),
@@ -95,6 +91,10 @@ class CheckpointIncomplete:
         Example("zoo/healthy_nanogpt.py", None),
         Example("zoo/healthy_nanogpt_resume.py", None),
     )
+
+    # Carried over a resume: the training checkpoints written (the first 64), and whether the run
+    # steps a GradScaler or LR schedulers (their classes).
+    carry = ("_ckpts", "_scaler", "_schedulers")
 
     @dataclass(frozen=True)
     class Config:
@@ -115,11 +115,8 @@ class CheckpointIncomplete:
         self._schedulers: set[str] = set()  # live: LR scheduler classes the run stepped
 
     def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return {**_carry.save(self, _CARRIED), "_ckpts": _carry.encode(self._ckpts[:64])}
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
+        """``carry``, a bounded part of it (a long run's history must not grow a checkpoint)."""
+        return {**super().state_dict(), "_ckpts": _carry.encode(self._ckpts[:64])}
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Checkpoint):

@@ -3,34 +3,34 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
 from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, SaveFile
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the files saved and not yet moved into place
-# (the latest 64 paths: a later save over one of them is the failure) and the first save in place.
-_CARRIED = ("_direct", "_first", "_steps", "_others", "_overwrote_existing")
-
-
-class CheckpointNotAtomic:
+class CheckpointNotAtomic(Detector):
     """``torch.save`` wrote a checkpoint over the previous one in place: a second save to the same
     path while the first file is still there (not renamed away in between), or a training
     checkpoint written over a file that already existed (from an earlier run) and never moved.
     Saves to paths that change (``ckpt_step_1200.pt``) and saves to a temporary file then moved
     into place with ``os.replace``/``os.rename``/``shutil.move``/``Path.rename`` stay quiet."""
 
-    id: ClassVar[str] = "checkpoint-not-atomic"
-    needs: ClassVar[frozenset[str]] = frozenset({"save"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "checkpoint-not-atomic"
+    needs = frozenset({"save"})
+    examples = (
         Example("zoo/ckpt_not_atomic.py", 20),
         Example("zoo/healthy_ckpt_resume.py", None),
         Example("zoo/ckpt_incomplete.py", None),
     )
+
+    # Carried over a resume: the files saved and not yet moved into place (the latest 64 paths: a
+    # later save over one of them is the failure) and the first save in place.
+    carry = ("_direct", "_first", "_steps", "_others", "_overwrote_existing")
 
     @dataclass(frozen=True)
     class Config:
@@ -45,12 +45,9 @@ class CheckpointNotAtomic:
         self._overwrote_existing = False
 
     def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
+        """``carry``, a bounded part of it (a long run's history must not grow a checkpoint)."""
         latest = dict(list(self._direct.items())[-64:])
-        return {**_carry.save(self, _CARRIED), "_direct": _carry.encode(latest)}
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
+        return {**super().state_dict(), "_direct": _carry.encode(latest)}
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, SaveFile)

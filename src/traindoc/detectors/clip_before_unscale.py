@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Optimizer, ScaledClip
@@ -14,24 +14,23 @@ from traindoc.findings import EvidenceValue, Finding
 _ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adagrad", "RMSprop", "Adafactor", "Lion")
 
 
-# What carries over a resume (Engine.state_dict): the clips of still-scaled gradients (how many,
-# the first 200) and the optimizer quoted.
-_CARRIED = ("_calls", "_count", "_optimizer", "_lr")
-
-
-class ClipBeforeUnscale:
+class ClipBeforeUnscale(Detector):
     """``clip_grad_norm_`` or ``clip_grad_value_`` ran after ``scaler.scale(loss).backward()`` and
     before ``scaler.unscale_(optimizer)`` for the optimizer holding the clipped parameters: the
     clip compares gradients multiplied by the scale (65536 at the start) with max_norm, and
     ``scaler.step`` divides them by the scale afterwards. Fires at the first such call."""
 
-    id: ClassVar[str] = "clip-before-unscale"
-    needs: ClassVar[frozenset[str]] = frozenset({"amp"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "clip-before-unscale"
+    needs = frozenset({"amp"})
+    uses = frozenset({"optimizer"})
+    examples = (
         Example("zoo/amp_clip_before_unscale.py", 0),
         Example("zoo/healthy_amp.py", None),
     )
+
+    # Carried over a resume: the clips of still-scaled gradients (how many, the first 200) and the
+    # optimizer quoted.
+    carry = ("_calls", "_count", "_optimizer", "_lr")
 
     @dataclass(frozen=True)
     class Config:
@@ -43,13 +42,6 @@ class ClipBeforeUnscale:
         self._count = 0
         self._optimizer = ""
         self._lr: float | None = None
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Clip, Event
 from traindoc.findings import Finding
 
 
-class ClippingEveryStep:
+class ClippingEveryStep(Detector):
     """Over at least ``min_calls`` calls, clip_grad_norm_ clipped on ``rate`` of them and the
     median norm was ``factor`` times max_norm or more: the update is the gradient's direction
     times a constant, so the LR schedule no longer sets the step size. Past 1,024 calls the
     median is that of an even sample of them (the state stays bounded)."""
 
-    id: ClassVar[str] = "clipping-every-step"
-    needs: ClassVar[frozenset[str]] = frozenset({"clip"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "clipping-every-step"
+    needs = frozenset({"clip"})
+    examples = (
         Example("zoo/exploding_acyclicity.py", 0),
         Example("zoo/healthy_mlp.py", None),
         Example("fixtures/logs/csv/clipped_every_step.csv", 0, ("--max-norm", "1")),
         Example("fixtures/logs/csv/healthy.csv", None, ("--max-norm", "1")),
     )
+
+    # Carried over a resume: the calls before it count towards min_calls.
+    carry = ("_ratios", "_first", "_max_norm", "_where", "_via", "_fired", "_clipped", "_next_check")
 
     @dataclass(frozen=True)
     class Config:
@@ -64,21 +68,6 @@ class ClippingEveryStep:
             if self._bad():
                 self._fired = True
                 yield self._finding()
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history survives a resume: the calls before it count towards min_calls."""
-        r = self._ratios
-        return {"ratios": [r.cap, r.stride, r.count, list(r.values)], "first": self._first,
-                "max_norm": self._max_norm, "where": self._where, "via": self._via, "fired": self._fired,
-                "clipped": self._clipped, "next_check": self._next_check}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        r = self._ratios
-        r.cap, r.stride, r.count, values = state["ratios"]
-        r.values = [float(v) for v in values]
-        self._first, self._max_norm, self._where = state["first"], state["max_norm"], state["where"]
-        self._via = str(state.get("via", self._via))
-        self._fired, self._clipped, self._next_check = state["fired"], state["clipped"], state["next_check"]
 
     def finish(self) -> Iterator[Finding]:
         if self._fired or self._bad():

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned
 from traindoc.events import Event, LoaderWait
@@ -28,7 +29,7 @@ def _weighted_median(values: Thinned, weights: Thinned) -> float:
 _CAP = 512  # events kept (each covers the steps since the previous one): exact below this
 
 
-class DataStarvation:
+class DataStarvation(Detector):
     """Over at least ``min_steps`` training steps (iterator start-up steps left out, live), the
     median time per step spent in the DataLoader's ``__next__`` is ``share`` or more of the
     median step time and at least ``min_wait_s``: the loop, and the accelerator, wait for data.
@@ -37,9 +38,9 @@ class DataStarvation:
     step (the toy runs of the zoo), which more workers would not make a starvation fix. Past 512
     measurements the medians are those of an even sample of them."""
 
-    id: ClassVar[str] = "data-starvation"
-    needs: ClassVar[frozenset[str]] = frozenset({"data_wait"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "data-starvation"
+    needs = frozenset({"data_wait"})
+    examples = (
         Example("zoo/data_starvation.py", -1),
         Example("zoo/healthy_mlp.py", None),
         Example("live/golden/data_starvation.jsonl", -1),

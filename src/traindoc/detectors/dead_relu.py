@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
 from traindoc.events import Activation, Event
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): each module's latest measurement and the step
-# where it fired (the evidence at the end).
-_CARRIED = ("_latest", "_first")
-
-
-class DeadRelu:
+class DeadRelu(Detector):
     """A ReLU module where at least ``share`` of its units were never positive on any batch of a
     window of ``min_batches`` or more sampled batches (the source reports one dead share per
     window: a unit that dies mid-run must not count as alive because it fired at step 0)."""
 
-    id: ClassVar[str] = "dead-relu"
-    needs: ClassVar[frozenset[str]] = frozenset({"activations"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "dead-relu"
+    needs = frozenset({"activations"})
+    examples = (
         Example("zoo/dead_relu.py", -1),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_cnn_bn.py", None),
     )
+
+    # Carried over a resume: each module's latest measurement and the step where it fired (the
+    # evidence at the end).
+    carry = ("_latest", "_first")
 
     @dataclass(frozen=True)
     class Config:
@@ -43,13 +42,6 @@ class DeadRelu:
         self.config = config or self.Config()
         self._latest: dict[str, Activation] = {}
         self._first: int | None = None
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Activation)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
@@ -18,12 +18,7 @@ if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face s
     from traindoc.detectors import _vector as vec
 
 
-# What carries over a resume (Engine.state_dict): the smoothing window, the initial, best, latest
-# and peak levels, and where it fired.
-_CARRIED = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_phase")
-
-
-class Divergence:
+class Divergence(Detector):
     """The smoothed loss (median of the last ``smooth`` finite values) rises to ``factor`` times
     its best so far and above its initial level, or the loss turns NaN/Inf after the smoothed
     loss rose ``nan_rise`` times above its best. Comparing with the initial level too keeps a
@@ -33,16 +28,20 @@ class Divergence:
     columns the engine delivers; the same findings however a column is cut.
     """
 
-    id: ClassVar[str] = "divergence"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss"})
-    uses: ClassVar[frozenset[str]] = frozenset({"phase"})  # the loss starts over at a new phase
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "divergence"
+    needs = frozenset({"loss"})
+    uses = frozenset({"phase"})  # the loss starts over at a new phase
+    examples = (
         Example("zoo/divergence.py", -1),
         Example("golden/diverging_loss.jsonl", 18),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("fixtures/logs/tensorboard/diverging", 144),
         Example("fixtures/logs/tensorboard/healthy", None),
     )
+
+    # Carried over a resume: the smoothing window, the initial, best, latest and peak levels, and
+    # where it fired.
+    carry = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_phase")
 
     @dataclass(frozen=True)
     class Config:
@@ -66,13 +65,6 @@ class Divergence:
         self._last = math.nan  # the latest smoothed loss
         self._peak = -math.inf
         self._fired: tuple[int, float, str] | None = None
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point, as a column of one (the engine sends columns)."""

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import EvalBeforeTrain, Event
 from traindoc.findings import Finding
 
 
-class EvalBeforeTrainForward:
+class EvalBeforeTrainForward(Detector):
     """A module ran in eval mode before any training-mode forward, and the state it then
     relies on is measurably wrong: legacy ``spectral_norm`` divided its weight by a
     power-iteration estimate of the spectral norm ``factor`` times off the measured one. A
@@ -18,9 +19,9 @@ class EvalBeforeTrainForward:
     BatchNorm at its initial statistics (identity normalization: a sanity validation of a
     fresh model is not wrong)."""
 
-    id: ClassVar[str] = "eval-before-train-forward"
-    needs: ClassVar[frozenset[str]] = frozenset({"eval_order"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "eval-before-train-forward"
+    needs = frozenset({"eval_order"})
+    examples = (
         Example("zoo/spectral_norm_sanity_eval.py", 0),
         Example("zoo/healthy_spectral_norm_parametrized.py", None),
     )

@@ -5,25 +5,19 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Iterable, Mapping
+from typing import Callable, Iterable
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar, Series, scalars
 from traindoc.findings import EvidenceValue, Finding
 
 
-# What carries over a resume (Engine.state_dict): the windows of Gini values (logged, and computed
-# from per-expert loads per layer), the router entropy's start and window, the loads of the step
-# being gathered, and where it fired, peaked and ended.
-_CARRIED = ("_recent", "_gini_first", "_entropy", "_entropy_first", "_entropy_recent", "_entropy_at_fire",
-            "_loads", "_pending", "_pending_step", "_shares", "_fired", "_kind", "_last", "_peak", "_high",
-            "_group")
 _FIRST = 3  # values that say where a statistic started
 
 
-class ExpertCollapse:
+class ExpertCollapse(Detector):
     """The expert load concentrates on a few experts, judged from whichever statistic the run
     logs, each as a median over the last ``window`` values:
 
@@ -46,10 +40,10 @@ class ExpertCollapse:
     entropy as experts specialize) stay quiet.
     """
 
-    id: ClassVar[str] = "expert-collapse"
-    needs: ClassVar[frozenset[str]] = frozenset()  # any one of uses (an instance adds the loads)
-    uses: ClassVar[frozenset[str]] = frozenset({"expert_gini", "expert_entropy"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "expert-collapse"
+    # no needs: any one of uses (an instance adds the loads)
+    uses = frozenset({"expert_gini", "expert_entropy"})
+    examples = (
         Example("fixtures/logs/golden/expert_collapse.jsonl", 13),
         Example("fixtures/logs/meaning/moe_expert_loads_collapse.csv", 380),
         Example("fixtures/logs/meaning/moe_frac_collapse.jsonl", 1080),
@@ -60,6 +54,13 @@ class ExpertCollapse:
         Example("fixtures/logs/meaning/moe_frac_balanced.jsonl", None),
         Example("fixtures/logs/seeds/seed000_healthy.csv", None),
     )
+
+    # Carried over a resume: the windows of Gini values (logged, and computed from per-expert loads
+    # per layer), the router entropy's start and window, the loads of the step being gathered, and
+    # where it fired, peaked and ended.
+    carry = ("_recent", "_gini_first", "_entropy", "_entropy_first", "_entropy_recent", "_entropy_at_fire",
+                "_loads", "_pending", "_pending_step", "_shares", "_fired", "_kind", "_last", "_peak", "_high",
+                "_group")
 
     @dataclass(frozen=True)
     class Config:
@@ -85,9 +86,8 @@ class ExpertCollapse:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         if self.config.loads:
-            # Per instance: the per-expert loads are routed to it too (the Detector protocol
-            # declares uses as a ClassVar for the class's default).
-            self.uses = type(self).uses | frozenset(self.config.loads)  # type: ignore[misc]
+            # Per instance: the per-expert loads are routed to it too.
+            self.uses = type(self).uses | frozenset(self.config.loads)
         w = self.config.window
         self._recent: deque[float] = deque(maxlen=w)  # logged Gini
         self._gini_first: list[float] = []
@@ -105,13 +105,6 @@ class ExpertCollapse:
         self._last: tuple[int, float] = (0, math.nan)
         self._peak: tuple[int, float] = (0, -math.inf)
         self._high = 0  # values past the threshold since firing
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Clip, Event, ParamStats, Scalar, Series
@@ -16,13 +16,7 @@ if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face s
     import numpy as np
 
 
-# What carries over a resume (Engine.state_dict): the first norms (the growth reference), the
-# running streak, the median sample and the latest per-parameter measurements.
-_CARRIED = ("_grad_sq", "_param_sq", "_step_sq", "_clipped", "_share", "_early", "_last_step", "_n", "_first",
-            "_top", "_last", "_sample", "_streak", "_streak_start", "_fired", "_reference")
-
-
-class ExplodingGradients:
+class ExplodingGradients(Detector):
     """The total gradient norm (before clipping; one per step, the step's first) stays, for
     ``window`` consecutive measurements, orders of magnitude above a reference taken from the
     run itself. A norm has no scale of its own, so the reference is what the source offers:
@@ -49,10 +43,10 @@ class ExplodingGradients:
     delivers; the same findings however a column is cut.
     """
 
-    id: ClassVar[str] = "exploding-gradients"
-    needs: ClassVar[frozenset[str]] = frozenset({"grad_norm"})
-    uses: ClassVar[frozenset[str]] = frozenset({"params", "clip"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "exploding-gradients"
+    needs = frozenset({"grad_norm"})
+    uses = frozenset({"params", "clip"})
+    examples = (
         Example("zoo/exploding_acyclicity.py", 0),
         Example("zoo/divergence.py", -1),
         Example("golden/healthy_noisy_loss.jsonl", None),
@@ -61,6 +55,11 @@ class ExplodingGradients:
         Example("fixtures/logs/seeds/seed001_grad_f1.csv", 0),
         Example("fixtures/logs/hf/healthy", None),
     )
+
+    # Carried over a resume: the first norms (the growth reference), the running streak, the median
+    # sample and the latest per-parameter measurements.
+    carry = ("_grad_sq", "_param_sq", "_step_sq", "_clipped", "_share", "_early", "_last_step", "_n", "_first",
+                "_top", "_last", "_sample", "_streak", "_streak_start", "_fired", "_reference")
 
     @dataclass(frozen=True)
     class Config:
@@ -97,13 +96,6 @@ class ExplodingGradients:
         self._streak_start = 0  # ... from this step
         self._fired: int | None = None  # the step where the streak that fired began
         self._reference = ("", math.nan)  # what the norm was compared with where it fired
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, ParamStats):

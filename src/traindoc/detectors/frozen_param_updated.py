@@ -3,34 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, FreezeSkipped, Optimizer, ParamStats
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the optimizers' groups, the frozen parameters
-# that moved, and the freezes that never ran.
-_CARRIED = ("_opt", "_moved", "_skipped", "_unfrozen")
-
-
-class FrozenParamUpdated:
+class FrozenParamUpdated(Detector):
     """An optimizer step changed a parameter whose requires_grad is False: the freeze does not
     hold (momentum or weight decay keep moving it through a stale zero gradient). Also: an
     optimizer step changed a parameter that a module's ``train()`` override would freeze, when
     that override never ran before training (``FreezeSkipped``): the freeze never happened."""
 
-    id: ClassVar[str] = "frozen-param-updated"
-    needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer", "freeze"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "frozen-param-updated"
+    needs = frozenset({"params"})
+    uses = frozenset({"optimizer", "freeze"})
+    examples = (
         Example("zoo/frozen_param_updated.py", 10),
         Example("zoo/freeze_in_train_never_called.py", 0),
         Example("zoo/healthy_freeze_in_train.py", None),
         Example("zoo/healthy_finetune.py", None),
     )
+
+    # Carried over a resume: the optimizers' groups, the frozen parameters that moved, and the
+    # freezes that never ran.
+    carry = ("_opt", "_moved", "_skipped", "_unfrozen")
 
     @dataclass(frozen=True)
     class Config:
@@ -42,13 +41,6 @@ class FrozenParamUpdated:
         self._moved: dict[str, tuple[int, float, int]] = {}
         self._skipped: dict[str, FreezeSkipped] = {}  # parameter -> the freeze that never ran
         self._unfrozen: dict[str, tuple[int, float]] = {}  # of those, moved: (step, change)
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -3,34 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): which parameters got gradients and how far each
-# moved, their optimizer groups' LRs and the span of steps (judged at the end over the whole run).
-_CARRIED = ("_lr", "_opt", "_info", "_moved", "_graded", "_first_step", "_last_step", "_diff")
-
-
-class FrozenParameters:
+class FrozenParameters(Detector):
     """Parameters with requires_grad, held by an optimizer and receiving gradients, whose sampled
     elements never moved from their first value over at least ``min_steps`` steps. (Parameters
     with no gradient at all are no-gradient.) Judged at the end of the run."""
 
-    id: ClassVar[str] = "frozen-parameters"
-    needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "frozen-parameters"
+    needs = frozenset({"params"})
+    uses = frozenset({"optimizer"})
+    examples = (
         Example("zoo/frozen_temperature.py", 0),
         Example("demo_scripts/bf16_master.py", 0),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", 1),
         Example("ckpt/golden/tiny_lr_diff.jsonl", None),
         Example("zoo/healthy_finetune.py", None),
     )
+
+    # Carried over a resume: which parameters got gradients and how far each moved, their optimizer
+    # groups' LRs and the span of steps (judged at the end over the whole run).
+    carry = ("_lr", "_opt", "_info", "_moved", "_graded", "_first_step", "_last_step", "_diff")
 
     @dataclass(frozen=True)
     class Config:
@@ -46,13 +45,6 @@ class FrozenParameters:
         self._first_step: int | None = None
         self._last_step = 0
         self._diff = False
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, GradScale, Optimizer
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the scale's history, the skip window and counts,
-# and whether the initial back-off is over (a restored GradScaler does not back off again).
-_CARRIED = ("_recent", "_calibrating", "_initial_skips", "_updates", "_skipped", "_initial",
-            "_scale", "_lowest", "_series", "_nan", "_inf", "_optimizer", "_lr", "_where",
-            "_first", "_why", "_fall_start")
-
-
-class GradScalerCollapse:
+class GradScalerCollapse(Detector):
     """``torch.amp.GradScaler`` halves its scale and skips ``optimizer.step()`` whenever the
     gradients hold Inf or NaN. Fires when the scale falls below ``min_scale`` (the gradients
     overflow fp16 even unscaled, or hold NaN that no scale fixes), or when, after the initial
@@ -27,14 +20,20 @@ class GradScalerCollapse:
     at least ``rate`` of ``window`` consecutive steps were skipped (judged at the end on at least
     ``min_updates`` steps when the run is shorter than a window)."""
 
-    id: ClassVar[str] = "grad-scaler-collapse"
-    needs: ClassVar[frozenset[str]] = frozenset({"amp"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "grad-scaler-collapse"
+    needs = frozenset({"amp"})
+    uses = frozenset({"optimizer"})
+    examples = (
         Example("zoo/amp_scaler_collapse.py", -1),
         Example("zoo/healthy_amp.py", None),
         Example("zoo/amp_clip_before_unscale.py", None),
     )
+
+    # Carried over a resume: the scale's history, the skip window and counts, and whether the
+    # initial back-off is over (a restored GradScaler does not back off again).
+    carry = ("_recent", "_calibrating", "_initial_skips", "_updates", "_skipped", "_initial",
+                "_scale", "_lowest", "_series", "_nan", "_inf", "_optimizer", "_lr", "_where",
+                "_first", "_why", "_fall_start")
 
     @dataclass(frozen=True)
     class Config:
@@ -72,13 +71,6 @@ class GradScalerCollapse:
         self._first: int | None = None
         self._why = ""
         self._fall_start: int | None = None  # first skip since the scale last grew
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import Ema, robust_z
 from traindoc.events import Event, Scalar, Series, Phase
@@ -19,12 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-# What carries over a resume (Engine.state_dict): the moving average, its window and the spikes so
-# far (the first loss sets the rise that counts).
-_CARRIED = ("_ema", "_recent", "_first", "_seen", "_spikes", "_count", "_pending", "_phase")
-
-
-class LossSpike:
+class LossSpike(Detector):
     """The loss jumps to several times its moving average in one step.
 
     A spike must clear three bars, so that ordinary minibatch noise never fires: the ratio to
@@ -39,16 +35,20 @@ class LossSpike:
     one point, for the rollback guard, which must see every spike as it resolves.
     """
 
-    id: ClassVar[str] = "loss-spike"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss"})
-    uses: ClassVar[frozenset[str]] = frozenset({"phase"})  # the loss starts over at a new phase
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "loss-spike"
+    needs = frozenset({"loss"})
+    uses = frozenset({"phase"})  # the loss starts over at a new phase
+    examples = (
         Example("golden/loss_spike.jsonl", 30),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("zoo/loss_spike.py", -1),
         Example("fixtures/logs/csv/loss_spike.csv", 170),
         Example("fixtures/logs/csv/healthy.csv", None),
     )
+
+    # Carried over a resume: the moving average, its window and the spikes so far (the first loss
+    # sets the rise that counts).
+    carry = ("_ema", "_recent", "_first", "_seen", "_spikes", "_count", "_pending", "_phase")
 
     @dataclass(frozen=True)
     class Config:
@@ -77,12 +77,9 @@ class LossSpike:
         self._unfolded: np.ndarray | None = None  # points that entered the average, not yet _ema
 
     def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
+        """``carry``, with the average of the points taken in so far."""
         self._fold()  # the average of the points taken in so far
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
+        return super().state_dict()
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point: the judgement itself (the rollback guard feeds its own instance
@@ -235,9 +232,6 @@ class LossSpike:
             if weight == before:
                 break
         self._ema.load_state_dict({"avg": avg, "weight": weight})
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
     def _finding(self) -> Finding:
         step, x, avg = self._spikes[0]

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, LossTerm
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the step being gathered (its rows), the current
-# streak (at most confirm steps) and the streak that fired, in its bounded summary.
-_CARRIED = ("_step", "_rows", "_streak", "_measured", "_fired")
-
-
-class LossTermImbalance:
+class LossTermImbalance(Detector):
     """On ``confirm`` measured steps in a row, the same term supplies at least ``share`` of the
     summed gradient norms of the terms, both over the parameters that at least two terms reach
     and over all the parameters the loss reaches, and
@@ -28,9 +23,9 @@ class LossTermImbalance:
     weighted 0.01 is the intended balance and stays quiet, as do terms without weights.
     """
 
-    id: ClassVar[str] = "loss-term-imbalance"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss_terms"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "loss-term-imbalance"
+    needs = frozenset({"loss_terms"})
+    examples = (
         Example("live_metrics/golden/loss_term_imbalance.jsonl", 0),
         Example("live_metrics/golden/healthy_moe_terms.jsonl", None),
         Example("zoo/loss_term_imbalance.py", 0),
@@ -38,6 +33,10 @@ class LossTermImbalance:
         Example("zoo/healthy_multitask.py", None),
         Example("zoo/healthy_moe.py", None),
     )
+
+    # Carried over a resume: the step being gathered (its rows), the current streak (at most confirm
+    # steps) and the streak that fired, in its bounded summary.
+    carry = ("_step", "_rows", "_streak", "_measured", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -59,13 +58,6 @@ class LossTermImbalance:
         self._streak: list[tuple[int, str, list[LossTerm]]] = []
         self._fired: _Streak | None = None
         self._measured = 0
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED, (_Streak,))
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, LossTerm)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Sequence
+from typing import Iterator, Sequence
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Checkpoint, Event, StateLoad
 from traindoc.findings import Finding
 
 
-class LrOverriddenByCheckpoint:
+class LrOverriddenByCheckpoint(Detector):
     """The LR stored in a checkpoint's optimizer state is what ``optimizer.load_state_dict``
     restores on resume. Fires when ``expected_lr`` (``--expect-lr``: the LR you configure now) is
     none of the LRs the checkpoint would restore in any group (its ``initial_lr``, OneCycleLR's
@@ -31,10 +32,10 @@ class LrOverriddenByCheckpoint:
     (or ``initial_lr``) itself in between, as nanoGPT does with ``get_lr(iter_num)`` before
     every step, or as the fix below does after loading."""
 
-    id: ClassVar[str] = "lr-overridden-by-checkpoint"
-    needs: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_state", "checkpoint", "load"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "lr-overridden-by-checkpoint"
+    needs = frozenset({"optimizer"})
+    uses = frozenset({"train_state", "checkpoint", "load"})
+    examples = (
         Example("ckpt/golden/lr_overwritten_after_scheduler.jsonl", 120),
         Example("ckpt/golden/complete_training.jsonl", None),
         Example("zoo/ckpt_lr_overridden.py", 30),

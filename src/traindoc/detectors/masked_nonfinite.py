@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Head
 from traindoc.events import REPLACED, Activation, Backward, Event
@@ -15,14 +15,10 @@ from traindoc.events.steps import ORIGIN, REPLACED_INSIDE
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the non-finite outputs and guards of the steps
-# not yet past, the origins found, and the masked steps (how many, the first 20).
-_CARRIED = ("_nan_out", "_first_module", "_inside", "_born", "_born_module", "_first_born",
-            "_checked", "_at", "_masked")
 INSIDE, OUTSIDE = "inside", "outside"
 
 
-class MaskedNonfinite:
+class MaskedNonfinite(Detector):
     """On a sampled step non-finite values were hidden, yet backward() got a finite value: a
     guard (``if isnan(loss): loss = 1.0``, ``nan_to_num``, ``torch.where(torch.isnan(x), 0,
     x)``, ``masked_fill``, try/except) hides the failure and those values train nothing.
@@ -41,9 +37,9 @@ class MaskedNonfinite:
     replaced.
     """
 
-    id: ClassVar[str] = "masked-nonfinite"
-    needs: ClassVar[frozenset[str]] = frozenset({"activations", "backward"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "masked-nonfinite"
+    needs = frozenset({"activations", "backward"})
+    examples = (
         Example("demo_scripts/nan_masked_loss.py", 0),
         Example("zoo/flow_logdet_nan_to_num.py", 0),
         Example("zoo/hetero_where_isnan.py", 1),
@@ -53,6 +49,11 @@ class MaskedNonfinite:
         Example("zoo/healthy_hetero_softplus.py", None),
         Example("zoo/healthy_padded_attention_nan_guard.py", None),
     )
+
+    # Carried over a resume: the non-finite outputs and guards of the steps not yet past, the
+    # origins found, and the masked steps (how many, the first 20).
+    carry = ("_nan_out", "_first_module", "_inside", "_born", "_born_module", "_first_born",
+                "_checked", "_at", "_masked")
 
     @dataclass(frozen=True)
     class Config:
@@ -73,13 +74,6 @@ class MaskedNonfinite:
         self._checked: set[int] = set()
         self._at: int | None = None  # the step of the latest backward()
         self._masked: Head[tuple[int, float, str, str]] = Head(20)  # (step, value, call site, where)
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):

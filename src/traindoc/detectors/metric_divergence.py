@@ -6,18 +6,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import Iterable
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
-
-
-# What carries over a resume (Engine.state_dict): each metric's smoothing window and its initial,
-# best, latest and peak levels.
-_CARRIED = ("_tracks",)
 
 
 @dataclass
@@ -31,7 +26,7 @@ class _Track:
     last: tuple[int, float] = (0, math.nan)
 
 
-class MetricDivergence:
+class MetricDivergence(Detector):
     """The median of the last ``smooth`` values of a lower-is-better metric reaches ``factor``
     times the best such median and ``above_initial`` times the first one. The smoothing makes
     one bad evaluation not count; the initial-level test keeps a metric that wobbles near 0
@@ -43,13 +38,16 @@ class MetricDivergence:
     table can name others.
     """
 
-    id: ClassVar[str] = "metric-divergence"
-    needs: ClassVar[frozenset[str]] = frozenset({"val_loss"})  # an instance replaces it: see __init__
-    uses: frozenset[str] = frozenset()
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "metric-divergence"
+    needs = frozenset({"val_loss"})  # an instance replaces it: see __init__
+    examples = (
         Example("fixtures/logs/golden/val_loss_explodes.jsonl", 25),
         Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
     )
+
+    # Carried over a resume: each metric's smoothing window and its initial, best, latest and peak
+    # levels.
+    carry = ("_tracks",)
 
     @dataclass(frozen=True)
     class Config:
@@ -70,18 +68,10 @@ class MetricDivergence:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         if self.config.watch:
-            # Per instance: the watched signals. The Detector protocol declares needs as a ClassVar
-            # (the registry reads it on the class); this detector alone narrows it per config.
-            self.needs = frozenset(self.config.watch)  # type: ignore[misc]  # see above
+            # Per instance: the watched signals (the registry reads the class's needs).
+            self.needs = frozenset(self.config.watch)
             self.uses = frozenset({"val_loss"}) - self.needs
         self._tracks: dict[str, _Track] = {}
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED, (_Track,))
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import Iterable
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
@@ -24,11 +24,6 @@ def _outside(x: float, lo: float | None, hi: float | None) -> float:
     return max(lo - x if lo is not None else 0.0, x - hi if hi is not None else 0.0, 0.0)
 
 
-# What carries over a resume (Engine.state_dict): each signal's first and worst value outside its
-# range and how many.
-_CARRIED = ("_out",)
-
-
 @dataclass
 class _Out:
     first: tuple[int, float]
@@ -36,20 +31,23 @@ class _Out:
     count: int = 1
 
 
-class MetricOutOfRange:
+class MetricOutOfRange(Detector):
     """A value outside its signal's valid range by more than ``tolerance`` (relative to the
     bound's scale, so float rounding is not reported): the Gini coefficient of non-negative
     expert loads is in [0, 1), the router entropy is non-negative. NaN/Inf are left to
     nonfinite.
     """
 
-    id: ClassVar[str] = "metric-out-of-range"
-    needs: ClassVar[frozenset[str]] = frozenset({"expert_gini"})
-    uses: ClassVar[frozenset[str]] = frozenset({"expert_entropy"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "metric-out-of-range"
+    needs = frozenset({"expert_gini"})
+    uses = frozenset({"expert_entropy"})
+    examples = (
         Example("fixtures/logs/golden/negative_gini.jsonl", 12),
         Example("fixtures/logs/golden/healthy_moe.jsonl", None),
     )
+
+    # Carried over a resume: each signal's first and worst value outside its range and how many.
+    carry = ("_out",)
 
     @dataclass(frozen=True)
     class Config:
@@ -62,13 +60,6 @@ class MetricOutOfRange:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._out: dict[str, _Out] = {}
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED, (_Out,))
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

@@ -3,29 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): each optimizer's current run of uncleared steps
-# (at most confirm) and the run that fired, in its bounded summary.
-_CARRIED = ("_streak", "_fired", "_open")
-
-
-class MissingZeroGrad:
+class MissingZeroGrad(Detector):
     """On ``confirm`` consecutive sampled steps of one optimizer, its gradients were neither None
     nor zero before any backward() since its previous step: each step's first backward() added
     to the gradient the previous steps left (``carried`` > 0). Gradient accumulation is not this
     failure: it clears once per optimizer step, so the interval before each step starts from
     None or zero however many backward() calls it holds. Needs sampled steps (live)."""
 
-    id: ClassVar[str] = "missing-zero-grad"
-    needs: ClassVar[frozenset[str]] = frozenset({"accumulation"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "missing-zero-grad"
+    needs = frozenset({"accumulation"})
+    examples = (
         Example("zoo/missing_zero_grad.py", 1),
         Example("zoo/manual_sgd_no_zero_grad.py", 1),
         Example("zoo/healthy_manual_sgd.py", None),
@@ -33,6 +28,10 @@ class MissingZeroGrad:
         Example("live/golden/missing_zero_grad.jsonl", 1),
         Example("live/golden/healthy_accumulation.jsonl", None),
     )
+
+    # Carried over a resume: each optimizer's current run of uncleared steps (at most confirm) and
+    # the run that fired, in its bounded summary.
+    carry = ("_streak", "_fired", "_open")
 
     @dataclass(frozen=True)
     class Config:
@@ -49,13 +48,6 @@ class MissingZeroGrad:
         self._streak: dict[int, list[GradAccumulation]] = {}
         self._fired: _Run | None = None  # the run that fired, as long as it goes on
         self._open: int | None = None  # the optimizer whose uncleared run is still going on
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED, (_Run,))
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, GradAccumulation)

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import Iterable
 
 from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, RunStart, Scalar, Series
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the latest logged loss and norm, the hidden
-# steps (counts, the first few and the current streak, at most consecutive long before it fires).
-_CARRIED = ("_loss", "_norm", "_judged", "_streak", "_hidden", "_zero", "_fired", "_shown", "_live")
-
-
-class NanHiddenByLogging:
+class NanHiddenByLogging(Detector):
     """At ``consecutive`` logged steps in a row the gradient norm is NaN/Inf while the loss
     logged for the same step is finite, or at any logged step the norm is non-finite and the
     loss exactly 0. Hugging Face's ``logging_nan_inf_filter=True`` (the default) produces both:
@@ -30,14 +26,18 @@ class NanHiddenByLogging:
     masked-nonfinite judge that stream's NaNs on their own evidence).
     """
 
-    id: ClassVar[str] = "nan-hidden-by-logging"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss", "grad_norm"})
-    uses: ClassVar[frozenset[str]] = frozenset({"run"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "nan-hidden-by-logging"
+    needs = frozenset({"loss", "grad_norm"})
+    uses = frozenset({"run"})
+    examples = (
         Example("fixtures/logs/golden/nan_hidden_by_logging.jsonl", 59),
         Example("fixtures/logs/golden/fp16_overflow_once.jsonl", None),
         Example("fixtures/logs/golden/healthy_logged_run.jsonl", None),
     )
+
+    # Carried over a resume: the latest logged loss and norm, the hidden steps (counts, the first
+    # few and the current streak, at most consecutive long before it fires).
+    carry = ("_loss", "_norm", "_judged", "_streak", "_hidden", "_zero", "_fired", "_shown", "_live")
 
     @dataclass(frozen=True)
     class Config:
@@ -60,13 +60,10 @@ class NanHiddenByLogging:
         self._live = False
 
     def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``; of the streak, what fires: its last
+        """Its history, for a resumed run (``carry``; of the streak, what fires: its last
         ``consecutive`` steps)."""
         streak = _carry.encode(self._streak[-self.config.consecutive:])
-        return {**_carry.save(self, _CARRIED), "_streak": streak}
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
+        return {**super().state_dict(), "_streak": streak}
 
     def observe(self, event: Event) -> Iterable[Finding]:
         if isinstance(event, RunStart):

@@ -4,33 +4,32 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, EvalPass
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the evaluations checked and whether it fired.
-_CARRIED = ("_checked", "_fired")
-
-
-class NondeterministicEval:
+class NondeterministicEval(Detector):
     """On the first forward of an evaluation phase with the whole model in eval mode, live
     traindoc ran the forward a second time on the same input (RNG state and buffers restored
     afterwards) and compared the outputs. Fires when they differ by more than ``tolerance``
     relative to the output's largest magnitude: a random op ignores ``model.eval()``. Differences
     of nondeterministic GPU kernels (about 1e-6 relative) stay below the tolerance."""
 
-    id: ClassVar[str] = "nondeterministic-eval"
-    needs: ClassVar[frozenset[str]] = frozenset({"eval"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "nondeterministic-eval"
+    needs = frozenset({"eval"})
+    examples = (
         Example("zoo/nondeterministic_eval.py", 29),
         Example("zoo/healthy_cnn_bn.py", None),
         Example("live/golden/nondeterministic_eval.jsonl", 29),
         Example("live/golden/healthy_eval.jsonl", None),
     )
+
+    # Carried over a resume: the evaluations checked and whether it fired.
+    carry = ("_checked", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -45,13 +44,6 @@ class NondeterministicEval:
         self._checked = 0
         self._fired = False
 
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
-
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, EvalPass)
         if math.isnan(event.rerun):
@@ -61,9 +53,6 @@ class NondeterministicEval:
             return
         self._fired = True
         yield self._finding(event)
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
     def _finding(self, e: EvalPass) -> Finding:
         where = f" (evaluated at {e.where})" if e.where else ""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Iterator
+from typing import Iterable, Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import (
     SKIPPED_BY_SCALER, Activation, Event, ParamStats, RunStart, Scalar, Series, StepEnd, scalars,
@@ -13,7 +14,7 @@ from traindoc.events import (
 from traindoc.findings import Finding
 
 
-class Nonfinite:
+class Nonfinite(Detector):
     """The first step where the loss, the gradient norm, a gradient or a parameter is NaN/Inf.
 
     The evidence names where it appeared: the first module whose forward output held NaN on
@@ -25,10 +26,10 @@ class Nonfinite:
     steps), not a failure; a scale that keeps collapsing is ``grad-scaler-collapse``'s to judge.
     """
 
-    id: ClassVar[str] = "nonfinite"
-    needs: ClassVar[frozenset[str]] = frozenset()  # any one of its uses: a loss, grads, params
-    uses: ClassVar[frozenset[str]] = frozenset({"loss", "params", "activations", "grad_norm", "run", "step_skipped"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "nonfinite"
+    needs = frozenset()  # any one of its uses: a loss, grads, params
+    uses = frozenset({"loss", "params", "activations", "grad_norm", "run", "step_skipped"})
+    examples = (
         Example("zoo/nonfinite_grad.py", 2),
         Example("golden/nonfinite_loss.jsonl", 12),
         Example("ckpt/golden/nonfinite_param.jsonl", -1),

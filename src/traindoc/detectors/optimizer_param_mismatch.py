@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import Event, ParamStats
 from traindoc.findings import Finding
 
 
-class OptimizerParamMismatch:
+class OptimizerParamMismatch(Detector):
     """Parameters of the model that ran forward and backward receive gradients, but no
     optimizer holds them (the source marks them ``optimizer=-1``): step() updates other tensors.
     """
 
-    id: ClassVar[str] = "optimizer-param-mismatch"
-    needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "optimizer-param-mismatch"
+    needs = frozenset({"params"})
+    examples = (
         Example("zoo/optimizer_mismatch.py", 0),
         Example("zoo/healthy_mlp.py", None),
     )

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, RankParams
 from traindoc.findings import Finding
 
 
-class RankDivergence:
+class RankDivergence(Detector):
     """Compares each rank's parameter fingerprints (``RankParams``) with rank 0's at the same
     sampled step, tensor by tensor, by name; fires at the first step where a tensor differs
     beyond ``rtol`` (relative to the tensor's sum of magnitudes: replicas of a healthy job are
@@ -20,9 +21,9 @@ class RankDivergence:
     a ``Join`` context for ranks with more inputs counts their steps, so ranks that took
     different numbers of steps are compared after the same number of updates."""
 
-    id: ClassVar[str] = "rank-divergence"
-    needs: ClassVar[frozenset[str]] = frozenset({"rank_params"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "rank-divergence"
+    needs = frozenset({"rank_params"})
+    examples = (
         Example("zoo/ddp_raw_module_forward.py", 0),
         Example("zoo/ddp_ema_rank0.py", 0),
         Example("zoo/ddp_clip_one_rank.py", 0),
@@ -77,9 +78,6 @@ class RankDivergence:
             self._fired = True
             yield self._finding(event.step, ref, differing)
         self._forget(event.step)
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
     def _forget(self, step: int) -> None:
         """Keep the few latest steps only: a slow rank delivers late, never a hundred steps late

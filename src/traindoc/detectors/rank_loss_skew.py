@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, RankLoss
@@ -15,7 +16,7 @@ from traindoc.findings import Finding
 MAX_PENDING = 100_000  # steps some rank has not reported yet (about 10 MB)
 
 
-class RankLossSkew:
+class RankLossSkew(Detector):
     """Compares the ranks' own losses step by step (``RankLoss``: each rank's loss on every
     step, sent on sampled steps). Data-parallel ranks train one model on batches drawn from
     one distribution, so which rank has the highest loss at a step is chance: with two ranks a
@@ -25,9 +26,9 @@ class RankLossSkew:
     their median. The sign test needs no noise model: a healthy pair of ranks is on one side
     on 90% of 30 steps with probability below 1e-5, however noisy the batches."""
 
-    id: ClassVar[str] = "rank-loss-skew"
-    needs: ClassVar[frozenset[str]] = frozenset({"rank_loss"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "rank-loss-skew"
+    needs = frozenset({"rank_loss"})
+    examples = (
         Example("zoo/ddp_rank_mislabeled_shard.py", -1),
         Example("zoo/healthy_ddp_shards.py", None),
         Example("zoo/healthy_ddp_ema.py", None),
@@ -77,9 +78,6 @@ class RankLossSkew:
         if found is not None:
             self._fired = True
             yield found
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())
 
     def _forget(self) -> None:
         """Steps wait until every rank reported them: offline, rank 0's whole stream comes

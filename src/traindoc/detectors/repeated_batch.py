@@ -4,8 +4,9 @@ order every epoch, or batches replayed after a resume."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
 from traindoc.detectors._maths import Head
 from traindoc.events import Batch, Checkpoint, Event, StateLoad
@@ -36,7 +37,7 @@ class _Pass:
     last: int = -1  # the highest index drawn
 
 
-class RepeatedBatch:
+class RepeatedBatch(Detector):
     """Four patterns, all measured on DataLoader batches (full-batch training without a loader
     never fires); batches drawn with gradients disabled (an evaluation) are not judged, except
     by the first two.
@@ -64,10 +65,10 @@ class RepeatedBatch:
     show), the others on sampled steps.
     """
 
-    id: ClassVar[str] = "repeated-batch"
-    needs: ClassVar[frozenset[str]] = frozenset({"batch"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_state", "checkpoint", "load"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "repeated-batch"
+    needs = frozenset({"batch"})
+    uses = frozenset({"train_state", "checkpoint", "load"})
+    examples = (
         Example("zoo/repeated_batch.py", 0),
         Example("zoo/ddp_contrastive_no_set_epoch.py", 8),
         Example("zoo/recsys_reseeded_each_epoch.py", 12),

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, InitOverwritten
 from traindoc.findings import Finding
 
 
-class RepeatedInit:
+class RepeatedInit(Detector):
     """While the model was built, a parameter's last initialisation replaced the spread an
     earlier one had given it (std changed by more than 1.5x, or zero against non-zero), and
     that last init was a broader one than the init it overwrote: the code that ran it
@@ -19,9 +20,9 @@ class RepeatedInit:
     blanket first and targeted last (nanoGPT's ``c_proj`` init after ``apply(_init_weights)``),
     is quiet."""
 
-    id: ClassVar[str] = "repeated-init"
-    needs: ClassVar[frozenset[str]] = frozenset({"init"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "repeated-init"
+    needs = frozenset({"init"})
+    examples = (
         Example("zoo/repeated_init_post_init.py", 0),
         Example("zoo/healthy_scaled_init_last.py", None),
         Example("zoo/healthy_gpt.py", None),

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import LOSS_INPUT, Activation, Event
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): each output's counts and recent spreads (deques
-# of 64), and which one fired.
-_CARRIED = ("_outputs",)
-
-
-class SaturatedOutputs:
+class SaturatedOutputs(Detector):
     """On most sampled steps an output hardly varies across the batch: probabilities (values in
     [0, 1]) with a spread below ``spread`` (e.g. all about 0.5), or any output whose spread
     across the batch is below ``relative`` of its overall spread. Judged over the run, for each
@@ -26,12 +22,16 @@ class SaturatedOutputs:
     the logits handed to ``binary_cross_entropy_with_logits``, or ``binary_cross_entropy``'s
     input), wherever the squashing happens."""
 
-    id: ClassVar[str] = "saturated-outputs"
-    needs: ClassVar[frozenset[str]] = frozenset({"activations"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "saturated-outputs"
+    needs = frozenset({"activations"})
+    examples = (
         Example("zoo/saturated_dag_scale.py", 0),
         Example("zoo/healthy_mlp.py", None),
     )
+
+    # Carried over a resume: each output's counts and recent spreads (deques of 64), and which one
+    # fired.
+    carry = ("_outputs",)
 
     @dataclass(frozen=True)
     class Config:
@@ -46,14 +46,14 @@ class SaturatedOutputs:
         self._fired: _Output | None = None
 
     def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``; the output that fired by its name)."""
+        """Its history, for a resumed run (``carry``; the output that fired by its name)."""
         fired = self._fired.module if self._fired is not None else None
-        return {**_carry.save(self, _CARRIED), "fired": fired}
+        return {**super().state_dict(), "fired": fired}
 
     def load_state_dict(self, state: Mapping[str, object]) -> None:
         state = dict(state)
         fired = state.pop("fired")
-        _carry.load(self, state, _CARRIED, (_Output,))
+        super().load_state_dict(state)
         self._fired = self._outputs[str(fired)] if fired is not None else None
 
     def observe(self, event: Event) -> Iterator[Finding]:

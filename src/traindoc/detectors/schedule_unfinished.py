@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, RunEnd, Scalar, ScheduleEnd, StateLoad
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the best validation loss and the evaluations
-# since (an early stop is judged on the whole run); the schedule's end and the run's status come
-# at the end.
-_CARRIED = ("_best", "_since_best", "_evals")
-
-
-class ScheduleUnfinished:
+class ScheduleUnfinished(Detector):
     """A run that ended normally (not a crash, not Ctrl-C) with an LR schedule at under
     ``done`` of its horizon: the loop's step budget and the schedule's were computed
     differently (floor against ceil with gradient accumulation, per-epoch stepping of a
@@ -35,16 +29,20 @@ class ScheduleUnfinished:
     whose step budget still stops short fires). A resumed run in its own process needs nothing:
     the loaded ``last_epoch`` already counts the predecessor's steps."""
 
-    id: ClassVar[str] = "schedule-unfinished"
-    needs: ClassVar[frozenset[str]] = frozenset({"schedule"})
-    uses: ClassVar[frozenset[str]] = frozenset({"end", "val_loss", "load"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "schedule-unfinished"
+    needs = frozenset({"schedule"})
+    uses = frozenset({"end", "val_loss", "load"})
+    examples = (
         Example("zoo/schedule_unfinished_accumulation.py", 16),
         Example("zoo/healthy_accumulation_budget.py", None),
         Example("zoo/healthy_early_stopping.py", None),
         Example("zoo/healthy_preempted_resume.py", None),
         Example("zoo/preempted_resume_short_budget.py", 150),
     )
+
+    # Carried over a resume: the best validation loss and the evaluations since (an early stop is
+    # judged on the whole run); the schedule's end and the run's status come at the end.
+    carry = ("_best", "_since_best", "_evals")
 
     @dataclass(frozen=True)
     class Config:
@@ -65,13 +63,6 @@ class ScheduleUnfinished:
         self._since_best = 0  # evaluations since the best validation loss
         self._evals = 0
         self._loaded: set[str] = set()  # classes of the schedulers whose state was loaded
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, ScheduleEnd):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import Iterable
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, Scalar, SchedulerStep, Series
 from traindoc.findings import Finding
@@ -42,12 +42,7 @@ def cosine_offset(lrs: list[float]) -> tuple[float, float, float, float, float] 
     return s, a, b, w, resid
 
 
-# What carries over a resume (Engine.state_dict): the warmup's LRs so far (at most max_points) and
-# whether it was judged: a resumed run's first LRs are not a warmup.
-_CARRIED = ("_lrs", "_first_step", "_last_step", "_interval", "_done", "_live_fired")
-
-
-class SchedulerBeforeOptimizer:
+class SchedulerBeforeOptimizer(Detector):
     """The logged LR starts with a cosine warmup (OneCycleLR's shape) whose fitted phase says
     the first logged value is the schedule's value one (or two) steps in: the log shows
     ``schedule(1)`` where ``schedule(0)`` belongs. Fires only when the intended first LR is
@@ -66,10 +61,10 @@ class SchedulerBeforeOptimizer:
     so does a schedule that starts at LR 0 (skipping a step with LR 0 is often deliberate).
     """
 
-    id: ClassVar[str] = "scheduler-before-optimizer"
-    needs: ClassVar[frozenset[str]] = frozenset({"lr"})
-    uses: ClassVar[frozenset[str]] = frozenset({"scheduler"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "scheduler-before-optimizer"
+    needs = frozenset({"lr"})
+    uses = frozenset({"scheduler"})
+    examples = (
         Example("zoo/onecycle_prestep.py", 0),
         Example("zoo/healthy_cnn_bn.py", None),
         Example("live/golden/onecycle_prestep.jsonl", 0),
@@ -78,6 +73,10 @@ class SchedulerBeforeOptimizer:
         Example("fixtures/logs/golden/onecycle_correct.jsonl", None),
         Example("fixtures/logs/golden/linear_warmup.jsonl", None),
     )
+
+    # Carried over a resume: the warmup's LRs so far (at most max_points) and whether it was judged:
+    # a resumed run's first LRs are not a warmup.
+    carry = ("_lrs", "_first_step", "_last_step", "_interval", "_done", "_live_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -98,13 +97,6 @@ class SchedulerBeforeOptimizer:
         self._interval = 0  # steps between logged LRs (0: fewer than two yet)
         self._done = False
         self._live_fired = False
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         if isinstance(event, SchedulerStep):

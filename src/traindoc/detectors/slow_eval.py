@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned
 from traindoc.events import Event, EvalPass, RunEnd
 from traindoc.findings import Finding
 
 
-class SlowEval:
+class SlowEval(Detector):
     """Evaluation phases (live: no_grad/inference_mode forward passes after an optimizer step,
     until training resumes) take ``share`` or more of the wall time of the periodic part of the
     run: from the end of the first evaluation to the end of the last, the evaluations in between
     against that span (the script's set-up and a final evaluation do not count). Needs at least
     ``min_evals`` evaluations and a span of ``min_span_s``."""
 
-    id: ClassVar[str] = "slow-eval"
-    needs: ClassVar[frozenset[str]] = frozenset({"eval"})
-    uses: ClassVar[frozenset[str]] = frozenset({"end"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "slow-eval"
+    needs = frozenset({"eval"})
+    uses = frozenset({"end"})
+    examples = (
         Example("live/golden/slow_eval.jsonl", 4),
         Example("live/golden/healthy_eval.jsonl", None),
     )

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.findings import Finding
 
 
-class StaleBnEval:
+class StaleBnEval(Detector):
     """BatchNorm modules whose running statistics are still at their initial values (running_mean
     all 0 and running_var all 1, num_batches_tracked 0) although the model around them was
     trained: the module's affine weight or bias moved, the training model's statistics for the
@@ -27,10 +28,10 @@ class StaleBnEval:
     evaluation after it never reads. Such a reading is not judged; the module's latest reading
     in eval mode is."""
 
-    id: ClassVar[str] = "stale-bn-eval"
-    needs: ClassVar[frozenset[str]] = frozenset({"bn"})
-    uses: ClassVar[frozenset[str]] = frozenset({"eval"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "stale-bn-eval"
+    needs = frozenset({"bn"})
+    uses = frozenset({"eval"})
+    examples = (
         Example("ckpt/golden/ema_stale_bn.jsonl", 8),
         Example("ckpt/golden/ema_frozen_bn_diff.jsonl", 500),
         Example("ckpt/golden/healthy_bn_ema.jsonl", None),

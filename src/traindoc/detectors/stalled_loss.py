@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar, Series, Phase
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the smoothing window and the initial and best
-# levels since the first step (judged at the end, over the whole run).
-_CARRIED = ("_tail", "_first_step", "_last_step", "_initial", "_best", "_phase")
-
-
-class StalledLoss:
+class StalledLoss(Detector):
     """The best smoothed loss (rolling median of ``smooth``) is less than ``improvement`` below
     the initial smoothed loss. Judged at the end of runs of at least ``min_steps`` steps, never
     during the run: a long warmup (thousands of steps at a tiny LR in LLM training) looks
@@ -28,10 +23,10 @@ class StalledLoss:
     columns the engine delivers; the same findings however a column is cut.
     """
 
-    id: ClassVar[str] = "stalled-loss"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss"})
-    uses: ClassVar[frozenset[str]] = frozenset({"phase"})  # the loss starts over at a new phase
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "stalled-loss"
+    needs = frozenset({"loss"})
+    uses = frozenset({"phase"})  # the loss starts over at a new phase
+    examples = (
         Example("zoo/lr_zero_warmup.py", 0),
         Example("zoo/clamped_loss.py", 0),
         Example("zoo/healthy_gpt.py", None),
@@ -39,6 +34,10 @@ class StalledLoss:
         Example("fixtures/logs/csv/stalled_loss.csv", 0),
         Example("fixtures/logs/tensorboard/healthy", None),
     )
+
+    # Carried over a resume: the smoothing window and the initial and best levels since the first
+    # step (judged at the end, over the whole run).
+    carry = ("_tail", "_first_step", "_last_step", "_initial", "_best", "_phase")
 
     @dataclass(frozen=True)
     class Config:
@@ -57,13 +56,6 @@ class StalledLoss:
         self._last_step = 0
         self._initial: float | None = None  # the first smoothed loss
         self._best: float | None = None  # the lowest smoothed loss
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> list[Finding]:
         """A single point, as a column of one (the engine sends columns)."""

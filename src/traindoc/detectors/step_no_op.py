@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
@@ -15,12 +15,7 @@ from traindoc.findings import Finding
 FP32_EPS = 2.0 ** -23  # relative spacing of float32 (fp64 is finer: no rounding concern there)
 
 
-# What carries over a resume (Engine.state_dict): the optimizers seen moving their parameters, the
-# no-op steps per optimizer (counts towards confirm, the first 20) and the step being gathered.
-_CARRIED = ("_cls", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
-
-
-class StepNoOp:
+class StepNoOp(Detector):
     """On a sampled step that took effect, every parameter of an optimizer that has a non-zero
     gradient and a learning rate above 0 is bit-identical after ``step()``, after earlier
     sampled steps where the same optimizer did move its parameters. Judged step by step (not
@@ -34,16 +29,20 @@ class StepNoOp:
     learning rate of 0 (warmup from 0, a schedule at its end), parameters without gradient.
     """
 
-    id: ClassVar[str] = "step-no-op"
-    needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "step-no-op"
+    needs = frozenset({"params"})
+    uses = frozenset({"optimizer"})
+    examples = (
         Example("zoo/step_no_op_cached.py", 11),
         Example("zoo/healthy_cached_step.py", None),
         Example("zoo/lr_zero_warmup.py", None),
         Example("zoo/healthy_gan.py", None),
         Example("zoo/healthy_amp_fp16_skips.py", None),
     )
+
+    # Carried over a resume: the optimizers seen moving their parameters, the no-op steps per
+    # optimizer (counts towards confirm, the first 20) and the step being gathered.
+    carry = ("_cls", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
 
     @dataclass(frozen=True)
     class Config:
@@ -63,13 +62,6 @@ class StepNoOp:
         self._no_ops: dict[int, list[int]] = {}  # optimizer -> its first 20 no-op steps
         self._count: dict[int, int] = {}  # optimizer -> no-op steps in all
         self._fired: Finding | None = None
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import ClassVar, Iterator
+from typing import Iterator
 
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Event, RankTime
 from traindoc.findings import Finding
 
 
-class StragglerRank:
+class StragglerRank(Detector):
     """``RankTime`` gives, per rank and sampled step, the median over the steps before it (steps
     free of traindoc's own sampled work) of the rank's own work (data loading and forward, less
     the time inside collectives and the time spent queued for a CPU core: what the rank itself
@@ -26,9 +27,9 @@ class StragglerRank:
     iterator (``data_s``) and the rest of the rank's own work (forward, host work): the larger
     part names the cause, data or compute."""
 
-    id: ClassVar[str] = "straggler-rank"
-    needs: ClassVar[frozenset[str]] = frozenset({"rank_time"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "straggler-rank"
+    needs = frozenset({"rank_time"})
+    examples = (
         Example("zoo/ddp_straggler_uneven.py", -1),
         Example("zoo/ddp_straggler_slow_data.py", -1),
         Example("zoo/healthy_ddp_ema.py", None),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Classification, Event, Optimizer, ParamStats, Scalar, StateLoad
@@ -28,14 +28,7 @@ _ENDS = 10  # losses (and cross-entropy values) at each end of the run compared 
 _KEEP = 1024  # sampled parameter-steps kept per group (evenly spread over the run)
 
 
-# What carries over a resume (Engine.state_dict): the update ratios per parameter group (bounded
-# samples), their LRs and peaks, the first and latest losses, and whether the run started from
-# trained weights.
-_CARRIED = ("_opt", "_lr", "_ratios", "_peak", "_moved", "_span", "_first", "_last", "_losses",
-            "_lr_at", "_ce", "_resumed")
-
-
-class TinyUpdates:
+class TinyUpdates(Detector):
     """Per optimizer parameter group, the median relative update ||dw||/||w|| per step over the
     second half of the run is far below the healthy band (about 1e-4 to 1e-2; 1e-3 typical):
     below ``far``, or below ``floor`` while the loss improved by less than ``progress`` (small
@@ -56,10 +49,10 @@ class TinyUpdates:
     frozen-parameters (a warmup that starts at 0 does not make a group's LR 0). Judged at the
     end."""
 
-    id: ClassVar[str] = "tiny-updates"
-    needs: ClassVar[frozenset[str]] = frozenset({"params", "optimizer"})
-    uses: ClassVar[frozenset[str]] = frozenset({"loss", "lr", "classification", "load"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "tiny-updates"
+    needs = frozenset({"params", "optimizer"})
+    uses = frozenset({"loss", "lr", "classification", "load"})
+    examples = (
         Example("zoo/muon_low_lr.py", 0),
         Example("ckpt/golden/tiny_lr_diff.jsonl", -1),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", None),
@@ -69,6 +62,11 @@ class TinyUpdates:
         Example("zoo/healthy_nanogpt_resume.py", None),
         Example("zoo/healthy_linear_decay_resume.py", None),
     )
+
+    # Carried over a resume: the update ratios per parameter group (bounded samples), their LRs and
+    # peaks, the first and latest losses, and whether the run started from trained weights.
+    carry = ("_opt", "_lr", "_ratios", "_peak", "_moved", "_span", "_first", "_last", "_losses",
+                "_lr_at", "_ce", "_resumed")
 
     @dataclass(frozen=True)
     class Config:
@@ -101,13 +99,6 @@ class TinyUpdates:
         self._lr_at: dict[int, float] = {}  # step -> the ``lr`` signal (optimizer 0, group 0)
         self._ce: list[tuple[float, int]] = []  # the first cross-entropy values, with their classes
         self._resumed = False  # optimizer state was loaded
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Scalar):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, Scalar
@@ -29,14 +29,7 @@ def _columns() -> tuple[Thinned, Thinned, Thinned]:
     return Thinned(_CAP), Thinned(_CAP), Thinned(_CAP)
 
 
-# What carries over a resume (Engine.state_dict): the training loss since the last evaluation, the
-# best validation loss and the evaluations after it (bounded samples), the streak and where it
-# fired.
-_CARRIED = ("_sum", "_count", "_last_train", "_best", "_before_best", "_after", "_last", "_recent",
-            "_fired", "_streak", "_stats")
-
-
-class TrainValDivergence:
+class TrainValDivergence(Detector):
     """After the lowest validation loss, over at least ``window`` evaluations, the robust
     (Theil-Sen) slope of the validation loss is upward and that of the training loss (averaged
     between evaluations) downward. The fitted validation rise must exceed ``noise`` times the
@@ -48,12 +41,17 @@ class TrainValDivergence:
     evaluations after the best, on the nearest of an even sample of them that is kept.
     """
 
-    id: ClassVar[str] = "train-val-divergence"
-    needs: ClassVar[frozenset[str]] = frozenset({"loss", "val_loss"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "train-val-divergence"
+    needs = frozenset({"loss", "val_loss"})
+    examples = (
         Example("fixtures/logs/golden/train_val_divergence.jsonl", 6900),
         Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
     )
+
+    # Carried over a resume: the training loss since the last evaluation, the best validation loss
+    # and the evaluations after it (bounded samples), the streak and where it fired.
+    carry = ("_sum", "_count", "_last_train", "_best", "_before_best", "_after", "_last", "_recent",
+                "_fired", "_streak", "_stats")
 
     @dataclass(frozen=True)
     class Config:
@@ -89,13 +87,6 @@ class TrainValDivergence:
         self._fired: int | None = None
         self._streak = 0  # consecutive evaluations that met the conditions
         self._stats: dict[str, float] = {}
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

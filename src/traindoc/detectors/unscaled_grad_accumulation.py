@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the steps that showed it (how many, the first
-# 10; counts towards confirm) and the steps judged.
-_CARRIED = ("_hits", "_judged", "_fired")
-
-
-class UnscaledGradAccumulation:
+class UnscaledGradAccumulation(Detector):
     """An optimizer steps after N >= 2 micro-batch backward() calls, and each call got the loss
     as the loss function computed it: the autograd graph shows no division by a constant between
     the two (``scale`` times N is ``min_factor`` or more). The accumulated gradient is then the
@@ -34,15 +29,19 @@ class UnscaledGradAccumulation:
     (``retain_graph=True``: terms of one loss), LBFGS closures and steps where another optimizer
     stepped in between. Needs sampled steps (live)."""
 
-    id: ClassVar[str] = "unscaled-grad-accumulation"
-    needs: ClassVar[frozenset[str]] = frozenset({"accumulation"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "unscaled-grad-accumulation"
+    needs = frozenset({"accumulation"})
+    examples = (
         Example("zoo/unscaled_accumulation.py", 0),
         Example("zoo/healthy_accumulation.py", None),
         Example("zoo/healthy_gpt.py", None),
         Example("live/golden/unscaled_accumulation.jsonl", 0),
         Example("live/golden/healthy_accumulation.jsonl", None),
     )
+
+    # Carried over a resume: the steps that showed it (how many, the first 10; counts towards
+    # confirm) and the steps judged.
+    carry = ("_hits", "_judged", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -61,13 +60,6 @@ class UnscaledGradAccumulation:
         self._hits: Head[GradAccumulation] = Head(10)  # steps that showed it: how many, the first 10
         self._judged = 0
         self._fired = False
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, GradAccumulation)

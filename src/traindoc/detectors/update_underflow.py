@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, ParamStats
@@ -15,14 +15,7 @@ LOW = ("torch.bfloat16", "torch.float16")
 _PER_PARAM = 64  # sampled steps kept per parameter (evenly spread): the median of each
 
 
-# What carries over a resume (Engine.state_dict): the step being gathered, the bad steps (count,
-# bounded samples of their shares), each parameter's unchanged shares (bounded samples) and the
-# spacing and intended steps.
-_CARRIED = ("_step", "_acc", "_first_bad", "_bad_steps", "_bad_shares", "_per_param", "_dtype",
-            "_spacing", "_intended", "_fired", "_span", "_bad_weight", "_diff_stuck", "_stuck_now")
-
-
-class UpdateUnderflow:
+class UpdateUnderflow(Detector):
     """bf16/fp16 parameters where an optimizer step left elements bit-identical although their
     gradient was non-zero: the update is smaller than half the dtype's spacing at the weights'
     magnitude and rounds away. A sampled step counts when the share of such elements (by
@@ -31,14 +24,20 @@ class UpdateUnderflow:
     the norm gains of a bf16 transformer at 1.0 never move under AdamW's 1e-3, however few
     elements they are). Fires after ``confirm`` such sampled steps."""
 
-    id: ClassVar[str] = "update-underflow"
-    needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "update-underflow"
+    needs = frozenset({"params"})
+    examples = (
         Example("demo_scripts/bf16_master.py", 0),
         Example("ckpt/golden/bf16_norms_frozen_diff.jsonl", -1),
         Example("demo_scripts/healthy_bf16_autocast.py", None),
         Example("ckpt/golden/complete_training.jsonl", None),
     )
+
+    # Carried over a resume: the step being gathered, the bad steps (count, bounded samples of their
+    # shares), each parameter's unchanged shares (bounded samples) and the spacing and intended
+    # steps.
+    carry = ("_step", "_acc", "_first_bad", "_bad_steps", "_bad_shares", "_per_param", "_dtype",
+                "_spacing", "_intended", "_fired", "_span", "_bad_weight", "_diff_stuck", "_stuck_now")
 
     @dataclass(frozen=True)
     class Config:
@@ -66,13 +65,6 @@ class UpdateUnderflow:
         self._bad_weight = 0
         self._diff_stuck: list[str] = []
         self._stuck_now = False  # a parameter of this step rounded its whole update away
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, ParamStats)

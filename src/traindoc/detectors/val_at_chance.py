@@ -5,20 +5,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import Iterable
 
 from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the evaluations (the latest 256, each with the
-# training accuracy then), the first and latest losses, where the current stretch near chance
-# began and where it fired, and the chance, band and noise it fired with.
-_CARRIED = ("_percent", "_train", "_train_best", "_loss_first", "_loss_last", "_vals", "_trains",
-            "_start", "_fired", "_chance", "_classes", "_measured", "_source", "_band", "_noise")
 # Class counts a plateau is read as, most usual first, when its noise allows several (0.109 +-
 # 0.01 is 10 classes, not 9).
 _COMMON = (2, 10, 100, 1000, 5, 4, 3, 20, 200, 6, 7, 8, 9)
@@ -31,7 +27,7 @@ _ABOVE = 0.7  # an accuracy above this is at no chance: 1/2 and its band lie bel
 Plateau = tuple[float, int, str, float, float]
 
 
-class ValAtChance:
+class ValAtChance(Detector):
     """``min_evals`` consecutive validation accuracies or more stay within the noise of chance
     (1/C) while the model learns: training accuracy clearly above chance (``train_gap`` above
     the band), or, when no training accuracy is logged, a training loss ``loss_drop`` below its
@@ -57,10 +53,10 @@ class ValAtChance:
     far means percent.
     """
 
-    id: ClassVar[str] = "val-at-chance"
-    needs: ClassVar[frozenset[str]] = frozenset({"val_acc"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_acc", "loss", "val_classes"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "val-at-chance"
+    needs = frozenset({"val_acc"})
+    uses = frozenset({"train_acc", "loss", "val_classes"})
+    examples = (
         Example("fixtures/logs/golden/val_at_chance.jsonl", 2),
         Example("fixtures/logs/golden/val_at_chance_percent.jsonl", 2),
         Example("live_eval_metrics/golden/val_at_chance_printed.jsonl", 96),
@@ -74,6 +70,12 @@ class ValAtChance:
         Example("fixtures/logs/meaning/healthy_val_leaves_chance.csv", None),
         Example("fixtures/logs/meaning/val_chance_not_learning.jsonl", None),
     )
+
+    # Carried over a resume: the evaluations (the latest 256, each with the training accuracy then),
+    # the first and latest losses, where the current stretch near chance began and where it fired,
+    # and the chance, band and noise it fired with.
+    carry = ("_percent", "_train", "_train_best", "_loss_first", "_loss_last", "_vals", "_trains",
+                "_start", "_fired", "_chance", "_classes", "_measured", "_source", "_band", "_noise")
 
     @dataclass(frozen=True)
     class Config:
@@ -114,14 +116,11 @@ class ValAtChance:
         self._noise = 0.0
 
     def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``; the latest 256 evaluations)."""
+        """Its history, for a resumed run (``carry``; the latest 256 evaluations)."""
         cut = max(0, len(self._vals) - 256)
         latest = {"_vals": _carry.encode(self._vals[cut:]), "_trains": _carry.encode(self._trains[cut:]),
                   "_start": max(0, self._start - cut)}
-        return {**_carry.save(self, _CARRIED), **latest}
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
+        return {**super().state_dict(), **latest}
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
