@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from traindoc.curves import Curve, Curves, ParamValue
-from traindoc.events import SIGNALS, scalars, Event, RunEnd, RunStart, Scalar, Series
+from traindoc.events import SIGNALS, Event, RunEnd, RunStart, Scalar, Series
 from traindoc.findings import Finding, severity_rank
 
 # Scalars buffered for the column detectors before a delivery without waiting for a flush point:

@@ -8,11 +8,13 @@ the plain-Python maths (``_maths``) computes, bit for bit unless its docstring s
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from traindoc.detectors._base import Detector
+from traindoc.detectors._maths import Ema
 from traindoc.events import Series
 from traindoc.findings import Finding
 
@@ -212,39 +214,28 @@ def ema(x: np.ndarray, alpha: float, avg0: float = 0.0,
 
 
 # ---- running a vectorized judgement, or the per-point one ---------------------------------------
-def judge(det: object, columns: Mapping[str, Series], signals: Iterable[str] | None,
+def judge(det: Detector, columns: Mapping[str, Series], signals: Iterable[str] | None,
           vectorized: Callable[[dict[str, Series]], Iterable[Finding]]) -> list[Finding]:
     """What a detector's ``observe_series`` returns: ``vectorized(columns)`` (its judgement of
-    the columns at once) when that applies, else the points replayed to ``det.observe``.
+    the columns at once) when that applies, else the points replayed to ``det.observe`` (the
+    ``Detector`` default).
 
     It applies when ``det`` is in the state of a new instance (the vectorized judgements start
     from there: a second delivery of columns is replayed) and the columns hold only
     ``signals`` (None: any). numpy's warnings are off: values overflow to inf silently, as in
     Python's float arithmetic of ``observe``."""
     if (signals is not None and set(columns) - set(signals)) or not _fresh(det):
-        return replay(det, columns)
+        return list(Detector.observe_series(det, dict(columns)) or ())
     with np.errstate(all="ignore"):
         return list(vectorized(dict(columns)))
 
 
-def _fresh(det: object) -> bool:
-    new = vars(type(det)(det.config))  # type: ignore[attr-defined,call-arg]
+def _fresh(det: Any) -> bool:  # Any: ``config`` is each detector's own type
+    new = vars(type(det)(det.config))
     return all(_same(v, new[k]) for k, v in vars(det).items())
 
 
 def _same(a: object, b: object) -> bool:
-    if hasattr(a, "state_dict"):  # Ema
-        return a.state_dict() == b.state_dict()  # type: ignore[attr-defined]
+    if isinstance(a, Ema) and isinstance(b, Ema):
+        return a.state_dict() == b.state_dict()
     return a is b or a == b  # ``is``: the NaN a detector starts with
-
-
-def replay(det: object, columns: Mapping[str, Series]) -> list[Finding]:
-    """Feed the columns to ``det.observe`` as Scalars, exactly as the engine replays them."""
-    from traindoc.events import scalars
-
-    out: list[Finding] = []
-    for event in scalars(list(columns.values())):
-        found: Iterable[Finding] | None = det.observe(event)  # type: ignore[attr-defined]
-        if found is not None:
-            out.extend(found)
-    return out

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
-from traindoc.events import Event, Scalar, Series, Phase
+from traindoc.events import Event, Series, Phase
 from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
@@ -67,11 +67,8 @@ class Divergence(Detector):
         self._fired: tuple[int, float, str] | None = None
 
     def observe(self, event: Event) -> list[Finding]:
-        """A single point, as a column of one (the engine sends columns)."""
-        if isinstance(event, Phase):
-            return new_phase(self, event)
-        assert isinstance(event, Scalar)
-        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
+        assert isinstance(event, Phase)  # its numbers come as columns
+        return new_phase(self, event)
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
         """The next points of the loss. The smoothed loss at each finite point is the median of

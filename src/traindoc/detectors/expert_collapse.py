@@ -213,7 +213,7 @@ class ExpertCollapse(Detector):
         aligned = all(len(cols) >= 2 and all(np.array_equal(vec.ints(c.steps), vec.ints(cols[0].steps))
                                              for c in cols) for cols in groups.values())
         if self._pending or not groups or not aligned:
-            return vec.replay(self, columns)
+            return list(super().observe_series(columns) or ())
         # (step, 0, order, event) for a logged Gini or entropy; (step, 1, row, group) for loads.
         todo: list[tuple[int, int, int, Scalar | str]] = []
         others = [c for name, c in columns.items() if not name.startswith("expert_load.")]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Thinned, median
-from traindoc.events import Clip, Event, ParamStats, Scalar, Series
+from traindoc.events import Clip, Event, ParamStats, Series
 from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
@@ -106,11 +106,9 @@ class ExplodingGradients(Detector):
                 if event.update is not None and math.isfinite(event.update):
                     self._step_sq[event.name] = (event.update * event.norm) ** 2
             return []
-        if isinstance(event, Clip):
-            self._clipped = self._clipped or event.norm > event.max_norm
-            return []
-        assert isinstance(event, Scalar)  # a single point, as a column of one
-        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
+        assert isinstance(event, Clip)  # its numbers come as columns
+        self._clipped = self._clipped or event.norm > event.max_norm
+        return []
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
         """The next points of the grad_norm column: one norm per step, each judged against the

@@ -7,11 +7,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from traindoc.detectors import _carry
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import Ema, robust_z
-from traindoc.events import Event, Scalar, Series, Phase
+from traindoc.events import Event, Series, Phase
 from traindoc.findings import Finding
 
 SHOWN = 20  # spikes kept for the evidence (the rest are counted)
@@ -82,12 +81,8 @@ class LossSpike(Detector):
         return super().state_dict()
 
     def observe(self, event: Event) -> list[Finding]:
-        """A single point: the judgement itself (the rollback guard feeds its own instance
-        point by point; the engine sends columns)."""
-        if isinstance(event, Phase):
-            return new_phase(self, event)
-        assert isinstance(event, Scalar)
-        return self._point(event.step, event.value)
+        assert isinstance(event, Phase)  # its numbers come as columns
+        return new_phase(self, event)
 
     def _point(self, step: int, x: float) -> list[Finding]:
         """The judgement of one point, in order."""
@@ -139,6 +134,8 @@ class LossSpike(Detector):
         col = columns.get("loss")
         if col is None:
             return []
+        if len(col) == 1:  # one point (the rollback guard's, step by step): no screen to set up
+            return self._point(int(col.steps[0]), float(col.values[0]))
         with np.errstate(all="ignore"):  # values near the float limit overflow to inf, as in Python
             return self._judge(col, vec.floats(col.values))
 

@@ -6,7 +6,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-from traindoc.detectors import _carry
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median

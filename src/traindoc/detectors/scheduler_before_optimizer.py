@@ -9,7 +9,7 @@ from typing import Iterable
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, Scalar, SchedulerStep, Series
+from traindoc.events import Event, SchedulerStep, Series
 from traindoc.findings import Finding
 
 
@@ -99,10 +99,8 @@ class SchedulerBeforeOptimizer(Detector):
         self._live_fired = False
 
     def observe(self, event: Event) -> Iterable[Finding]:
-        if isinstance(event, SchedulerStep):
-            return self._order(event)
-        assert isinstance(event, Scalar)  # a single point, as a column of one
-        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
+        assert isinstance(event, SchedulerStep)  # its numbers come as columns
+        return self._order(event)
 
     def observe_series(self, columns: dict[str, Series]) -> Iterable[Finding]:
         """The next points of the lr column, point by point while the warmup lasts: only a

@@ -9,7 +9,7 @@ from typing import Iterator
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Scalar, Series, Phase
+from traindoc.events import Event, Series, Phase
 from traindoc.findings import Finding
 
 
@@ -58,11 +58,8 @@ class StalledLoss(Detector):
         self._best: float | None = None  # the lowest smoothed loss
 
     def observe(self, event: Event) -> list[Finding]:
-        """A single point, as a column of one (the engine sends columns)."""
-        if isinstance(event, Phase):
-            return new_phase(self, event)
-        assert isinstance(event, Scalar)
-        return self.observe_series({event.name: Series(event.name, [event.step], [event.value])})
+        assert isinstance(event, Phase)  # its numbers come as columns
+        return new_phase(self, event)
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
         """The next points of the loss: the medians of the windows ending at its finite points

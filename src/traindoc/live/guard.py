@@ -49,7 +49,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from traindoc import detectors
 from traindoc.catalog import finding
-from traindoc.events import Event
+from traindoc.events import Event, Scalar, Series
 from traindoc.findings import Finding, fmt
 from traindoc.live.objects import ObjectMap
 from traindoc.live.session import Session
@@ -135,11 +135,12 @@ class Guard:
         if self._broken:
             return
         try:
+            # A Scalar as a one-point column: the detectors' one way in for numbers.
+            one = {event.name: Series(event.name, [event.step], [event.value])} if isinstance(event, Scalar) else None
             for det in self._dets:
-                wanted = set(det.needs) | set(getattr(det, "uses", ()))
-                if event.signal not in wanted:
+                if event.signal not in det.needs | det.uses:
                     continue
-                for f in det.observe(event) or ():
+                for f in (det.observe(event) if one is None else det.observe_series(one)) or ():
                     if self._trigger is None and _acts_on(f):
                         self._trigger = f
         except Exception as exc:  # the guard must never break the run it protects
