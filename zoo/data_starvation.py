@@ -5,7 +5,10 @@ written at the start to a temporary folder as a prepared dataset would be). `__g
 the file, decompresses it, takes a random 32x32 crop, flips it half the time, applies a
 per-channel brightness jitter and normalizes: ordinary per-sample work. The DataLoader keeps
 the default `num_workers=0`, so all of it runs between the training steps in the main process
-while the model (a small CNN) waits: most of each step is spent in the loader's `__next__`.
+while the model (a small CNN) waits: most of each step is spent in the loader's `__next__`,
+several times the rest of the step (a batch of 128 files against a CNN that trains on it in a
+few ms), so a loaded machine, which stretches both, keeps it far past the 50% share that
+data-starvation asks on a CPU.
 Seed 003 §4 (num_workers, pin_memory, prefetch_factor) and seed 004 (24 workers for 8 GPUs);
 catalog `data-starvation`.
 
@@ -31,8 +34,8 @@ SIZE, CROP = 48, 32
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30, help="optimizer steps")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--samples", type=int, default=640)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--samples", type=int, default=1280)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--save", type=str, default=None, help="write model.state_dict() here")

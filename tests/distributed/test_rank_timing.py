@@ -4,6 +4,9 @@ and time queued for a CPU core left out, the job's step under Join)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -56,3 +59,31 @@ def test_the_run_queue_clock_counts_time_waiting_for_a_core_only() -> None:
     assert 0 <= queued <= wall - 0.05 + 1e-3  # at most the wake-up's wait for a core, never the sleep
     queue.close()
     assert queue.seconds() == 0.0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or not os.path.exists("/proc/thread-self/schedstat"),
+                    reason="the run queue is read from Linux's schedstat")
+def test_the_run_queue_clock_counts_the_time_a_busy_core_keeps_the_thread_waiting() -> None:
+    from traindoc.live.rank_clock import RunQueue
+
+    # This thread and a busy loop pinned to one core: the thread never sleeps, so all of its
+    # wall time that is not its own CPU time is time queued for the core, and the busy loop
+    # takes about half of it (more, on a machine loaded by others): what RunQueue must count.
+    saved = os.sched_getaffinity(0)
+    core = min(saved)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    queue = RunQueue()
+    try:
+        os.sched_setaffinity(busy.pid, {core})
+        os.sched_setaffinity(0, {core})  # 0: the calling thread
+        t0, cpu0, before = time.perf_counter(), time.thread_time(), queue.seconds()
+        while time.thread_time() - cpu0 < 0.1:  # 100 ms of this thread's own CPU work
+            pass
+        queued, cpu, wall = queue.seconds() - before, time.thread_time() - cpu0, time.perf_counter() - t0
+    finally:
+        os.sched_setaffinity(0, saved)
+        busy.kill()
+        busy.wait()
+        queue.close()
+    assert queued >= 0.03  # the busy loop had the core for a fair share of these >= 100 ms
+    assert 0.5 * (wall - cpu) <= queued <= wall - cpu + 1e-3
