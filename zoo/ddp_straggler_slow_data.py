@@ -5,7 +5,7 @@ shards to tensors failed for shard 1, which was left as CSV lines, so rank 1's D
 text on every sample while rank 0 indexes a tensor. The model and the batch size are the same
 on both ranks; rank 1's forward is no slower, but each of its steps starts late, and DDP's
 all-reduce makes rank 0 wait for it every step. Rank 1's own loop waits on its DataLoader for
-nearly all of each step (batches of 512 rows parsed, a small model): the wait is several times
+nearly all of each step (256 rows parsed per batch for a small model): the wait is several times
 data-starvation's 10 ms and several times the rest of the step, where the 50% share that
 data-starvation asks on a CPU needs it only as long as the rest, so a loaded machine, which
 stretches the rest (and traindoc's own sampled steps) too, does not bring it near the bar.
@@ -54,7 +54,7 @@ class CsvRows(Dataset):
 
 def load_shard(rank: int, world: int) -> Dataset:
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(8192, 256, generator=g)  # 8 batches per rank and epoch
+    x = torch.randn(4096, 256, generator=g)
     y = torch.tanh(x[:, :16].sum(1, keepdim=True) / 4)
     xs, ys = x[rank::world], y[rank::world]
     if rank in TEXT_SHARDS:
@@ -64,7 +64,7 @@ def load_shard(rank: int, world: int) -> Dataset:
 
 def worker(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    loader = DataLoader(load_shard(rank, world), batch_size=512, shuffle=False)
+    loader = DataLoader(load_shard(rank, world), batch_size=256, shuffle=False)
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(256, 64), nn.ReLU(), nn.Linear(64, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
