@@ -16,20 +16,7 @@ __all__ = ["DETECTORS", "Detector", "build", "by_id"]
 # Every module here but the _private helpers holds one detector, named after its id (sorted by
 # module name). Found on disk, so the modules and the registry cannot disagree; the registry
 # test checks that each class subclasses Detector.
-
-
-def _adopt(cls: type) -> type[Detector]:
-    """``cls`` as a Detector. For the few detectors still written without the base class (being
-    edited elsewhere while the base class came in): its defaults mixed in. To go once every
-    detector subclasses Detector."""
-    if issubclass(cls, Detector):
-        return cls
-    namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                 "columnar": hasattr(cls, "observe_series")}
-    return cast("type[Detector]", type(cls.__name__, (cls, Detector), namespace))
-
-
-DETECTORS: tuple[type[Detector], ...] = tuple(map(_adopt, units.scan(__name__, __path__)))
+DETECTORS: tuple[type[Detector], ...] = tuple(cast("list[type[Detector]]", units.scan(__name__, __path__)))
 
 
 def build(
@@ -48,8 +35,7 @@ def build(
         if id_ in muted or (chosen is not None and id_ not in chosen):
             continue
         overrides = dict(config.get(id_, {}))
-        # Typed as a callable: mypy refuses to call the protocol class Detector.Config itself,
-        # though each cls.Config is a concrete dataclass.
+        # Typed as a callable: the base's Config takes no fields, each cls.Config its own.
         make_config: Callable[..., Detector.Config] = cls.Config
         out.append(cls(make_config(**overrides)))
     return out

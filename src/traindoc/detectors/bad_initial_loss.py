@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Classification, Event
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): whether the first loss was judged already: a
-# resumed run's first loss is not the initial one.
-_CARRIED = ("_done",)
-
-
-class BadInitialLoss:
+class BadInitialLoss(Detector):
     """The first cross-entropy of a fresh classifier should be about ln(C) (uniform predictions
     over C classes). Only a first loss far *above* it fires (a confidently wrong init); a loss
     below it is normal when training resumes or fine-tunes.
@@ -29,15 +24,19 @@ class BadInitialLoss:
     against that bound (live measures the scale at step 0); only a loss above it (features
     that are not normalised, so the scale alone does not explain it) fires."""
 
-    id: ClassVar[str] = "bad-initial-loss"
-    needs: ClassVar[frozenset[str]] = frozenset({"classification"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "bad-initial-loss"
+    needs = frozenset({"classification"})
+    examples = (
         Example("zoo/bad_init_scaled_head.py", 0),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_gpt.py", None),
         Example("zoo/healthy_clip_logit_scale.py", None),
         Example("zoo/healthy_dual_encoder_learnable_temperature.py", None),
     )
+
+    # Carried over a resume: whether the first loss was judged already: a resumed run's first loss
+    # is not the initial one.
+    carry = ("_done",)
 
     @dataclass(frozen=True)
     class Config:
@@ -47,13 +46,6 @@ class BadInitialLoss:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._done = False
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Classification)
@@ -84,6 +76,3 @@ class BadInitialLoss:
             evidence={"loss": event.value, "classes": event.classes, "expected": expected, "threshold": limit,
                       "logit_scale": event.scale},
         )
-
-    def finish(self) -> Iterator[Finding]:
-        return iter(())

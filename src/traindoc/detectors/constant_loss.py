@@ -5,22 +5,15 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.events import Backward, Event, GradAccumulation, ParamStats
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the recent steps' losses, the counts of flagged
-# steps, their values and call sites (all bounded), and the sampled steps still to judge.
-_CARRIED = ("_recent", "_values", "_sites", "_constant", "_zero_grad", "_last_constant", "_first",
-            "_grad_sq", "_with_grad", "_steps", "_sampled", "_dry", "_dry_first", "_reached",
-            "_trainable", "_dry_fired")
-
-
-class ConstantLoss:
+class ConstantLoss(Detector):
     """Steps whose loss gives zero gradient: backward() got a tensor with no autograd history (a
     constant that replaced the loss), or, on a sampled step, every gradient came out exactly
     zero (a clamp or ``torch.where`` that cut the graph).
@@ -34,10 +27,10 @@ class ConstantLoss:
     ``step()``: an embedding's sparse gradient, which the norms leave out, counts). A run where another optimizer's
     parameters do get gradients (a GAN's discriminator) is no-gradient's to judge."""
 
-    id: ClassVar[str] = "constant-loss"
-    needs: ClassVar[frozenset[str]] = frozenset({"backward"})
-    uses: ClassVar[frozenset[str]] = frozenset({"params", "accumulation"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "constant-loss"
+    needs = frozenset({"backward"})
+    uses = frozenset({"params", "accumulation"})
+    examples = (
         Example("demo_scripts/nan_masked_loss.py", 0),
         Example("zoo/clamped_loss.py", 0),
         Example("zoo/unet_dice_thresholded_leaf.py", 0),
@@ -47,6 +40,12 @@ class ConstantLoss:
         Example("golden/constant_loss.jsonl", 5),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
+
+    # Carried over a resume: the recent steps' losses, the counts of flagged steps, their values and
+    # call sites (all bounded), and the sampled steps still to judge.
+    carry = ("_recent", "_values", "_sites", "_constant", "_zero_grad", "_last_constant", "_first",
+                "_grad_sq", "_with_grad", "_steps", "_sampled", "_dry", "_dry_first", "_reached",
+                "_trainable", "_dry_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -78,13 +77,6 @@ class ConstantLoss:
         self._with_grad: Counter[int] = Counter()
         self._steps = 0
         self._sampled = 0
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Backward):

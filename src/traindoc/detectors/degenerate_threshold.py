@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable, Mapping
+from typing import Iterable
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
@@ -20,17 +20,12 @@ _PRECISION = ("metric.val_precision", "metric.eval_precision", "metric.precision
 _SCORES = ("val_pos_rate", "val_base_rate", "val_max_score")
 
 
-# What carries over a resume (Engine.state_dict): the first and latest losses, each F1's best and
-# current stretch of zeros (one entry per evaluation), its evaluations and exact zeros, and the
-# measured scores of the latest evaluations.
-_CARRIED = ("_first", "_last", "_best", "_zeros", "_precision_nan", "_fired", "_scores",
-            "_none_cross", "_latest", "_evals", "_exact")
 # The held-out F1 printed as "test" (the MNIST-example shape: a test() after every epoch) is
 # judged as the validation F1 is.
 _F1 = ("val_f1", "train_f1", "metric.test_f1")
 
 
-class DegenerateThreshold:
+class DegenerateThreshold(Detector):
     """A thresholded F1 that had been positive falls to exactly 0 (or NaN: precision 0/0) and
     stays there for ``min_zeros`` evaluations, or until the run ends, while the training or
     validation loss is at least ``loss_drop`` below its start: the scores still move, but none
@@ -54,11 +49,11 @@ class DegenerateThreshold:
     ``metric.val_recall``, ``metric.valid_precision_macro``).
     """
 
-    id: ClassVar[str] = "degenerate-threshold"
-    needs: ClassVar[frozenset[str]] = frozenset({"val_f1"})
-    uses: ClassVar[frozenset[str]] = frozenset({"train_f1", "metric.test_f1", "loss", "val_loss", *_PRECISION,
+    id = "degenerate-threshold"
+    needs = frozenset({"val_f1"})
+    uses = frozenset({"train_f1", "metric.test_f1", "loss", "val_loss", *_PRECISION,
                                                 *_SCORES})
-    examples: ClassVar[tuple[Example, ...]] = (
+    examples = (
         Example("fixtures/logs/golden/degenerate_threshold.jsonl", 13),
         Example("live_eval_metrics/golden/degenerate_threshold_sparse.jsonl", 60),
         Example("zoo/degenerate_threshold_sparse.py", 60),
@@ -74,6 +69,12 @@ class DegenerateThreshold:
         Example("zoo/healthy_gnn_link_f1_printed.py", None),
         Example("zoo/healthy_fraud_f1_best_threshold.py", None),
     )
+
+    # Carried over a resume: the first and latest losses, each F1's best and current stretch of
+    # zeros (one entry per evaluation), its evaluations and exact zeros, and the measured scores of
+    # the latest evaluations.
+    carry = ("_first", "_last", "_best", "_zeros", "_precision_nan", "_fired", "_scores",
+                "_none_cross", "_latest", "_evals", "_exact")
 
     @dataclass(frozen=True)
     class Config:
@@ -97,10 +98,9 @@ class DegenerateThreshold:
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         if self.config.watch:
-            # Per instance: the watched metrics are what it needs (metric-divergence does the
-            # same); the Detector protocol declares needs as a ClassVar for the class's default.
-            self.needs = frozenset(self.config.watch)  # type: ignore[misc]
-            self.uses = (type(self).uses | {"val_f1"}) - self.needs  # type: ignore[misc]
+            # Per instance: the watched metrics are what it needs (metric-divergence does the same).
+            self.needs = frozenset(self.config.watch)
+            self.uses = (type(self).uses | {"val_f1"}) - self.needs
         self._judged = frozenset(_F1 + self.config.watch)
         n = self.config.smooth
         self._first: dict[str, list[float]] = {"loss": [], "val_loss": []}
@@ -116,13 +116,6 @@ class DegenerateThreshold:
         self._latest: dict[str, float] = {}
         self._evals: dict[str, int] = {}  # metric -> evaluations seen
         self._exact: dict[str, int] = {}  # metric -> evaluations at exactly 0 (not NaN)
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names
 from traindoc.detectors._maths import Head
 from traindoc.events import BatchNormState, Event, EvalPass
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the evaluations that ran in train mode (how
-# many, the first 20), evaluations in all, and the train-mode module sets seen re-estimating.
-_CARRIED = ("_bad", "_phases", "_recalibrating")
-
-
-class EvalInTrainMode:
+class EvalInTrainMode(Detector):
     """An evaluation phase (forward passes under no_grad or inference_mode after an optimizer
     step, live) found modules whose behaviour depends on the mode in train mode: BatchNorm with
     running statistics, Dropout with p > 0, stochastic depth. Models without such modules behave
@@ -43,10 +38,10 @@ class EvalInTrainMode:
     give: dropout was active though no backward follows. Random ops that ignore the mode
     (a policy's sampling, a VAE's noise) give the same numbers again and stay quiet."""
 
-    id: ClassVar[str] = "eval-in-train-mode"
-    needs: ClassVar[frozenset[str]] = frozenset({"eval"})
-    uses: ClassVar[frozenset[str]] = frozenset({"bn"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "eval-in-train-mode"
+    needs = frozenset({"eval"})
+    uses = frozenset({"bn"})
+    examples = (
         Example("zoo/eval_train_mode.py", 19),
         Example("zoo/mnist_functional_dropout_no_eval.py", 24),
         Example("zoo/gcn_functional_dropout_no_eval.py", 0),
@@ -60,6 +55,10 @@ class EvalInTrainMode:
         Example("live/golden/healthy_eval.jsonl", None),
     )
 
+    # Carried over a resume: the evaluations that ran in train mode (how many, the first 20),
+    # evaluations in all, and the train-mode module sets seen re-estimating.
+    carry = ("_bad", "_phases", "_recalibrating")
+
     @dataclass(frozen=True)
     class Config:
         pass
@@ -71,13 +70,6 @@ class EvalInTrainMode:
         self._pending: list[EvalPass] = []  # train-mode phases waiting for their statistics
         self._bn: dict[tuple[int, str, str], BatchNormState] = {}  # (step, role, module), recent
         self._recalibrating: list[list[str]] = []  # train-mode module sets of re-estimation passes
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, BatchNormState):

@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import Event, InferenceForward, ParamStats
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the confirmed steps and the evidence of the
-# first one, and whether it fired.
-_CARRIED = ("_confirmed", "_first", "_fired")
-
-
-class InferenceTensorInAutograd:
+class InferenceTensorInAutograd(Detector):
     """Modules whose parameters an optimizer trains ran their forward inside a
     ``torch.inference_mode()`` region while a training step was built (live, sampled steps),
     and those parameters got no gradient (None or exactly 0) at that step's ``optimizer.step()``.
@@ -30,16 +25,20 @@ class InferenceTensorInAutograd:
     while it also runs with gradients gets its gradient and stays quiet; so does a frozen
     encoder under inference_mode whose parameters no optimizer holds."""
 
-    id: ClassVar[str] = "inference-tensor-in-autograd"
-    needs: ClassVar[frozenset[str]] = frozenset({"inference_forward"})
-    uses: ClassVar[frozenset[str]] = frozenset({"params"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "inference-tensor-in-autograd"
+    needs = frozenset({"inference_forward"})
+    uses = frozenset({"params"})
+    examples = (
         Example("zoo/gnn_encoder_under_inference_mode.py", 0),
         Example("zoo/feature_distill_adapter_inference_mode.py", 0),
         Example("zoo/healthy_gnn_frozen_encoder_inference_mode.py", None),
         Example("zoo/healthy_feature_distill_adapter.py", None),
         Example("zoo/healthy_dqn_target_inference_mode.py", None),
     )
+
+    # Carried over a resume: the confirmed steps and the evidence of the first one, and whether it
+    # fired.
+    carry = ("_confirmed", "_first", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -58,13 +57,6 @@ class InferenceTensorInAutograd:
         self._confirmed = 0
         self._first: dict[str, object] = {}  # evidence of the first confirmed step
         self._fired = False
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, InferenceForward):

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Iterator, Mapping
+from typing import Iterator
 
-from traindoc.detectors import _carry
+from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
 
 
-# What carries over a resume (Engine.state_dict): the step being gathered, which parameters got a
-# gradient and which never did, the measured steps (counts towards confirm), and the optimizers
-# whose parameters are all frozen.
-_CARRIED = ("_step", "_rows", "_counted", "_got", "_never", "_numel", "_first", "_fired",
-            "_frozen", "_frozen_steps", "_frozen_fired", "_cls", "_wet", "_dry", "_dry_steps", "_dry_fired")
-
-
-class NoGradient:
+class NoGradient(Detector):
     """Parameters the optimizer holds (with requires_grad) whose gradient stayed None or exactly
     zero on every sampled step so far, while other parameters did get gradients (steps where
     *every* gradient is zero belong to constant-loss). Steps where the model that ran has
@@ -37,10 +30,10 @@ class NoGradient:
     show that the losses do reach parameters, just not these.
     """
 
-    id: ClassVar[str] = "no-gradient"
-    needs: ClassVar[frozenset[str]] = frozenset({"params"})
-    uses: ClassVar[frozenset[str]] = frozenset({"optimizer"})
-    examples: ClassVar[tuple[Example, ...]] = (
+    id = "no-gradient"
+    needs = frozenset({"params"})
+    uses = frozenset({"optimizer"})
+    examples = (
         Example("zoo/detached_branch.py", 0),
         Example("zoo/gan_detached_fake_reused.py", 1),
         Example("zoo/pix2pix_fake_detached_in_forward.py", 1),
@@ -51,6 +44,12 @@ class NoGradient:
         Example("zoo/healthy_pix2pix_detach_for_d.py", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
+
+    # Carried over a resume: the step being gathered, which parameters got a gradient and which
+    # never did, the measured steps (counts towards confirm), and the optimizers whose parameters
+    # are all frozen.
+    carry = ("_step", "_rows", "_counted", "_got", "_never", "_numel", "_first", "_fired",
+                "_frozen", "_frozen_steps", "_frozen_fired", "_cls", "_wet", "_dry", "_dry_steps", "_dry_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -78,13 +77,6 @@ class NoGradient:
         self._dry: dict[int, list[ParamStats]] = {}  # optimizer -> its rows on its first dry step
         self._dry_steps: dict[int, int] = {}  # optimizer -> sampled steps without any gradient
         self._dry_fired: set[int] = set()
-
-    def state_dict(self) -> dict[str, object]:
-        """Its history, for a resumed run (``_CARRIED``)."""
-        return _carry.save(self, _CARRIED)
-
-    def load_state_dict(self, state: Mapping[str, object]) -> None:
-        _carry.load(self, state, _CARRIED)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):
