@@ -77,6 +77,7 @@ def main(fixed: bool = False) -> None:
 
     dtype = torch.bfloat16 if args.bf16 else torch.float32
     for epoch in range(args.epochs):
+        loader.data_sampler.set_epoch(epoch)  # DeepSpeed's loader reshuffles only when told to
         for x, y in loader:
             loss = F.mse_loss(engine(x.to(dtype)).float(), y)
             engine.backward(loss)
