@@ -193,7 +193,7 @@ def where(id_: str) -> Where:
     probes: tuple[str, ...] = ()
     readers: list[str] = []
     if det is not None:
-        uses = getattr(det, "uses", ())
+        uses = det.uses
         probes = probes_feeding({*det.needs, *uses})
         readers = [p for p, s in reader_signals().items() if _applies(det.needs, uses, s)]
         for ex in det.examples:

@@ -8,15 +8,10 @@ the plain-Python maths (``_maths``) computes, bit for bit unless its docstring s
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
-
-from traindoc.detectors._base import Detector
-from traindoc.detectors._maths import Ema
-from traindoc.events import Series
-from traindoc.findings import Finding
 
 T = TypeVar("T")
 
@@ -68,14 +63,6 @@ def items(seq: Sequence[T], idx: np.ndarray | slice) -> list[T]:
     if isinstance(idx, slice):
         return list(seq[idx])
     return [seq[i] for i in idx.tolist()]
-
-
-def dense(columns: Sequence[Series]) -> bool:
-    """True when ``engine.scalars`` replays ``columns`` row by row (every column on the same
-    steps; within a step: row by row, columns in order), False when it merges them by step
-    (within a step: column by column). The order matters for duplicate steps."""
-    first = columns[0].steps if columns else ()
-    return all(c.steps is first or np.array_equal(ints(c.steps), ints(first)) for c in columns)
 
 
 # ---- small searches ------------------------------------------------------------------------------
@@ -211,31 +198,3 @@ def ema(x: np.ndarray, alpha: float, avg0: float = 0.0,
     weight = np.ones(len(y))
     weight[:k] = 1.0 - c ** np.arange(1, k + 1) * (1.0 - weight0)
     return y, weight
-
-
-# ---- running a vectorized judgement, or the per-point one ---------------------------------------
-def judge(det: Detector, columns: Mapping[str, Series], signals: Iterable[str] | None,
-          vectorized: Callable[[dict[str, Series]], Iterable[Finding]]) -> list[Finding]:
-    """What a detector's ``observe_series`` returns: ``vectorized(columns)`` (its judgement of
-    the columns at once) when that applies, else the points replayed to ``det.observe`` (the
-    ``Detector`` default).
-
-    It applies when ``det`` is in the state of a new instance (the vectorized judgements start
-    from there: a second delivery of columns is replayed) and the columns hold only
-    ``signals`` (None: any). numpy's warnings are off: values overflow to inf silently, as in
-    Python's float arithmetic of ``observe``."""
-    if (signals is not None and set(columns) - set(signals)) or not _fresh(det):
-        return list(Detector.observe_series(det, dict(columns)) or ())
-    with np.errstate(all="ignore"):
-        return list(vectorized(dict(columns)))
-
-
-def _fresh(det: Any) -> bool:  # Any: ``config`` is each detector's own type
-    new = vars(type(det)(det.config))
-    return all(_same(v, new[k]) for k, v in vars(det).items())
-
-
-def _same(a: object, b: object) -> bool:
-    if isinstance(a, Ema) and isinstance(b, Ema):
-        return a.state_dict() == b.state_dict()
-    return a is b or a == b  # ``is``: the NaN a detector starts with

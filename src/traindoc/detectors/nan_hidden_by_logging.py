@@ -9,7 +9,7 @@ from typing import Iterable
 from traindoc.detectors import _carry
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
-from traindoc.events import Event, RunStart, Scalar, Series
+from traindoc.events import Event, RunStart, Series
 from traindoc.findings import Finding
 
 
@@ -66,97 +66,82 @@ class NanHiddenByLogging(Detector):
         return {**super().state_dict(), "_streak": streak}
 
     def observe(self, event: Event) -> Iterable[Finding]:
-        if isinstance(event, RunStart):
-            self._live = event.source == "live"
-            return ()
-        if self._live:
-            return ()
-        assert isinstance(event, Scalar)
-        if event.name == "loss":
-            self._loss = (event.step, event.value)
-        else:
-            self._norm = (event.step, event.value)
-        step = event.step
-        if self._loss[0] != step or self._norm[0] != step or self._judged == step:
-            return ()
-        self._judged = step
-        loss, norm = self._loss[1], self._norm[1]
-        if math.isfinite(norm) or not math.isfinite(loss):
-            self._streak = []  # healthy, or the NaN is in plain sight (nonfinite reports it)
-            return ()
-        self._hidden += 1
-        self._zero += loss == 0.0
-        self._streak.append((step, loss, norm))
-        if len(self._shown) < 3:
-            self._shown.append((step, loss, norm))
-        if self._fired is None and (len(self._streak) >= self.config.consecutive or loss == 0.0):
-            self._fired = list(self._streak)
-            return (self._finding(),)
+        assert isinstance(event, RunStart)  # its numbers come as columns
+        self._live = event.source == "live"
         return ()
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """Both columns at once: the steps ``observe`` judges (those both columns log), the
-        hidden ones among them, and the first point where ``observe`` fires."""
-        from traindoc.detectors import _vector as vec
-
-        if self._live:
+        """The next points of the loss and the gradient norm. A step is judged once: at the
+        first point, in the order a per-point source sends them (``events.scalars``), where the
+        latest loss and the latest norm (a point of the call before counts) are of that step."""
+        if self._live or not columns:
             return []
-        return vec.judge(self, columns, {"loss", "grad_norm"}, self._observe_columns)
-
-    def _observe_columns(self, columns: dict[str, Series]) -> list[Finding]:
         import numpy as np
 
         from traindoc.detectors import _vector as vec
 
-        for c in columns.values():  # observe remembers each column's last point
-            if len(c) and c.name == "loss":
-                self._loss = (vec.item(c.steps, -1), vec.item(c.values, -1))
-            elif len(c):
-                self._norm = (vec.item(c.steps, -1), vec.item(c.values, -1))
-        if len(columns) < 2 or not all(len(c) for c in columns.values()):
-            return []  # no step has both
-        a, b = columns.values()
-        # A step is judged when the second column's first point there arrives: the engine
-        # replays same-step columns row by row (the first column's first point there is the
-        # latest) and merges the others by step (its last point).
-        first_a = np.flatnonzero(vec.first_of_step(vec.ints(a.steps)))
-        if vec.dense([a, b]):
-            ia = ib = first_a
+        a, *rest = columns.values()
+        b = rest[0] if rest else Series("grad_norm" if a.name == "loss" else "loss", [], [])
+        sa, sb = vec.ints(a.steps), vec.ints(b.steps)
+        latest = {"loss": self._loss, "grad_norm": self._norm}
+        pa, pb = latest[a.name], latest[b.name]  # the points carried, first in the arrays below
+        ea, eb = np.concatenate(([pa[0]], sa)), np.concatenate(([pb[0]], sb))
+        xa = np.concatenate(([pa[1]], vec.floats(a.values)))
+        xb = np.concatenate(([pb[1]], vec.floats(b.values)))
+        # The points where the latest of both columns are of their step, in the order a
+        # per-point source sends them: row by row when both columns are on the same steps,
+        # else merged by step, a step's points of a first. ``before_b``: how many points of b
+        # come before each point of a; ``before_a``: of a before each point of b.
+        dense = len(sa) == len(sb) and np.array_equal(sa, sb)
+        if dense and not (eb[:-1] == sa).any():  # each row judged at its point of b
+            step, va, vb = sb, xa[1:], xb[1:]
         else:
-            ia = np.append(first_a[1:] - 1, len(a) - 1)
-            ib = np.flatnonzero(vec.first_of_step(vec.ints(b.steps)))
-            _, ja, jb = np.intersect1d(vec.ints(a.steps)[first_a], vec.ints(b.steps)[ib],
-                                       assume_unique=True, return_indices=True)
-            ia, ib = ia[ja], ib[jb]
-        if len(ib) and b.steps[int(ib[0])] == -1:  # observe starts with ``_judged = -1``
-            ia, ib = ia[1:], ib[1:]
-        if not len(ia):
+            if dense:
+                before_b, before_a = np.arange(len(sa)), np.arange(1, len(sb) + 1)
+            else:
+                before_b, before_a = np.searchsorted(sb, sa, "left"), np.searchsorted(sa, sb, "right")
+            ia, ib = np.flatnonzero(eb[before_b] == sa), np.flatnonzero(ea[before_a] == sb)
+            step = np.concatenate((sa[ia], sb[ib]))
+            va = np.concatenate((xa[ia + 1], xa[before_a[ib]]))  # a's latest value there
+            vb = np.concatenate((xb[before_b[ia]], xb[ib + 1]))
+            order = np.argsort(np.concatenate((ia + before_b[ia], ib + before_a[ib])), kind="stable")
+            step, va, vb = step[order], va[order], vb[order]
+        at = np.flatnonzero(vec.first_of_step(step) & (step != self._judged))  # judged: a step once
+        latest[a.name] = (int(ea[-1]), vec.item(a.values, -1)) if len(sa) else pa
+        latest[b.name] = (int(eb[-1]), vec.item(b.values, -1)) if len(sb) else pb
+        self._loss, self._norm = latest["loss"], latest["grad_norm"]
+        if not len(at):
             return []
-        self._judged = vec.item(b.steps, ib[-1])
-        (loss, il), (norm, in_) = ((a, ia), (b, ib)) if a.name == "loss" else ((b, ib), (a, ia))
-        lv, nv = vec.floats(loss.values)[il], vec.floats(norm.values)[in_]
+        self._judged = int(step[at[-1]])
+        loss, norm = (va, vb) if a.name == "loss" else (vb, va)
+        lv, nv = loss[at], norm[at]
         hidden = ~np.isfinite(nv) & np.isfinite(lv)
-        if not hidden.any():
+        if not hidden.any():  # (a healthy log: nothing more to do)
+            self._streak = []
             return []
 
         def entry(j: int) -> tuple[int, float, float]:
-            step = vec.item(b.steps, ib[j])
-            return step, vec.item(loss.values, il[j]), vec.item(norm.values, in_[j])
+            return int(step[at[j]]), float(lv[j]), float(nv[j])
 
-        at = np.flatnonzero(hidden)
-        zero = lv[at] == 0.0
         run = vec.run_lengths(hidden)
+        carried = self._streak  # a streak of the call before goes on while hidden
+        length = run + np.where(run == np.arange(1, len(run) + 1), len(carried), 0)
+
+        def streak(k: int) -> list[tuple[int, float, float]]:  # the streak at judged step k
+            return (carried if run[k] == k + 1 else []) + [entry(j) for j in range(k + 1 - int(run[k]), k + 1)]
+
+        h = np.flatnonzero(hidden)
+        zero = lv[h] == 0.0
+        hidden0, zero0, shown = self._hidden, self._zero, self._shown + [entry(j) for j in h[:3].tolist()]
         out = []
-        i = vec.first_true((run[at] >= self.config.consecutive) | zero)
-        if i is not None:  # what observe yields then, with the state of that point
-            k = int(at[i])
-            self._fired = [entry(j) for j in range(k + 1 - int(run[k]), k + 1)]
-            self._hidden, self._zero = i + 1, int(zero[: i + 1].sum())
-            self._shown = [entry(j) for j in at[: min(3, i + 1)].tolist()]
+        i = vec.first_true((length[h] >= self.config.consecutive) | zero) if self._fired is None else None
+        if i is not None:  # what a point-by-point judgement yields then, with the state of that point
+            self._fired = streak(int(h[i]))
+            self._hidden, self._zero = hidden0 + i + 1, zero0 + int(zero[: i + 1].sum())
+            self._shown = shown[: min(3, len(self._shown) + i + 1)]
             out.append(self._finding())
-        self._hidden, self._zero = len(at), int(zero.sum())
-        self._shown = [entry(j) for j in at[:3].tolist()]
-        self._streak = [entry(j) for j in range(len(hidden) - int(run[-1]), len(hidden))]
+        self._hidden, self._zero, self._shown = hidden0 + len(h), zero0 + int(zero.sum()), shown[:3]
+        self._streak = streak(len(run) - 1)
         return out
 
     def finish(self) -> Iterable[Finding]:

@@ -120,7 +120,7 @@ def _candidates(finding: Finding) -> list[str]:
         out += [m for m in metrics if isinstance(m, str)] if isinstance(metrics, list) else []
     cls = next((c for c in detectors.DETECTORS if c.id == finding.id), None)
     if cls is not None:
-        for signal in (*cls.needs, *getattr(cls, "uses", ())):
+        for signal in (*cls.needs, *cls.uses):
             out += _CURVES_OF.get(signal, (signal,))
     return out
 
