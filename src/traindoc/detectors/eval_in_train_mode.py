@@ -36,7 +36,12 @@ class EvalInTrainMode(Detector):
     same RNG state (on the first two evaluations); an output that changes (``first_diff``: the
     first submodule whose output differs) means the evaluation is not what model.eval() would
     give: dropout was active though no backward follows. Random ops that ignore the mode
-    (a policy's sampling, a VAE's noise) give the same numbers again and stay quiet."""
+    (a policy's sampling, a VAE's noise) give the same numbers again and stay quiet.
+
+    Monte Carlo dropout is deliberate: an evaluation that feeds the same input tensor to the
+    model three times or more, with only Dropout-like modules in train mode, is not counted
+    (live drops its Dropout modules from ``train_modules``); a BatchNorm in train mode there
+    still is."""
 
     id = "eval-in-train-mode"
     needs = frozenset({"eval"})

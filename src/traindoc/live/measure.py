@@ -22,7 +22,7 @@ def strided(t: torch.Tensor) -> torch.Tensor:
     tensor is seen as its real and imaginary parts, so every statistic works on real numbers. A
     sparse tensor (an ``nn.Embedding(sparse=True)`` gradient) is seen as the values it holds."""
     flat = t.detach()
-    if flat.is_sparse:
+    if flat.is_sparse:  # coalesce(): a device sync on CUDA (see norm)
         flat = flat.coalesce().values()
     flat = flat.reshape(-1)
     if flat.is_complex():
@@ -50,8 +50,8 @@ def norm(t: torch.Tensor) -> torch.Tensor:
     """The L2 norm of ``t`` as a float32 scalar, for any floating or complex dtype."""
     wide = torch.float32 if t.dtype in LOW_PRECISION else None  # fp64/complex keep their own
     t = t.detach()
-    if t.is_sparse:  # a sparse gradient: the norm of its (summed) values
-        t = t.coalesce().values()
+    if t.is_sparse:  # a sparse gradient: the norm of its (summed) values. coalesce() counts the
+        t = t.coalesce().values()  # unique rows: a device sync on CUDA, sampled steps of sparse models only
     return torch.linalg.vector_norm(t, dtype=wide).float()
 
 

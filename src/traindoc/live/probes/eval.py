@@ -38,6 +38,7 @@ from traindoc.live.session import Session
 
 _RERUNS = 2  # evaluation phases whose first forward is re-run (determinism check)
 _MODE_TOLERANCE = 1e-4  # relative change of a train-mode output when re-run in eval mode
+_MC_PASSES = 3  # forwards of one input tensor in one evaluation that make it MC dropout
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
 _MAX_BUFFER_BYTES = 256 << 20  # larger models: no re-run (their buffers are not snapshotted)
 _FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
@@ -113,6 +114,7 @@ class EvalProbes(Probe):
         self._fdepth = 0  # module call depth while hooked
         self._phase: _Phase | None = None
         self._reruns = 0
+        self._versus = 0  # train-mode evaluations re-run in eval mode
         self._rerun_pass: _Pass | None = None
         self._evaluated = ObjectMap()  # model -> evaluation phases it was looked at in
         self._busy = False  # inside our own re-run
@@ -120,9 +122,10 @@ class EvalProbes(Probe):
         self._bn_prev: dict[tuple[str, str], torch.Tensor] = {}
         self._mnames: dict[int, str] = {}
         self._skipped = 0.0  # seconds spent in our re-runs (not the user's evaluation)
-        # A pass with only Dropout in train mode: (it, its module, its first input), kept until
-        # the model's next root forward of the phase, which tells MC dropout (the same batch again)
-        self._mc: tuple[_Pass, Any, Any] | None = None
+        # A pass with only Dropout in train mode: [it, its module, its first input, passes on that
+        # input], kept while the model's next root forwards of the phase take the same input:
+        # MC dropout (the same batch _MC_PASSES times) or not (another batch)
+        self._mc: list[Any] | None = None
         self._first_input: Any = None
         self._inference = InferenceRegions(session)  # inference_mode regions of training steps
 
@@ -267,17 +270,20 @@ class EvalProbes(Probe):
                                   for n, m in modes if m.training)
         if one.train_modules and all(_is_dropout_entry(m) for m in one.train_modules) \
                 and isinstance(self._first_input, torch.Tensor):
-            self._mc = (one, module, self._first_input)  # hooks stay up for its next root forward
+            self._mc = [one, module, self._first_input, 1]  # hooks stay up for its next root forwards
         seen = self._evaluated.get(inner, 0) + 1
         self._evaluated[inner] = seen
         if seen <= _BN_PHASES or seen % 10 == 0:
             self._batchnorm(inner, owned, held, ph)
         eval_mode = not module.training and all(not m.training for m in inner.modules())
-        if (self._reruns < _RERUNS and not one.train_modules and (eval_mode or inner.training)
-                and _rerun_safe(module)):
-            if not eval_mode:  # in train mode with nothing mode-dependent in sight: F.dropout(x, training=self.training)?
+        # Two budgets: train-mode rollouts (an RL policy) must not use up the determinism check's
+        budget = self._reruns < _RERUNS if eval_mode else self._versus < _RERUNS
+        if budget and not one.train_modules and (eval_mode or inner.training) and _rerun_safe(module):
+            if eval_mode:
+                self._reruns += 1
+            else:  # train mode, nothing mode-dependent in sight: functional dropout?
                 one.versus_eval = _save_rng()
-            self._reruns += 1
+                self._versus += 1
             self._rerun_pass = one
             self._prints = []
             self._mnames = {id(m): n for n, m in inner.named_modules()}
@@ -285,11 +291,16 @@ class EvalProbes(Probe):
     def _same_batch_again(self, args: Any) -> None:
         """The second root forward of a model evaluated with Dropout in train mode: the same
         input tensor again is Monte Carlo dropout (stochastic passes averaged on purpose), and
-        its Dropout modules are no mistake; BatchNorm in train mode still is."""
-        one, _, first = self._mc or (None, None, None)
-        self._mc = None
-        if one is not None and first is not None and args and args[0] is first:
-            one.train_modules = tuple(m for m in one.train_modules if not _is_dropout_entry(m))
+        its Dropout modules are no mistake once it comes _MC_PASSES times (twice may be two
+        metrics computed from two forwards); BatchNorm in train mode still is."""
+        mc = self._mc
+        if mc is None or not args or args[0] is not mc[2]:
+            self._mc = None  # another batch: an ordinary evaluation
+            return
+        mc[3] += 1
+        if mc[3] >= _MC_PASSES:  # not two calls for two metrics: passes to average
+            self._mc = None
+            mc[0].train_modules = tuple(m for m in mc[0].train_modules if not _is_dropout_entry(m))
 
     def _fingerprint(self, module: Any, output: Any) -> None:
         outs = measure.first_float_tensors(output, limit=1)
