@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import random
 import sys
 import time
 from typing import Any, Iterable
@@ -32,72 +31,19 @@ from traindoc.live import measure
 from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
+from traindoc.live.probes.eval_parts import (
+    Pass, Phase, find_twin, held_params, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe, restore_rng,
+    save_rng, unwrap,
+)
 from traindoc.live.probes.inference import InferenceRegions
-from traindoc.live.objects import ObjectMap, frame_modules, user_site
+from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
 
 _RERUNS = 2  # evaluation phases whose first forward is re-run (determinism check)
 _MODE_TOLERANCE = 1e-4  # relative change of a train-mode output when re-run in eval mode
 _MC_PASSES = 3  # forwards of one input tensor in one evaluation that make it MC dropout
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
-_MAX_BUFFER_BYTES = 256 << 20  # larger models: no re-run (their buffers are not snapshotted)
 _FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
-
-
-def _mode_dependent(m: nn.Module) -> bool:
-    """A module whose output depends on train/eval mode."""
-    if isinstance(m, nn.modules.batchnorm._BatchNorm):
-        return bool(m.track_running_stats)
-    if isinstance(m, nn.modules.dropout._DropoutNd) or isinstance(m, nn.AlphaDropout):
-        return float(getattr(m, "p", 0.0)) > 0
-    name = type(m).__name__
-    if "DropPath" in name or "StochasticDepth" in name or "Dropout" in name:
-        return float(getattr(m, "drop_prob", getattr(m, "p", 1.0)) or 0.0) > 0
-    return False
-
-
-def _unwrap(m: Any) -> Any:
-    """The model inside AveragedModel/EMA wrappers, DDP and torch.compile."""
-    for _ in range(4):
-        inner = getattr(m, "_orig_mod", None) or getattr(m, "module", None)
-        if not isinstance(inner, nn.Module):
-            return m
-        m = inner
-    return m
-
-
-class _Pass:
-    """One model looked at in an evaluation phase (at its first root forward there)."""
-
-    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training",
-                 "versus_eval")
-
-    def __init__(self) -> None:
-        self.model = ""
-        self.role = "model"
-        self.train_modules: tuple[str, ...] = ()
-        self.mode_modules = 0
-        self.rerun: torch.Tensor | None = None  # [abs diff, max |out|, per-module differs...]
-        self.names: list[str] = []
-        self.where = ""
-        self.training = True  # the model's own mode (model.eval() called or not)
-        # A train-mode model without Dropout/BatchNorm modules: the RNG state before its forward,
-        # to re-run it in eval mode from the same state (does model.eval() change the output?)
-        self.versus_eval: dict[str, Any] | None = None
-
-
-class _Phase:
-    """Evaluation between two training steps: the models evaluated in it (model, then EMA)."""
-
-    __slots__ = ("step", "t0", "last_exit", "passes", "seen", "bn_seen")
-
-    def __init__(self, step: int, t0: float) -> None:
-        self.step = step
-        self.t0 = t0
-        self.last_exit: float | None = None
-        self.passes: list[_Pass] = []
-        self.seen: set[int] = set()  # root modules looked at (ids; alive while the phase is)
-        self.bn_seen: set[int] = set()  # models whose BatchNorm statistics were read
 
 
 class EvalProbes(Probe):
@@ -112,10 +58,10 @@ class EvalProbes(Probe):
         self._depth = 0  # nested tracked no_grad regions
         self._region_t0 = 0.0
         self._fdepth = 0  # module call depth while hooked
-        self._phase: _Phase | None = None
+        self._phase: Phase | None = None
         self._reruns = 0
         self._versus = 0  # train-mode evaluations re-run in eval mode
-        self._rerun_pass: _Pass | None = None
+        self._rerun_pass: Pass | None = None
         self._evaluated = ObjectMap()  # model -> evaluation phases it was looked at in
         self._busy = False  # inside our own re-run
         self._prints: list[tuple[str, torch.Tensor]] | None = None
@@ -248,27 +194,27 @@ class EvalProbes(Probe):
     # ---- one evaluation phase ----------------------------------------------------------------
     def _look(self, module: nn.Module) -> None:
         """The first root forward of ``module`` in this evaluation phase."""
-        if _in_update_bn():
+        if in_update_bn():
             return  # re-estimating BatchNorm statistics on purpose (swa_utils.update_bn)
         s = self.s
         if self._phase is None:
-            self._phase = _Phase(s.clock.step, self._region_t0)
+            self._phase = Phase(s.clock.step, self._region_t0)
         ph = self._phase
         ph.seen.add(id(module))
-        one = _Pass()
+        one = Pass()
         ph.passes.append(one)
-        inner = _unwrap(module)
+        inner = unwrap(module)
         one.model = type(inner).__name__
         one.training = bool(inner.training)
         one.where = user_site(4)
-        held = _held_params(s)
+        held = held_params(s)
         owned = any(id(p) in held for p in inner.parameters())
         one.role = "model" if owned else "copy"
-        modes = [(n, m) for n, m in inner.named_modules() if _mode_dependent(m)]
+        modes = [(n, m) for n, m in inner.named_modules() if mode_dependent(m)]
         one.mode_modules = len(modes)
         one.train_modules = tuple(f"{n or type(inner).__name__} ({type(m).__name__})"
                                   for n, m in modes if m.training)
-        if one.train_modules and all(_is_dropout_entry(m) for m in one.train_modules) \
+        if one.train_modules and all(is_dropout_entry(m) for m in one.train_modules) \
                 and isinstance(self._first_input, torch.Tensor):
             self._mc = [one, module, self._first_input, 1]  # hooks stay up for its next root forwards
         seen = self._evaluated.get(inner, 0) + 1
@@ -278,11 +224,11 @@ class EvalProbes(Probe):
         eval_mode = not module.training and all(not m.training for m in inner.modules())
         # Two budgets: train-mode rollouts (an RL policy) must not use up the determinism check's
         budget = self._reruns < _RERUNS if eval_mode else self._versus < _RERUNS
-        if budget and not one.train_modules and (eval_mode or inner.training) and _rerun_safe(module):
+        if budget and not one.train_modules and (eval_mode or inner.training) and rerun_safe(module):
             if eval_mode:
                 self._reruns += 1
             else:  # train mode, nothing mode-dependent in sight: functional dropout?
-                one.versus_eval = _save_rng()
+                one.versus_eval = save_rng()
                 self._versus += 1
             self._rerun_pass = one
             self._prints = []
@@ -300,7 +246,7 @@ class EvalProbes(Probe):
         mc[3] += 1
         if mc[3] >= _MC_PASSES:  # not two calls for two metrics: passes to average
             self._mc = None
-            mc[0].train_modules = tuple(m for m in mc[0].train_modules if not _is_dropout_entry(m))
+            mc[0].train_modules = tuple(m for m in mc[0].train_modules if not is_dropout_entry(m))
 
     def _fingerprint(self, module: Any, output: Any) -> None:
         outs = measure.first_float_tensors(output, limit=1)
@@ -318,13 +264,13 @@ class EvalProbes(Probe):
             return
         prints1, self._prints = self._prints or [], []
         t0 = time.perf_counter()
-        saved = _save_rng()
+        saved = save_rng()
         buffers = [(b, b._version, b.detach().clone()) for b in module.buffers()]
         modes: list[tuple[nn.Module, bool]] = []
         if one.versus_eval is not None:
             # The same forward in eval mode, from the RNG state the user's forward started
             # with: random ops that ignore the mode (sampling) give the same numbers again.
-            _restore_rng(one.versus_eval)
+            restore_rng(one.versus_eval)
             one.versus_eval = None
             modes = [(m, m.training) for m in module.modules()]
             for m, _ in modes:
@@ -341,7 +287,7 @@ class EvalProbes(Probe):
                 for b, version, copy in buffers:
                     if b._version != version:
                         b.copy_(copy)  # our re-run changed a buffer: put the user's value back
-            _restore_rng(saved)
+            restore_rng(saved)
             prints2, self._prints = self._prints or [], None
             self._skipped += time.perf_counter() - t0
         second = measure.first_float_tensors(out2, limit=1)
@@ -358,7 +304,7 @@ class EvalProbes(Probe):
                 one.names = [n for n, _ in prints1]
         one.rerun = torch.cat([t.to(parts[0].device) for t in parts])
 
-    def _batchnorm(self, inner: nn.Module, owned: bool, held: set[int], ph: _Phase) -> None:
+    def _batchnorm(self, inner: nn.Module, owned: bool, held: set[int], ph: Phase) -> None:
         """BatchNorm running statistics of the evaluated model (and of the training model an
         EMA copy mirrors), each model once per phase."""
         bns = [(n, m) for n, m in inner.named_modules()
@@ -368,7 +314,7 @@ class EvalProbes(Probe):
         ph.bn_seen.add(id(inner))
         pairs: list[tuple[str, list[tuple[str, Any]]]] = [("model" if owned else "ema", bns)]
         if not owned:
-            twin = _find_twin(self.s, inner, {n for n, _ in bns}, held)
+            twin = find_twin(self.s, inner, {n for n, _ in bns}, held)
             if twin is not None and id(twin) not in ph.bn_seen:
                 ph.bn_seen.add(id(twin))
                 pairs.append(("model", [(n, m) for n, m in twin.named_modules()
@@ -468,82 +414,8 @@ class EvalProbes(Probe):
         self.s.defer(packed, decode)
 
 
-def _is_dropout_entry(entry: str) -> bool:
-    """``"drop (Dropout)"``, ``"blocks.0.drop_path (DropPath)"``: a Dropout-like module."""
-    kind = entry.rsplit(" (", 1)[-1]
-    return "Drop" in kind or "Stochastic" in kind
-
-
 def _ours(frame: Any) -> bool:
     name = frame.f_globals.get("__name__", "")
     return name.startswith("traindoc.") and not name.startswith("traindoc.zoo")
 
-
-def _held_params(s: Session) -> set[int]:
-    held: set[int] = set()
-    for opt in s.optimizers():
-        held.update(id(p) for g in opt.param_groups for p in g["params"])
-    return held
-
-
-def _find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
-    """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
-    and that has BatchNorm modules of the same names."""
-    candidates = s.models() + frame_modules(sys._getframe(1))
-    for cand in candidates:
-        if cand is None:
-            continue
-        inner = _unwrap(cand)
-        if inner is copy or not any(id(p) in held for p in inner.parameters()):
-            continue
-        names = {n for n, m in inner.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
-        if bn_names <= names:
-            return inner
-    return None
-
-
-def _in_update_bn() -> bool:
-    frame: Any = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name == "update_bn" and frame.f_code.co_filename.endswith("swa_utils.py"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _rerun_safe(module: nn.Module) -> bool:
-    """No user hooks anywhere (a re-run would call them twice) and buffers small enough to
-    snapshot."""
-    for hooks in (_module._global_forward_hooks, _module._global_forward_pre_hooks):
-        for hook in hooks.values():
-            if not getattr(hook, "__module__", "").startswith("traindoc"):
-                return False
-    nbytes = 0
-    for m in module.modules():
-        if m._forward_hooks or m._forward_pre_hooks:
-            return False
-        for b in m._buffers.values():
-            if b is not None:
-                nbytes += b.numel() * b.element_size()
-    return nbytes <= _MAX_BUFFER_BYTES
-
-
-def _save_rng() -> dict[str, Any]:
-    saved: dict[str, Any] = {"cpu": torch.random.get_rng_state(), "random": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        # The CUDA generators' state (seed and offset) lives on the host: no device sync.
-        saved["cuda"] = torch.cuda.get_rng_state_all()
-    np = sys.modules.get("numpy")
-    if np is not None:
-        saved["numpy"] = np.random.get_state()
-    return saved
-
-
-def _restore_rng(saved: dict[str, Any]) -> None:
-    torch.random.set_rng_state(saved["cpu"])
-    random.setstate(saved["random"])
-    if "cuda" in saved:
-        torch.cuda.set_rng_state_all(saved["cuda"])
-    if "numpy" in saved:
-        sys.modules["numpy"].random.set_state(saved["numpy"])
 

@@ -1,0 +1,154 @@
+"""What an evaluation phase is made of, and the pieces its checks share: which modules change
+with train/eval mode, the model an EMA copy mirrors, and saving the RNG around a re-run."""
+
+from __future__ import annotations
+
+import random
+import sys
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.nn as nn
+from torch.nn.modules import module as _module
+
+from traindoc.live.objects import frame_modules
+
+if TYPE_CHECKING:
+    from traindoc.live.session import Session
+
+MAX_BUFFER_BYTES = 256 << 20  # larger models: no re-run (their buffers are not snapshotted)
+
+
+def mode_dependent(m: nn.Module) -> bool:
+    """A module whose output depends on train/eval mode."""
+    if isinstance(m, nn.modules.batchnorm._BatchNorm):
+        return bool(m.track_running_stats)
+    if isinstance(m, nn.modules.dropout._DropoutNd) or isinstance(m, nn.AlphaDropout):
+        return float(getattr(m, "p", 0.0)) > 0
+    name = type(m).__name__
+    if "DropPath" in name or "StochasticDepth" in name or "Dropout" in name:
+        return float(getattr(m, "drop_prob", getattr(m, "p", 1.0)) or 0.0) > 0
+    return False
+
+
+def unwrap(m: Any) -> Any:
+    """The model inside AveragedModel/EMA wrappers, DDP and torch.compile."""
+    for _ in range(4):
+        inner = getattr(m, "_orig_mod", None) or getattr(m, "module", None)
+        if not isinstance(inner, nn.Module):
+            return m
+        m = inner
+    return m
+
+
+class Pass:
+    """One model looked at in an evaluation phase (at its first root forward there)."""
+
+    __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training",
+                 "versus_eval")
+
+    def __init__(self) -> None:
+        self.model = ""
+        self.role = "model"
+        self.train_modules: tuple[str, ...] = ()
+        self.mode_modules = 0
+        self.rerun: torch.Tensor | None = None  # [abs diff, max |out|, per-module differs...]
+        self.names: list[str] = []
+        self.where = ""
+        self.training = True  # the model's own mode (model.eval() called or not)
+        # A train-mode model without Dropout/BatchNorm modules: the RNG state before its forward,
+        # to re-run it in eval mode from the same state (does model.eval() change the output?)
+        self.versus_eval: dict[str, Any] | None = None
+
+
+class Phase:
+    """Evaluation between two training steps: the models evaluated in it (model, then EMA)."""
+
+    __slots__ = ("step", "t0", "last_exit", "passes", "seen", "bn_seen")
+
+    def __init__(self, step: int, t0: float) -> None:
+        self.step = step
+        self.t0 = t0
+        self.last_exit: float | None = None
+        self.passes: list[Pass] = []
+        self.seen: set[int] = set()  # root modules looked at (ids; alive while the phase is)
+        self.bn_seen: set[int] = set()  # models whose BatchNorm statistics were read
+
+
+def is_dropout_entry(entry: str) -> bool:
+    """``"drop (Dropout)"``, ``"blocks.0.drop_path (DropPath)"``: a Dropout-like module."""
+    kind = entry.rsplit(" (", 1)[-1]
+    return "Drop" in kind or "Stochastic" in kind
+
+
+def held_params(s: Session) -> set[int]:
+    held: set[int] = set()
+    for opt in s.optimizers():
+        held.update(id(p) for g in opt.param_groups for p in g["params"])
+    return held
+
+
+def find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
+    """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
+    and that has BatchNorm modules of the same names."""
+    candidates = s.models() + frame_modules(sys._getframe(1))
+    for cand in candidates:
+        if cand is None:
+            continue
+        inner = unwrap(cand)
+        if inner is copy or not any(id(p) in held for p in inner.parameters()):
+            continue
+        names = {n for n, m in inner.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)}
+        if bn_names <= names:
+            return inner
+    return None
+
+
+def in_update_bn() -> bool:
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "update_bn" and frame.f_code.co_filename.endswith("swa_utils.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def rerun_safe(module: nn.Module) -> bool:
+    """No user hooks anywhere (a re-run would call them twice) and buffers small enough to
+    snapshot."""
+    for hooks in (_module._global_forward_hooks, _module._global_forward_pre_hooks):
+        for hook in hooks.values():
+            if not getattr(hook, "__module__", "").startswith("traindoc"):
+                return False
+    nbytes = 0
+    for m in module.modules():
+        if m._forward_hooks or m._forward_pre_hooks:
+            return False
+        for b in m._buffers.values():
+            if b is not None:
+                nbytes += b.numel() * b.element_size()
+    return nbytes <= MAX_BUFFER_BYTES
+
+
+def save_rng() -> dict[str, Any]:
+    saved: dict[str, Any] = {"cpu": torch.random.get_rng_state(), "random": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        # The CUDA generators' state (seed and offset) lives on the host: no device sync.
+        saved["cuda"] = torch.cuda.get_rng_state_all()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        saved["numpy"] = np.random.get_state()
+    return saved
+
+
+def restore_rng(saved: dict[str, Any]) -> None:
+    torch.random.set_rng_state(saved["cpu"])
+    random.setstate(saved["random"])
+    if "cuda" in saved:
+        torch.cuda.set_rng_state_all(saved["cuda"])
+    if "numpy" in saved:
+        sys.modules["numpy"].random.set_state(saved["numpy"])
+
+
+__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "find_twin", "held_params", "in_update_bn", "is_dropout_entry",
+           "mode_dependent", "rerun_safe", "restore_rng", "save_rng", "unwrap"]
