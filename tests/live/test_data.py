@@ -118,6 +118,8 @@ def wait(step: int, wait_ms: float, step_ms: float, steps: int = 1, device: str 
     ([wait(s, 14, 40) for s in range(1, 40)], True),  # 35% on an accelerator
     ([wait(s, 14, 40, device="cpu") for s in range(1, 40)], False),  # 35% with CPU compute
     ([wait(s, 30, 40, device="cpu") for s in range(1, 40)], True),  # 75% with CPU compute
+    # the probe's last event, sent when it stops, names no device: still judged as a CPU run
+    ([wait(s, 12, 30, device="cpu") for s in range(1, 31)] + [wait(31, 12, 30, device="")], False),
 ])
 def test_detector_thresholds(waits: list[LoaderWait], fires: bool) -> None:
     report = analyze(waits, select=[ID])

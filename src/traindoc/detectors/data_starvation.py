@@ -68,6 +68,10 @@ class DataStarvation(Detector):
         self._waits, self._walls, self._weights = Thinned(_CAP), Thinned(_CAP), Thinned(_CAP)
         self._steps = 0
         self._last: LoaderWait | None = None
+        # The device of the latest event that names one: the live probe's last event (sent when
+        # it stops, after the script's optimizers are gone) names none, and judging it with the
+        # accelerator's bar would fire a CPU run at its last step on a share below the CPU's.
+        self._device = ""
         self._fired_at: int | None = None
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -78,6 +82,8 @@ class DataStarvation(Detector):
         self._weights.append(e.steps)
         self._steps += e.steps
         self._last = e
+        if e.device:
+            self._device = e.device
         if self._fired_at is None and self._starved():
             self._fired_at = e.step
             yield self._finding()
@@ -87,8 +93,7 @@ class DataStarvation(Detector):
             yield self._finding()  # final evidence over the whole run
 
     def _threshold(self) -> float:
-        cpu = self._last is not None and self._last.device == "cpu"
-        return self.config.cpu_share if cpu else self.config.share
+        return self.config.cpu_share if self._device == "cpu" else self.config.share
 
     def _starved(self) -> bool:
         cfg = self.config
@@ -119,7 +124,7 @@ class DataStarvation(Detector):
             message=(
                 f"the loop waited {fmt(wait * 1e3)} ms per step for the next batch, {share:.0%} of a "
                 f"{fmt(wall * 1e3)} ms step (median over {self._steps} steps; threshold "
-                f"{self._threshold():.0%}{' on CPU' if e.device == 'cpu' else ''} and "
+                f"{self._threshold():.0%}{' on CPU' if self._device == 'cpu' else ''} and "
                 f"{fmt(self.config.min_wait_s * 1e3)} ms), with {settings}. "
                 f"Overlapped with compute, a step would take about {fmt(max(compute, 1e-9) * 1e3)} ms."
             ),
@@ -135,5 +140,5 @@ class DataStarvation(Detector):
                       "steps_measured": self._steps, "loader": e.loader, "batch_size": e.batch_size,
                       "num_workers": e.num_workers, "pin_memory": e.pin_memory,
                       "prefetch_factor": e.prefetch_factor, "persistent_workers": e.persistent_workers,
-                      "threshold_share": self._threshold(), "device": e.device},
+                      "threshold_share": self._threshold(), "device": self._device},
         )
