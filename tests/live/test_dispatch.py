@@ -254,7 +254,7 @@ def _spied_session() -> tuple[Session, list[int]]:
     on_step_pre = session.on_step_pre
 
     def spy(opt: Any, closure: bool = False) -> None:
-        pre_steps.append(session.current_step)
+        pre_steps.append(session.clock.current_step)
         on_step_pre(opt, closure)
 
     session.on_step_pre = spy  # type: ignore[method-assign]

@@ -92,11 +92,6 @@ class Session:
         self.event_listeners: list[Callable[[Event], None]] = []
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    @property
-    def current_step(self) -> int:
-        """The step that work happening now belongs to (the next one once an optimizer stepped)."""
-        return self.clock.current_step
-
     def next_step_begins(self) -> None:
         """The next step's work begins (a model's forward, a loss call) while this round is
         done: end this round in the stream first, so that the next step's measurements never
@@ -175,7 +170,7 @@ class Session:
         """The error, from which step, and the detectors the disabled probe left blind."""
         signals = set(PROBE_SIGNALS.get(probe, ()))
         blind = [cls.id for cls in detectors.DETECTORS if cls.id in chosen
-                 and signals & (set(cls.needs) | set(getattr(cls, "uses", ())))]
+                 and signals & (set(cls.needs) | set(cls.uses))]
         at = self._failed_at.get(probe, 0)
         tail = f"; blind from step {at} on: {', '.join(blind)}" if blind else ""
         return f"{error}{tail}"
@@ -184,7 +179,7 @@ class Session:
         """A probe raised: remember it once; the caller disables it. Never reaches the user."""
         if probe not in self.failed:
             self.failed[probe] = f"{type(exc).__name__}: {exc}"
-            self._failed_at[probe] = self.current_step
+            self._failed_at[probe] = self.clock.current_step
             sys.stderr.write(f"traindoc: internal error in probe {probe!r}, disabled it: {exc}\n")
 
     def _round_closed(self, sampled: bool) -> None:
@@ -211,7 +206,7 @@ class Session:
                 self._phase += 1
                 reason = (f"a new optimizer ({type(opt).__name__}) after "
                           f"{self.clock.steps_taken} optimizer steps")
-                self.stream.pending.append(Phase(step=self.current_step, index=self._phase, reason=reason))
+                self.stream.pending.append(Phase(step=self.clock.current_step, index=self._phase, reason=reason))
         self._last_opt_ref = weakref.ref(opt)
         self._last_index = self._optimizers.get(opt, -1)
 
