@@ -28,8 +28,14 @@ from traindoc.live.levels import Level
 Outcome = tuple[int, str, int]  # (optimizer index, outcome, steps it has taken so far)
 Marker = tuple[None, int, "list[Outcome] | None"]
 
-# The hooks a probe may override, and the clock's lists that call them.
-CLOCK_HOOKS = ("on_sampling", "on_round_end", "on_sampled_round_end", "on_first_step")
+# The hooks a probe may override (``live.probes.base.Probe``), and the clock's lists that call them.
+_LISTS = {
+    "on_sampling": "sampling_listeners",
+    "on_round_end": "round_listeners",
+    "on_sampled_round_end": "sampled_round_listeners",
+    "on_first_step": "first_step_listeners",
+}
+CLOCK_HOOKS = tuple(_LISTS)
 
 
 class StepClock:
@@ -218,14 +224,6 @@ class StepClock:
     def _sampling(self, on: bool) -> None:
         for listener in self.sampling_listeners:
             listener(on)
-
-
-_LISTS = {
-    "on_sampling": "sampling_listeners",
-    "on_round_end": "round_listeners",
-    "on_sampled_round_end": "sampled_round_listeners",
-    "on_first_step": "first_step_listeners",
-}
 
 
 def _overridden(obj: Any, hook: str) -> Callable[..., Any] | None:
