@@ -390,7 +390,9 @@ def test_engine_sends_column_detectors_columns_only() -> None:
     engine.feed(Scalar(3, "loss", 3.0))
     engine.feed(Series("loss", [4, 5], [4.0, 5.0]))  # the Scalar before it goes first
     engine.feed(Series("loss", [6], [6.0]))  # the same signal twice: two calls
-    engine.feed(RunEnd(steps=7))
+    engine.feed(RunEnd(steps=7))  # not its signal: its queue waits
+    assert spy.calls[1:] == []
+    engine.flush()
     assert [c for _, c in spy.calls[1:]] == [{"loss": ([3], [3.0])}, {"loss": ([4, 5], [4.0, 5.0])},
                                              {"loss": ([6], [6.0])}]
     assert engine.finish().ran == ["spy"]

@@ -16,10 +16,10 @@ from traindoc.curves import Curve, Curves, ParamValue
 from traindoc.events import SIGNALS, Event, RunEnd, RunStart, Scalar, Series
 from traindoc.findings import Finding, severity_rank
 
-# Scalars buffered for the column detectors before a delivery without waiting for a flush point:
-# bounds how late their findings come from a source that never calls flush() (128 steps of a
-# live run's loss and gradient norm), and the buffer. A delivery costs a column detector
-# 20-50 us of numpy set-up however short it is: 0.2 us per point at this size.
+# Events queued for the column detectors before a delivery without waiting for a flush point:
+# bounds how late their findings come from a source that never calls flush() (about 80 steps
+# of a live run), and the queues. A delivery costs a column detector 20-50 us of numpy set-up
+# however short its columns are: 0.2 us per point at this size.
 CHUNK = 256
 
 if TYPE_CHECKING:  # importing the detectors package would import every detector
@@ -52,20 +52,18 @@ class Report:
 class Engine:
     """Routes events by signal to the detectors that need them.
 
-    A log's columns (``Series`` events) are gathered until the next other event and delivered
-    whole to each detector's ``observe_series`` (``{signal: Series}`` for its signals; the
-    ``Detector`` default replays them to ``observe`` point by point). ``Scalar`` events (live, a
-    recorded stream) go to ``observe`` as they come, except for a *column detector* (one that
-    judges columns: ``Detector.columnar``), which never gets a ``Scalar``: they are kept in small
-    columns and delivered at a flush point: the source's ``flush()`` (a live session's sampled
-    step), every ``CHUNK`` points, ``finish()``, and, for one detector, the next other event it
-    observes. Its findings can come later than the point that made them, with the same step
-    numbers. (Delivering at every event would cost each column detector its numpy set-up on
-    every step of a live run.)
-
-    Each detector sees its own events in the order they came (Scalars kept for it are delivered
-    before any later event). Every member of ``detectors.Detector`` has a default: the engine
-    calls them all.
+    Each detector gets its events in the order they came, through one queue: a run of numbers
+    (``Scalar`` points and a log's ``Series`` columns) is handed to ``observe_series`` as
+    ``{signal: Series}`` (at most one column per signal a call), every other event to
+    ``observe``. A per-point detector's queue is handed over at each event that is not a log's
+    column, a Scalar straight to ``observe`` (what the ``Detector`` default of
+    ``observe_series`` would do with its one-point column). A *column detector* (one that
+    judges columns: ``Detector.columnar``) is handed its queue at flush points only: the
+    source's ``flush()`` (the live guard's step), every ``CHUNK`` events, ``finish()``; its
+    findings can come later than the point that made them, with the same step numbers.
+    (Delivering at every event would cost each column detector its numpy set-up on every step
+    of a live run.) Every member of ``detectors.Detector`` has a default: the engine calls
+    them all.
 
     A detector that raises is disabled and reported once (``Report.disabled``); the others go
     on. The first finding of an id is announced through ``on_finding``; a later finding of the
@@ -98,14 +96,9 @@ class Engine:
         self._run: dict[str, object] = {}
         self._steps = 0
         self._finished: Report | None = None
-        self._columns: list[Series] = []  # Series events awaiting delivery
-        # Scalars awaiting delivery to column detectors: signal -> (steps, values), _buffered in
-        # all; _sent[id(detector)][signal]: how many of them a detector already got.
-        self._buffer: dict[str, tuple[list[int], list[float]]] = {}
-        self._buffered = 0
-        self._sent: dict[int, dict[str, int]] = {}
+        self._queues: dict[Detector, list[Event]] = {det: [] for det in self._detectors}
+        self._queued = 0  # events waiting in the column detectors' queues
         self._curves = Curves()
-        self._reroute()
 
     def signals(self) -> set[str]:
         """Every signal some detector observes (needs or uses)."""
@@ -177,67 +170,51 @@ class Engine:
 
     def feed(self, event: Event) -> None:
         self._curves.feed(event)
-        if isinstance(event, Series):
-            if self._buffered:  # Scalars that came first go first
-                self._flush_buffer()
-            self._columns.append(event)
-            return
-        if self._columns:
-            self._deliver(self._columns)
-            self._columns = []
         signal = event.signal
-        if isinstance(event, Scalar):
-            if event.step + 1 > self._steps:
-                self._steps = event.step + 1
+        if isinstance(event, Series):
+            if len(event):
+                self._steps = max(self._steps, int(event.steps[-1]) + 1)  # steps are non-decreasing
+                self._seen.add(signal)
+        else:
+            if isinstance(event, RunStart):
+                self._run.update(
+                    source=event.source, script=event.script, argv=list(event.argv),
+                    python=event.python, torch=event.torch, started=event.started,
+                    ranks=event.world_size, level=event.level,
+                )
+                if event.signals:
+                    self._declared(set(event.signals))
+            elif isinstance(event, RunEnd):
+                self._run.update(steps=event.steps, duration_s=event.duration_s, status=event.status,
+                                 trained=event.trained)
+                if event.exit_code:
+                    self._run.update(exit_code=event.exit_code)
+                if event.optimizer_steps is not None:
+                    self._run.update(optimizer_steps=event.optimizer_steps)
+            step = getattr(event, "step", None)
+            if isinstance(step, int) and step + 1 > self._steps:
+                self._steps = step + 1
             self._seen.add(signal)
-            for det in self._scalar_routes.get(signal, ()):
-                self._call(det, det.observe, event)
-            if signal in self._columnar:
-                steps, values = self._buffer.setdefault(signal, ([], []))
-                steps.append(event.step)
-                values.append(event.value)
-                self._buffered += 1
-                if self._buffered >= CHUNK:
-                    self._flush_buffer()
-            return
-        if isinstance(event, RunStart):
-            self._run.update(
-                source=event.source, script=event.script, argv=list(event.argv),
-                python=event.python, torch=event.torch, started=event.started,
-                ranks=event.world_size, level=event.level,
-            )
-        elif isinstance(event, RunEnd):
-            self._run.update(steps=event.steps, duration_s=event.duration_s, status=event.status,
-                             trained=event.trained)
-            if event.exit_code:
-                self._run.update(exit_code=event.exit_code)
-            if event.optimizer_steps is not None:
-                self._run.update(optimizer_steps=event.optimizer_steps)
-        step = getattr(event, "step", None)
-        if isinstance(step, int) and step + 1 > self._steps:
-            self._steps = step + 1
-        self._seen.add(signal)
-        if isinstance(event, RunStart) and event.signals:
-            self._declared(set(event.signals))
         for det in self._routes.get(signal, ()):
-            if self._buffered and det.columnar:
-                self._catch_up(det)  # its Scalars before this event
-            self._call(det, det.observe, event)
+            queue = self._queues[det]
+            if det.columnar or isinstance(event, Series):  # a log's columns wait for the next event
+                queue.append(event)
+                self._queued += det.columnar
+            elif queue:
+                queue.append(event)
+                self._deliver(det)
+            else:
+                self._call(det, det.observe, event)  # a point as it comes (the usual case)
+        if self._queued >= CHUNK:
+            self.flush()
 
     def flush(self) -> None:
-        """Deliver what waits for the column detectors now (a source calls this where a delay
-        would matter, e.g. at the end of a sampled step)."""
-        if self._columns:
-            self._deliver(self._columns)
-            self._columns = []
-        if self._buffered:
-            self._flush_buffer()
-
-    def _reroute(self) -> None:
-        """Where a Scalar goes: to ``observe`` of the per-point detectors of its signal, and
-        into the buffer when a column detector wants its signal."""
-        self._scalar_routes = {s: [d for d in dets if not d.columnar] for s, dets in self._routes.items()}
-        self._columnar = {s for s, dets in self._routes.items() if any(d.columnar for d in dets)}
+        """Hand every detector what waits in its queue now (a source calls this where a delay
+        would matter, e.g. before the live guard acts on a step's findings)."""
+        for det, queue in self._queues.items():
+            if queue:
+                self._deliver(det)
+        self._queued = 0
 
     def _declared(self, signals: set[str]) -> None:
         """The source said up front which signals it carries: stop routing events to detectors
@@ -247,59 +224,34 @@ class Engine:
                 for routed in self._routes.values():
                     if det in routed:
                         routed.remove(det)
-        self._reroute()
 
-    def _flush_buffer(self) -> None:
-        routed = {id(d) for name in self._buffer for d in self._routes.get(name, ())}
-        for det in self._detectors:
-            if id(det) in routed and det.columnar:
-                self._catch_up(det)
-        self._buffer = {name: ([], []) for name in self._buffer}  # the keys keep their order
-        self._buffered = 0
-        self._sent = {}
-
-    def _catch_up(self, det: Detector) -> None:
-        """The buffered Scalars ``det`` has not had yet, as columns in the order their signals
-        first came: a column does not say in which order two signals of one step came, and a
-        detector reading several replays them column by column within a step (live sends the
-        loss, then the gradient norm, every step)."""
-        sent = self._sent.setdefault(id(det), {})
-        wanted = _wanted(det)
-        columns = []
-        for name, (steps, values) in self._buffer.items():
-            start = sent.get(name, 0)
-            if name in wanted and len(steps) > start:
-                columns.append(Series(name, steps[start:], values[start:]))
-                sent[name] = len(steps)
-        if columns:
-            self._series_to(det, columns)
-
-    def _deliver(self, columns: list[Series]) -> None:
-        """A log's columns: to the detectors that want them."""
-        for c in columns:
-            if len(c):
-                self._seen.add(c.name)
-                self._steps = max(self._steps, int(c.steps[-1]) + 1)  # steps are non-decreasing
-        routed = {id(d) for c in columns for d in self._routes.get(c.name, ())}
-        for det in self._detectors:
-            if id(det) in routed:
-                self._series_to(det, columns)
-
-    def _series_to(self, det: Detector, columns: list[Series]) -> None:
-        """``columns`` to ``det.observe_series``, those of its signals, in calls that hold at
-        most one column per signal (a signal twice: two calls, in order)."""
-        series = det.observe_series
-        wanted = _wanted(det)
+    def _deliver(self, det: Detector) -> None:
+        """``det``'s queue, in order: each run of numbers as columns in the order their signals
+        first came (a column does not say in which order two signals of one step came; live
+        sends a step's gradient norm, then its loss), a signal's Scalars gathered into one
+        column, a second log column of a signal in the next call; every other event to
+        ``observe``."""
+        queue = self._queues[det]
+        self._queues[det] = []
         call: dict[str, Series] = {}
-        for c in columns:
-            if c.name not in wanted:
-                continue
-            if c.name in call:
-                self._call(det, series, call)
-                call = {}
-            call[c.name] = c
+        for event in queue:
+            if not (isinstance(event, Series) or isinstance(event, Scalar) and det.columnar):
+                if call:
+                    self._call(det, det.observe_series, call)
+                    call = {}
+                self._call(det, det.observe, event)
+            elif isinstance(event, Scalar) and isinstance(call.get(event.name), _Gathered):
+                column = call[event.name]
+                column.steps.append(event.step)
+                column.values.append(event.value)
+            else:
+                if event.signal in call:
+                    self._call(det, det.observe_series, call)
+                    call = {}
+                call[event.signal] = (_Gathered(event.name, [event.step], [event.value])
+                                      if isinstance(event, Scalar) else event)
         if call:
-            self._call(det, series, call)
+            self._call(det, det.observe_series, call)
 
     def finish(self) -> Report:
         if self._finished is not None:
@@ -359,6 +311,13 @@ class Engine:
             return
         # A refinement: keep the first step, take the newer evidence.
         self._findings[f.id] = replace(f, step=old.step if old.step is not None else f.step)
+
+
+class _Gathered(Series):
+    """A column the engine builds from Scalar points (lists it may still append to)."""
+
+    steps: list[int]
+    values: list[float]
 
 
 def _missing(det: Detector, seen: set[str]) -> list[str]:
