@@ -240,8 +240,7 @@ class Engine:
                     self._call(det, det.observe_series, call)
                     call = {}
                 self._call(det, det.observe, event)
-            elif isinstance(event, Scalar) and isinstance(call.get(event.name), _Gathered):
-                column = call[event.name]
+            elif isinstance(event, Scalar) and isinstance(column := call.get(event.name), _Gathered):
                 column.steps.append(event.step)
                 column.values.append(event.value)
             else:
