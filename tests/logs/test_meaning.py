@@ -209,9 +209,10 @@ def test_val_acc_logged_at_every_step(at_chance: bool, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("collapse", [True, False], ids=["collapse", "balanced"])
 def test_per_expert_loads_columns_judge_as_points_do(collapse: bool) -> None:
-    """The vectorized judgement of aligned load columns and the point-by-point one agree."""
+    """Load columns judged whole and point by point (one-point columns, a step's loads over
+    several calls) agree."""
     from traindoc.detectors.expert_collapse import ExpertCollapse
-    from traindoc.events import Scalar, Series
+    from traindoc.events import Series
 
     names = [f"expert_load.{i}" for i in range(8)]
     rows = _loads(collapse)
@@ -221,7 +222,8 @@ def test_per_expert_loads_columns_judge_as_points_do(collapse: bool) -> None:
     by_columns = ExpertCollapse(cfg)
     found = by_columns.observe_series(columns) + list(by_columns.finish())
     by_points = ExpertCollapse(cfg)
-    points = [f for s in range(STEPS) for n, c in columns.items() for f in by_points.observe(Scalar(s, n, c.values[s]))]
+    points = [f for s in range(STEPS) for n, c in columns.items()
+              for f in by_points.observe_series({n: Series(n, [s], [c.values[s]])})]
     points += list(by_points.finish())
     assert [(f.step, f.message) for f in found] == [(f.step, f.message) for f in points]
     assert bool(found) is collapse

@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Scalar, Series, scalars
+from traindoc.events import Series, scalars
 from traindoc.findings import EvidenceValue, Finding
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where used: the live face and lint start without numpy
 
 
 _FIRST = 3  # values that say where a statistic started
@@ -56,8 +59,8 @@ class ExpertCollapse(Detector):
     )
 
     # Carried over a resume: the windows of Gini values (logged, and computed from per-expert loads
-    # per layer), the router entropy's start and window, the loads of the step being gathered, and
-    # where it fired, peaked and ended.
+    # per layer), the router entropy's start and window, the loads of the last step delivered (the
+    # rest of that step may come in the next delivery), and where it fired, peaked and ended.
     carry = ("_recent", "_gini_first", "_entropy", "_entropy_first", "_entropy_recent", "_entropy_at_fire",
                 "_loads", "_pending", "_pending_step", "_shares", "_fired", "_kind", "_last", "_peak", "_high",
                 "_group")
@@ -96,7 +99,7 @@ class ExpertCollapse(Detector):
         self._entropy_recent: deque[float] = deque(maxlen=w)
         self._entropy_at_fire: float | None = None
         self._loads: dict[str, deque[float]] = {}  # layer group -> its scaled Gini per step
-        self._pending: dict[str, float] = {}  # the loads of the step being gathered
+        self._pending: dict[str, float] = {}  # the loads of the last step delivered, waiting for the rest
         self._pending_step = -1
         self._shares: dict[str, list[float]] = {}  # group -> the latest step's shares
         self._fired: tuple[int, float] | None = None
@@ -106,24 +109,14 @@ class ExpertCollapse(Detector):
         self._peak: tuple[int, float] = (0, -math.inf)
         self._high = 0  # values past the threshold since firing
 
-    def observe(self, event: Event) -> Iterable[Finding]:
-        assert isinstance(event, Scalar)
-        x, name, step = event.value, event.name, event.step
-        if not math.isfinite(x):
-            return ()
-        out: list[Finding] = []
-        if name.startswith("expert_load."):
-            if step != self._pending_step:
-                out += self._close()
-                self._pending_step = step
-            self._pending[name] = x
-            return out
-        if name == "expert_entropy":
-            return self._entropy_value(step, x)
-        return self._gini_value(step, x)
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """A delivery of columns (a log's whole, or a live run's cut anywhere). The loads of
+        the delivery's last step may be incomplete: they wait in ``_pending`` for the next
+        delivery (or ``finish``), so that a step cut in two is judged as one."""
+        return self._judge(columns, hold=True)
 
     def finish(self) -> Iterable[Finding]:
-        self._close()
+        self._judge({}, hold=False)
         return (self._finding(),) if self._fired is not None else ()
 
     # --- the statistics ----------------------------------------------------------------------
@@ -163,88 +156,178 @@ class ExpertCollapse(Detector):
         m = median(list(self._entropy_recent))
         return self._fire(step, m, "entropy") if m <= limit else []
 
-    def _close(self) -> list[Finding]:
-        """The loads gathered at one step: each layer group's shares and their scaled Gini."""
-        loads, step = self._pending, self._pending_step
-        self._pending = {}
-        groups: dict[str, list[float]] = {}
-        for name, x in sorted(loads.items(), key=lambda kv: _expert_no(kv[0])):
-            groups.setdefault(name.rpartition(".")[0], []).append(x)
+    # --- one delivery, judged in step order -----------------------------------------------------
+
+    def _judge(self, columns: dict[str, Series], hold: bool) -> list[Finding]:
+        """The loads' scaled Gini per step and layer group, computed at once (numpy: a
+        million-step log of 8 experts is not 8 million Python calls) and judged as if in step
+        order with the logged Gini and entropy, which are judged point by point: at one step,
+        the logged values first, then the loads' Gini (groups by name). ``hold``: the loads of
+        the last step wait in ``_pending`` (more of them may come)."""
+        import numpy as np
+
+        loads = {name: c for name, c in columns.items() if name.startswith("expert_load.")}
+        others = [c for name, c in columns.items() if not name.startswith("expert_load.")]
+        last: int | None = None  # the delivery's last step: its loads wait when ``hold``
+        if hold:
+            ends = [int(c.steps[-1]) for c in columns.values() if len(c)]
+            last = max(ends + ([self._pending_step] if self._pending else []), default=None)
+        with np.errstate(all="ignore"):
+            rows = self._load_rows(loads, last)
+        cfg = self.config
         out: list[Finding] = []
-        for group, xs in groups.items():
-            total = sum(xs)
-            if len(xs) < 2 or total <= 0 or min(xs) < 0:
+        fire = self._first_high(rows) if self._fired is None else None  # the loads' first judgement past gini
+        fired_row = -1
+        for ev in scalars(others):
+            if fire is not None and ev.step > fire[0]:  # the loads of an earlier step go first
+                out += self._fire_loads(rows, *fire)
+                fired_row, fire = (fire[2] if self._kind == "loads" else -1), None
+            if not math.isfinite(ev.value):
                 continue
-            shares = [v / total for v in xs]
-            self._shares[group] = shares
-            out += self._group_value(step, group, _gini(shares) * len(shares) / (len(shares) - 1))
+            found = (self._entropy_value if ev.name == "expert_entropy" else self._gini_value)(ev.step, ev.value)
+            if found:  # it fired: its message quotes E from the loads judged before this point
+                self._latest_shares(rows, ev.step)
+                found = [self._finding()]
+            out += found
+        if fire is not None:
+            out += self._fire_loads(rows, *fire)
+            fired_row = fire[2] if self._kind == "loads" else -1
+        for group, r in rows.items():
+            if self._kind == "loads" and group == self._group:  # after its firing row
+                self._track_loads(r.steps[fired_row + 1:], r.gini[fired_row + 1:])
+            self._loads.setdefault(group, deque(maxlen=cfg.window)).extend(r.gini[-cfg.window:].tolist())
+        self._latest_shares(rows, None)  # the message quotes the latest step's shares
         return out
 
-    def _group_value(self, step: int, group: str, g: float,
-                     shares: Callable[[], list[float]] | None = None) -> list[Finding]:
-        """One step's scaled Gini of a layer group's loads (``shares``: its shares, asked for
-        only when it fires; None when ``_shares`` holds them already)."""
-        window = self._loads.setdefault(group, deque(maxlen=self.config.window))
-        window.append(g)
-        if self._kind == "loads" and group == self._group:
-            self._track(step, g, g >= self.config.gini)
-        if self._fired is None and len(window) >= self.config.min_points:
-            m = median(list(window))
-            if m >= self.config.gini:
-                self._group = group
-                if shares is not None:
-                    self._shares[group] = shares()
-                return self._fire(step, m, "loads")
-        return []
-
-    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
-        """A delivery of columns. Per-expert loads whose columns share their steps become one
-        scaled Gini per step and layer group at once (numpy: a million-step log of 8 experts is
-        not 8 million Python calls), merged in step order with the logged Gini and entropy,
-        which are judged point by point as ``observe`` does; anything else is replayed."""
+    def _load_rows(self, loads: dict[str, Series], last: int | None) -> dict[str, _Rows]:
+        """Per layer group (by name), the steps whose loads are judged, their scaled Gini and
+        shares. An expert's value at a step is its last finite one there; an expert without one
+        is absent from that step's shares. A step is judged when at least 2 experts are
+        present, their total is > 0 and no load is negative. The ``_pending`` loads come first
+        at their step (a later value of an expert there replaces one); the loads at ``last``
+        wait in ``_pending``."""
         import numpy as np
 
         from traindoc.detectors import _vector as vec
 
-        groups: dict[str, list[Series]] = {}
-        for name, col in columns.items():
-            if name.startswith("expert_load."):
-                groups.setdefault(name.rpartition(".")[0], []).append(col)
-        aligned = all(len(cols) >= 2 and all(np.array_equal(vec.ints(c.steps), vec.ints(cols[0].steps))
-                                             for c in cols) for cols in groups.values())
-        if self._pending or not groups or not aligned:
-            return list(super().observe_series(columns) or ())
-        # (step, 0, order, event) for a logged Gini or entropy; (step, 1, row, group) for loads.
-        todo: list[tuple[int, int, int, Scalar | str]] = []
-        others = [c for name, c in columns.items() if not name.startswith("expert_load.")]
-        todo += [(ev.step, 0, k, ev) for k, ev in enumerate(scalars(others))]
-        table: dict[str, tuple[list[float], np.ndarray]] = {}  # group -> (scaled Gini per row, shares)
-        latest: dict[str, list[float]] = {}
-        with np.errstate(all="ignore"):
-            for group, cols in groups.items():
-                cols.sort(key=lambda c: _expert_no(c.name))
-                x = np.vstack([vec.floats(c.values) for c in cols])  # (experts, rows)
-                total = x.sum(axis=0)
-                ok = np.isfinite(total) & (total > 0) & (x.min(axis=0) >= 0)
-                shares = x / np.where(ok, total, 1.0)
-                e = len(cols)
-                ranks = 2.0 * np.arange(1, e + 1) - e - 1  # the Gini of sorted shares, as _gini
-                g = (ranks[:, None] * np.sort(shares, axis=0)).sum(axis=0) / e * e / (e - 1)
-                table[group] = (g.tolist(), shares)
-                idx = np.flatnonzero(ok)
-                todo += [(step, 1, i, group) for i, step in zip(idx.tolist(), vec.ints(cols[0].steps)[idx].tolist())]
-                if len(idx):
-                    latest[group] = shares[:, idx[-1]].tolist()
-        todo.sort(key=lambda t: t[:3])
-        out: list[Finding] = []
-        for step, kind, i, what in todo:
-            if isinstance(what, Scalar):
-                out += self.observe(what)
+        pending, at = self._pending, self._pending_step
+        self._pending, self._pending_step = {}, -1
+        groups: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
+        for name in sorted(loads.keys() | pending.keys(), key=lambda n: (_expert_no(n), n)):
+            col = loads.get(name)
+            s = vec.ints(col.steps) if col is not None else np.empty(0, np.int64)
+            v = vec.floats(col.values) if col is not None else np.empty(0)
+            if name in pending:
+                s, v = np.concatenate(([at], s)), np.concatenate(([pending[name]], v))
+            keep = np.isfinite(v)
+            if not keep.all():
+                s, v = s[keep], v[keep]
+            if len(s) > 1 and bool((s[1:] < s[:-1]).any()):
+                order = np.argsort(s, kind="stable")
+                s, v = s[order], v[order]
+            keep = np.ones(len(s), dtype=bool)  # the last value of a step
+            keep[:-1] = s[1:] != s[:-1]
+            if not keep.all():
+                s, v = s[keep], v[keep]
+            if last is not None and len(s) and s[-1] == last:
+                self._pending[name], self._pending_step = float(v[-1]), last
+                s, v = s[:-1], v[:-1]
+            if len(s):
+                groups.setdefault(name.rpartition(".")[0], []).append((name, s, v))
+        out: dict[str, _Rows] = {}
+        for group in sorted(groups):
+            cols = groups[group]
+            first = cols[0][1]
+            if all(s is first or np.array_equal(s, first) for _, s, _ in cols):
+                steps, x = first, np.vstack([v for _, _, v in cols])  # (experts, steps), all present
             else:
-                gs, sh = table[what]
-                out += self._group_value(step, what, gs[i], lambda: sh[:, i].tolist())  # noqa: B023
-        self._shares.update(latest)  # the message quotes the latest step's shares
+                steps = np.unique(np.concatenate([s for _, s, _ in cols]))
+                x = np.full((len(cols), len(steps)), np.nan)
+                for j, (_, s, v) in enumerate(cols):
+                    x[j, np.searchsorted(steps, s)] = v
+            present = ~np.isnan(x)
+            full = bool(present.all())
+            e = len(cols)
+            n = np.full(len(steps), e) if full else present.sum(axis=0)
+            if not full:
+                x = np.where(present, x, 0.0)
+            total = x.sum(axis=0)  # expert by expert, as Python's sum
+            low = (x if full else np.where(present, x, np.inf)).min(axis=0)
+            ok = (n >= 2) & (total > 0) & (low >= 0)
+            if not ok.all():
+                idx = np.flatnonzero(ok)
+                steps, x, present, n, total = steps[idx], x[:, idx], present[:, idx], n[idx], total[idx]
+            if not len(steps):
+                continue
+            shares = x / total
+            ordered = np.sort(shares if full else np.where(present, shares, np.inf), axis=0)
+            rank = np.arange(1, e + 1)[:, None]
+            terms = (2.0 * rank - n - 1) * ordered  # the Gini of sorted shares: sum((2i - E - 1) s) / E
+            if not full:
+                terms = np.where(rank <= n, terms, 0.0)
+            gini = terms.sum(axis=0) / n * n / (n - 1)  # scaled: 1 = every token on one expert
+            out[group] = _Rows(steps, gini, shares, None if full else present)
         return out
+
+    def _first_high(self, rows: dict[str, _Rows]) -> tuple[int, str, int, float] | None:
+        """The first (step, group, row, median) whose window of load Ginis (the carried one,
+        then these) has ``min_points`` values and a median at or above ``gini``."""
+        import numpy as np
+
+        from traindoc.detectors import _vector as vec
+
+        cfg, w = self.config, self.config.window
+        best: tuple[int, str, int, float] | None = None
+        for group, r in rows.items():
+            before = list(self._loads.get(group, ()))
+            c = len(before)
+            seq = np.concatenate((np.asarray(before, dtype=np.float64), r.gini))
+            hit: tuple[int, float] | None = None
+            for j in range(max(c, cfg.min_points - 1), min(len(seq), w - 1)):  # a window not yet full
+                m = median(seq[:j + 1].tolist())
+                if m >= cfg.gini:
+                    hit = (j - c, m)
+                    break
+            if hit is None:
+                windows = vec.RollingMedian(seq, w)
+                ks = np.arange(max(c - w + 1, 0), len(windows))
+                ks = ks[windows.hi[ks] >= cfg.gini]  # a median is at most its window's maximum
+                k = windows.first(ks, lambda m: m >= cfg.gini)
+                if k is not None:
+                    hit = (k + w - 1 - c, float(windows.at([k])[0]))
+            if hit is not None:
+                step = int(r.steps[hit[0]])
+                if best is None or step < best[0]:
+                    best = (step, group, hit[0], hit[1])
+        return best
+
+    def _fire_loads(self, rows: dict[str, _Rows], step: int, group: str, i: int, m: float) -> list[Finding]:
+        if self._fired is not None:
+            return []
+        self._group = group
+        self._shares[group] = rows[group].shares_at(i)
+        return self._fire(step, m, "loads")
+
+    def _latest_shares(self, rows: dict[str, _Rows], before: int | None) -> None:
+        """``_shares``: each group's shares at its last judged step (before step ``before``)."""
+        import numpy as np
+
+        for group, r in rows.items():
+            i = len(r.steps) - 1 if before is None else int(np.searchsorted(r.steps, before)) - 1
+            if i >= 0:
+                self._shares[group] = r.shares_at(i)
+
+    def _track_loads(self, steps: np.ndarray, gini: np.ndarray) -> None:
+        """``_track`` of each of these load Ginis in turn, at once."""
+        if not len(steps):
+            return
+        import numpy as np
+
+        self._last = (int(steps[-1]), float(gini[-1]))
+        j = int(np.argmax(gini))  # the first of the largest
+        if gini[j] > self._peak[1]:
+            self._peak = (int(steps[j]), float(gini[j]))
+        self._high += int((gini >= self.config.gini).sum())
 
     def _fire(self, step: int, m: float, kind: str) -> list[Finding]:
         self._fired, self._kind = (step, m), kind
@@ -266,7 +349,7 @@ class ExpertCollapse(Detector):
     def _experts(self) -> int | None:
         if self.config.experts:
             return self.config.experts
-        shares = self._shares.get(self._group) or next(iter(self._shares.values()), None)
+        shares = self._shares.get(self._group) or (self._shares[min(self._shares)] if self._shares else None)
         return len(shares) if shares else None
 
     def _entropy_text(self, h: float | None) -> str:
@@ -336,11 +419,20 @@ class ExpertCollapse(Detector):
         return finding(self.id, step=step, message=message, evidence=evidence)
 
 
-def _gini(shares: list[float]) -> float:
-    """The Gini coefficient of shares summing to 1: 0 = even, (E-1)/E = all on one."""
-    e = len(shares)
-    ordered = sorted(shares)
-    return sum((2 * (i + 1) - e - 1) * s for i, s in enumerate(ordered)) / e
+@dataclass(frozen=True)
+class _Rows:
+    """A layer group's judged steps in one delivery: the scaled Gini of each, the shares
+    (experts x steps) and which experts were present (None: all of them)."""
+
+    steps: np.ndarray
+    gini: np.ndarray
+    shares: np.ndarray
+    present: np.ndarray | None
+
+    def shares_at(self, i: int) -> list[float]:
+        """The present experts' shares at step ``steps[i]``, in expert order."""
+        col = self.shares[:, i]
+        return (col if self.present is None else col[self.present[:, i]]).tolist()
 
 
 def _expert_no(signal: str) -> int:
