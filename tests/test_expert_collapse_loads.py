@@ -32,7 +32,9 @@ def findings(cfg: ExpertCollapse.Config, calls: list[dict[str, Series]], engine:
         for column in call.values():
             engine.feed(column)
         engine.flush()
-    return [dataclasses.asdict(f) for f in engine.finish().findings]
+    report = engine.finish()
+    assert report.disabled == []
+    return [dataclasses.asdict(f) for f in report.findings]
 
 
 def same(a: object, b: object) -> bool:
@@ -190,7 +192,9 @@ def deliveries(columns: dict[str, Series], cuts: list[int], resume: int | None,
         engine.feed(Scalar(ev.step, ev.name, ev.value))
         if i in cuts:
             engine.flush()
-    return [dataclasses.asdict(f) for f in engine.finish().findings]
+    report = engine.finish()
+    assert report.disabled == []
+    return [dataclasses.asdict(f) for f in report.findings]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -202,7 +206,9 @@ def test_random_loads_judged_the_same_however_delivered(cols: dict[str, Series],
     engine = Engine([ExpertCollapse(cfg)])
     for c in cols.values():
         engine.feed(c)
-    whole = [dataclasses.asdict(f) for f in engine.finish().findings]
+    report = engine.finish()
+    assert report.disabled == []
+    whole = [dataclasses.asdict(f) for f in report.findings]
     got = deliveries(cols, cuts, resume, cfg)
     assert same(got, whole), (got, whole)
     if window == 1 and "expert_entropy" not in cols:  # each step's Gini, checked in plain Python

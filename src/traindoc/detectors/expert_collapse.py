@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from bisect import bisect_right
+from functools import lru_cache
+from itertools import accumulate, groupby
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
@@ -170,8 +173,8 @@ class ExpertCollapse(Detector):
         others = [c for name, c in columns.items() if not name.startswith("expert_load.")]
         last: int | None = None  # the delivery's last step: its loads wait when ``hold``
         if hold:
-            ends = [int(c.steps[-1]) for c in columns.values() if len(c)]
-            last = max(ends + ([self._pending_step] if self._pending else []), default=None)
+            ends = [c.steps[-1] for c in columns.values() if len(c)] + ([self._pending_step] if self._pending else [])
+            last = int(max(ends)) if ends else None
         with np.errstate(all="ignore"):
             rows = self._load_rows(loads, last)
         cfg = self.config
@@ -208,65 +211,81 @@ class ExpertCollapse(Detector):
         wait in ``_pending``."""
         import numpy as np
 
-        from traindoc.detectors import _vector as vec
-
         pending, at = self._pending, self._pending_step
         self._pending, self._pending_step = {}, -1
-        groups: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
-        for name in sorted(loads.keys() | pending.keys(), key=lambda n: (_expert_no(n), n)):
-            col = loads.get(name)
-            s = vec.ints(col.steps) if col is not None else np.empty(0, np.int64)
-            v = vec.floats(col.values) if col is not None else np.empty(0)
+        # Every point of every expert in one array (experts by group, then number), so that a
+        # live run's delivery of a step costs a few numpy calls whatever E.
+        names = sorted(loads.keys() | pending.keys(), key=_order)
+        if not names:
+            return {}
+        steps: list[Sequence[int]] = []
+        values: list[Sequence[float]] = []
+        sizes: list[int] = []
+        for name in names:
+            size = 0
             if name in pending:
-                s, v = np.concatenate(([at], s)), np.concatenate(([pending[name]], v))
-            keep = np.isfinite(v)
-            if not keep.all():
-                s, v = s[keep], v[keep]
-            if len(s) > 1 and bool((s[1:] < s[:-1]).any()):
-                order = np.argsort(s, kind="stable")
-                s, v = s[order], v[order]
-            keep = np.ones(len(s), dtype=bool)  # the last value of a step
-            keep[:-1] = s[1:] != s[:-1]
-            if not keep.all():
-                s, v = s[keep], v[keep]
-            if last is not None and len(s) and s[-1] == last:
-                self._pending[name], self._pending_step = float(v[-1]), last
-                s, v = s[:-1], v[:-1]
-            if len(s):
-                groups.setdefault(name.rpartition(".")[0], []).append((name, s, v))
+                steps.append((at,))
+                values.append((pending[name],))
+                size = 1
+            if name in loads:
+                steps.append(loads[name].steps)
+                values.append(loads[name].values)
+                size += len(loads[name])
+            sizes.append(size)
+        s = np.concatenate(steps, dtype=np.int64, casting="unsafe")  # an empty list is a float array
+        v = np.concatenate(values, dtype=np.float64)
+        ends = list(accumulate(sizes))  # expert i's points: ends[i - 1]:ends[i]
+        keep = np.isfinite(v)
+        again = s[1:] == s[:-1]  # the next point is of the same step (and expert, but at the ends)
+        again[[k - 1 for k in ends[:-1] if 0 < k < len(s)]] = False
+        keep[:-1] &= ~(again & keep[1:])  # a later finite value replaces it
+        if last is not None:
+            held = np.flatnonzero(keep & (s == last))
+            whose = [names[bisect_right(ends, i)] for i in held.tolist()]
+            self._pending = dict(zip(whose, v[held].tolist()))
+            self._pending_step = last if self._pending else -1
+            keep[held] = False
+        bounds = [0, *ends]  # expert i: bounds[i]:bounds[i + 1]
+        if not keep.all():
+            kept = np.cumsum(keep)
+            bounds = [0, *(int(kept[k - 1]) if k else 0 for k in ends)]
+            s, v = s[keep], v[keep]
         out: dict[str, _Rows] = {}
-        for group in sorted(groups):
-            cols = groups[group]
-            first = cols[0][1]
-            if all(s is first or np.array_equal(s, first) for _, s, _ in cols):
-                steps, x = first, np.vstack([v for _, _, v in cols])  # (experts, steps), all present
+        lo = 0
+        for group, members in groupby(names, key=lambda n: n.rpartition(".")[0]):
+            hi = lo + len(list(members))  # its experts: lo:hi
+            e, b = hi - lo, [k - bounds[lo] for k in bounds[lo:hi + 1]]
+            gs, gv = s[bounds[lo]:bounds[hi]], v[bounds[lo]:bounds[hi]]
+            lo = hi
+            if not len(gs):
+                continue
+            if b == list(range(0, e * b[1] + 1, b[1] or 1)) and (gs.reshape(e, -1) == gs[:b[1]]).all():
+                at_steps, x = gs[:b[1]], gv.reshape(e, -1)  # every expert on the same steps
             else:
-                steps = np.unique(np.concatenate([s for _, s, _ in cols]))
-                x = np.full((len(cols), len(steps)), np.nan)
-                for j, (_, s, v) in enumerate(cols):
-                    x[j, np.searchsorted(steps, s)] = v
+                at_steps = np.sort(gs, kind="stable")  # merges the experts' sorted runs
+                at_steps = at_steps[np.concatenate(([True], at_steps[1:] != at_steps[:-1]))]
+                x = np.full((e, len(at_steps)), np.nan)
+                for k in range(e):
+                    x[k, np.searchsorted(at_steps, gs[b[k]:b[k + 1]])] = gv[b[k]:b[k + 1]]
             present = ~np.isnan(x)
-            full = bool(present.all())
-            e = len(cols)
-            n = np.full(len(steps), e) if full else present.sum(axis=0)
-            if not full:
-                x = np.where(present, x, 0.0)
-            total = x.sum(axis=0)  # expert by expert, as Python's sum
+            full = bool(present.all())  # the usual case, in fewer numpy calls
+            n: int | np.ndarray = e if full else present.sum(axis=0)  # experts present
+            total = (x if full else np.where(present, x, 0.0)).sum(axis=0)  # expert by expert, as Python's sum
             low = (x if full else np.where(present, x, np.inf)).min(axis=0)
             ok = (n >= 2) & (total > 0) & (low >= 0)
             if not ok.all():
-                idx = np.flatnonzero(ok)
-                steps, x, present, n, total = steps[idx], x[:, idx], present[:, idx], n[idx], total[idx]
-            if not len(steps):
+                at_steps, x, present, total = at_steps[ok], x[:, ok], present[:, ok], total[ok]
+                n = n if isinstance(n, int) else n[ok]
+            if not len(at_steps):
                 continue
-            shares = x / total
-            ordered = np.sort(shares if full else np.where(present, shares, np.inf), axis=0)
+            shares = x / total  # NaN where absent: sorted last, left out below
             rank = np.arange(1, e + 1)[:, None]
-            terms = (2.0 * rank - n - 1) * ordered  # the Gini of sorted shares: sum((2i - E - 1) s) / E
+            # The Gini of the present shares sorted, sum((2i - E - 1) s) / E, scaled by E/(E-1) so
+            # that 1 = every token on one expert.
+            terms = (2.0 * rank - n - 1) * np.sort(shares, axis=0)
             if not full:
                 terms = np.where(rank <= n, terms, 0.0)
-            gini = terms.sum(axis=0) / n * n / (n - 1)  # scaled: 1 = every token on one expert
-            out[group] = _Rows(steps, gini, shares, None if full else present)
+            out[group] = _Rows(at_steps, terms.sum(axis=0) / n * n / (n - 1), shares, present)
         return out
 
     def _first_high(self, rows: dict[str, _Rows]) -> tuple[int, str, int, float] | None:
@@ -280,6 +299,8 @@ class ExpertCollapse(Detector):
         best: tuple[int, str, int, float] | None = None
         for group, r in rows.items():
             before = list(self._loads.get(group, ()))
+            if max(before, default=-math.inf) < cfg.gini and r.gini.max() < cfg.gini:
+                continue  # no median can reach it (a healthy run's usual case)
             c = len(before)
             seq = np.concatenate((np.asarray(before, dtype=np.float64), r.gini))
             hit: tuple[int, float] | None = None
@@ -422,19 +443,20 @@ class ExpertCollapse(Detector):
 @dataclass(frozen=True)
 class _Rows:
     """A layer group's judged steps in one delivery: the scaled Gini of each, the shares
-    (experts x steps) and which experts were present (None: all of them)."""
+    (experts x steps) and which experts were present."""
 
     steps: np.ndarray
     gini: np.ndarray
     shares: np.ndarray
-    present: np.ndarray | None
+    present: np.ndarray
 
     def shares_at(self, i: int) -> list[float]:
         """The present experts' shares at step ``steps[i]``, in expert order."""
-        col = self.shares[:, i]
-        return (col if self.present is None else col[self.present[:, i]]).tolist()
+        return self.shares[self.present[:, i], i].tolist()
 
 
-def _expert_no(signal: str) -> int:
-    tail = signal.rpartition(".")[2]
-    return int(tail) if tail.isdigit() else 0
+@lru_cache(maxsize=1024)
+def _order(signal: str) -> tuple[str, int, str]:
+    """Where an expert's load comes among the others: by layer group, then expert number."""
+    group, _, tail = signal.rpartition(".")
+    return group, int(tail) if tail.isdigit() else 0, signal
