@@ -33,7 +33,7 @@ SIZE, CROP = 48, 32
 
 def get_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30, help="optimizer steps")
+    p.add_argument("--steps", type=int, default=50, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--samples", type=int, default=1280)
     p.add_argument("--lr", type=float, default=1e-3)

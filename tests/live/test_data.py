@@ -78,7 +78,7 @@ def test_slow_getitem_without_workers_fires_with_the_loader_settings() -> None:
     delay = 0.004
     loader = DataLoader(SlowReads(256, delay), batch_size=16, shuffle=True)
     with watch() as doc:
-        run(loader, 30)
+        run(loader, 50)
     found = {f.id: f for f in doc.report().findings}
     f = found[ID]
     ev = f.evidence
@@ -87,8 +87,21 @@ def test_slow_getitem_without_workers_fires_with_the_loader_settings() -> None:
     assert ev["share"] > 0.5  # the bar with the model on the CPU
     assert "num_workers=" in f.fix and "persistent_workers=True" in f.fix
     waits = [e for e in doc.recorded if isinstance(e, LoaderWait)]
-    # Left out: the two rounds that start an iterator, and the last round, which never closes.
-    assert sum(e.steps for e in waits) == 30 - 2 - 1
+    # Timed (level "standard": steps 0-15 and 25 sampled; 16 batches a pass): rounds 16-23, 26-30,
+    # 32-46 and 48. Left out: the rounds with sampled work on either side (0-15, 24, 25); those
+    # that start a pass: a round closes at the next step's backward, so the batch that starts a
+    # pass is drawn in the round before (15, 31, 47); and the last round, which never closes.
+    assert sum(e.steps for e in waits) == 8 + 5 + 15 + 1
+
+
+def test_every_round_timed_when_every_step_is_sampled() -> None:
+    """At level "thorough" every step is sampled: its rounds are the only ones to time."""
+    loader = DataLoader(SlowReads(256, 0.001), batch_size=16, shuffle=True)
+    with traindoc.watch(announce=False, level="thorough") as doc:
+        recorded: list[object] = []
+        doc.session._sink = recorded.append
+        run(loader, 30)
+    assert sum(e.steps for e in recorded if isinstance(e, LoaderWait)) == 30 - 2 - 1
 
 
 def test_in_memory_loader_is_quiet() -> None:

@@ -3,7 +3,9 @@
 ``_BaseDataLoaderIter.__next__`` is timed on every batch (two clock reads); a step round's wall
 time runs from one round's end to the next. Batches drawn with gradients disabled (an
 evaluation loop under no_grad) are not training's and are left out, and so are rounds that
-start an iterator (worker start-up at the beginning of an epoch, ``next(iter(loader))``). Each
+start an iterator (worker start-up at the beginning of an epoch, ``next(iter(loader))``) and,
+unless every step is sampled, rounds with sampled work on either side (traindoc's own
+measurements, which would make the step look longer and the wait's share smaller). Each
 sampled step sends the median wait and median wall time of the rounds since the previous one,
 with the training loader's settings. On the host: with asynchronous accelerator work the wall
 time per step is still the loop's throughput, and a wait the host spends in ``__next__`` while
@@ -86,7 +88,9 @@ class DataProbes(Probe):
     def _on_round(self, step: int) -> None:
         now = time.perf_counter()
         wall, self._last = now - self._last, now
-        if self._batches and not self._startup:
+        clock = self.s.clock
+        ours = (clock.sampled or clock.next_sampled) and self.s.level.every > 1
+        if self._batches and not self._startup and not ours:
             self._waits.append(self._wait)
             self._walls.append(wall)
         self._wait, self._batches, self._startup = 0.0, 0, False
