@@ -29,6 +29,59 @@ def python(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S) -> s
                           timeout=timeout)
 
 
+# What the warm servers import up front: torch's modules every case uses; for ``traindoc run``,
+# traindoc's too. The bare runs' server imports nothing of traindoc.
+WARM_BARE = ("torch", "torch.nn", "torch.optim", "torch.utils.data", "torch.distributed", "numpy")
+WARM_TRAINDOC = (*WARM_BARE, "traindoc.cli", "traindoc.live.runner", "traindoc.live.probes", "traindoc.detectors")
+
+
+class WarmPython:
+    """``warm_python.py`` run as a server: commands in children forked from an interpreter that
+    has imported torch (one per test worker, started on first use)."""
+
+    _servers: dict[tuple[str, ...], subprocess.Popen[str]] = {}
+
+    @classmethod
+    def run(cls, argv: list[str], cwd: Path | None, timeout: float,
+            preload: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        import json
+        import select
+        import signal
+        import tempfile
+
+        server = cls._servers.get(preload)
+        if server is None or server.poll() is not None:
+            server = cls._servers[preload] = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "warm_python.py"), *preload],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+        assert server.stdin is not None and server.stdout is not None
+        with tempfile.TemporaryDirectory() as d:
+            out, err = Path(d) / "out", Path(d) / "err"
+            server.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd or Path.cwd()), "out": str(out),
+                                           "err": str(err)}) + "\n")
+            server.stdin.flush()
+            pid = json.loads(server.stdout.readline())["pid"]
+            ready, _, _ = select.select([server.stdout], [], [], timeout)
+            if not ready:
+                os.killpg(pid, signal.SIGKILL)
+            code = json.loads(server.stdout.readline())["returncode"]
+            if not ready:
+                raise subprocess.TimeoutExpired(argv, timeout, out.read_text(errors="replace"),
+                                                err.read_text(errors="replace"))
+            return subprocess.CompletedProcess(argv, code, out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+
+
+def warm_traindoc(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``traindoc(...)`` in a child of an interpreter with torch imported (``warm_python.py``)."""
+    return WarmPython.run(["-m", "traindoc", *args], cwd, timeout, WARM_TRAINDOC)
+
+
+def warm_python(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``python(...)`` in a child of an interpreter with torch imported (``warm_python.py``)."""
+    return WarmPython.run(list(args), cwd, timeout, WARM_BARE)
+
+
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
     return tmp_path

@@ -2,7 +2,10 @@
 
 A failing case must report exactly its expected warning/error ids (at the expected step where
 given), a healthy case none; and the trained parameters must be bit-identical with and without
-traindoc (the observer-only guarantee).
+traindoc (the observer-only guarantee). Both runs are children forked from interpreters that
+imported torch already (``warm_python.py``: a third of a small case's time is the start-up); the
+bare runs' interpreter has imported nothing of traindoc. ``tests/test_cli.py`` and the real
+clients run the CLI in fresh interpreters.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pytest
 import torch
 
 import zoo_cases as zoo
-from conftest import GOLDEN, python, traindoc
+from conftest import GOLDEN, warm_python, warm_traindoc
 
 CASES = zoo.cases()
 # Every finding of each case (info too), as "id step" lines: a refactor that changes what the
@@ -32,7 +35,7 @@ _GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
     report, bare, watched = tmp_path / "r.json", tmp_path / "bare.pt", tmp_path / "watched.pt"
-    ran = traindoc("run", "--json", str(report), str(case.path), "--save", str(watched))
+    ran = warm_traindoc("run", "--json", str(report), str(case.path), "--save", str(watched))
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "global hooks" not in ran.stderr  # our hooks must not make torch warn the user
     data = json.loads(report.read_text())
@@ -52,11 +55,11 @@ def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
     assert golden.exists(), f"no {golden}: run this case with TRAINDOC_WRITE_GOLDEN=1"
     assert pairs == golden.read_text(), f"{case.name}: findings (id step) differ from {golden}"
 
-    plain = python(str(case.path), "--save", str(bare))
+    plain = warm_python(str(case.path), "--save", str(bare))
     if plain.returncode != 0 and _GLOO_TEARDOWN_ABORT in plain.stderr:
         # gloo's process-group teardown can abort a rank after the training ended, in a run
         # without traindoc too (a known race of torch's, pytorch/pytorch#179291): once more
-        plain = python(str(case.path), "--save", str(bare))
+        plain = warm_python(str(case.path), "--save", str(bare))
     assert plain.returncode == 0, plain.stderr[-3000:]
     a, b = torch.load(bare), torch.load(watched)
     assert a.keys() == b.keys()
