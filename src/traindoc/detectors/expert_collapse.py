@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
-from bisect import bisect_right
 from functools import lru_cache
 from itertools import accumulate, groupby
 from typing import TYPE_CHECKING, Iterable, Sequence
