@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import GOLDEN, ROOT, traindoc
+from conftest import GOLDEN, ROOT, warm_traindoc
 
 from traindoc import detectors
 from traindoc.engine import Engine, Report
@@ -119,7 +119,7 @@ def zoo_streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Even
     out = {}
     for name in ZOO_FIRING + ZOO_HEALTHY:
         path = folder / f"{name}.jsonl"
-        done = traindoc("run", "--record", str(path), str(ROOT / "zoo" / f"{name}.py"), timeout=300)
+        done = warm_traindoc("run", "--record", str(path), str(ROOT / "zoo" / f"{name}.py"), timeout=300)
         assert path.exists(), f"{name}: no record ({done.returncode}): {done.stderr[-2000:]}"
         out[name] = list(read(path))
     return out
