@@ -235,21 +235,18 @@ class ExpertCollapse(Detector):
         s = np.concatenate(steps, dtype=np.int64, casting="unsafe")  # an empty list is a float array
         v = np.concatenate(values, dtype=np.float64)
         ends = list(accumulate(sizes))  # expert i's points: ends[i - 1]:ends[i]
-        keep = np.isfinite(v)
-        again = s[1:] == s[:-1]  # the next point is of the same step (and expert, but at the ends)
-        again[[k - 1 for k in ends[:-1] if 0 < k < len(s)]] = False
-        keep[:-1] &= ~(again & keep[1:])  # a later finite value replaces it
+        s, v, ends = _kept(s, v, ends, np.isfinite(v))  # a non-finite value: absent
+        keep = np.ones(len(s), dtype=bool)  # the last value of a step replaces the others
+        keep[:-1] = s[1:] != s[:-1]
+        keep[[k - 1 for k in ends[:-1] if k > 0]] = True  # the next point is another expert's
         if last is not None:
             held = np.flatnonzero(keep & (s == last))
             whose = [names[bisect_right(ends, i)] for i in held.tolist()]
             self._pending = dict(zip(whose, v[held].tolist()))
             self._pending_step = last if self._pending else -1
             keep[held] = False
+        s, v, ends = _kept(s, v, ends, keep)
         bounds = [0, *ends]  # expert i: bounds[i]:bounds[i + 1]
-        if not keep.all():
-            kept = np.cumsum(keep)
-            bounds = [0, *(int(kept[k - 1]) if k else 0 for k in ends)]
-            s, v = s[keep], v[keep]
         out: dict[str, _Rows] = {}
         lo = 0
         for group, members in groupby(names, key=lambda n: n.rpartition(".")[0]):
@@ -453,6 +450,15 @@ class _Rows:
     def shares_at(self, i: int) -> list[float]:
         """The present experts' shares at step ``steps[i]``, in expert order."""
         return self.shares[self.present[:, i], i].tolist()
+
+
+def _kept(s: np.ndarray, v: np.ndarray, ends: list[int], keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The points ``keep`` of the steps ``s`` and values ``v``, and where each expert's points
+    end among them."""
+    if keep.all():
+        return s, v, ends
+    kept = keep.cumsum()
+    return s[keep], v[keep], [int(kept[k - 1]) if k else 0 for k in ends]
 
 
 @lru_cache(maxsize=1024)
