@@ -19,25 +19,40 @@ class SaturatedOutputs(Detector):
     across the batch is below ``relative`` of its overall spread. Judged over the run, for each
     output on its own: the model's output, and the probabilities a BCE loss sees (the sigmoid of
     the logits handed to ``binary_cross_entropy_with_logits``, or ``binary_cross_entropy``'s
-    input), wherever the squashing happens."""
+    input), wherever the squashing happens.
+
+    One verdict per output per sampled step, over all its forwards at that step (a GAN's
+    discriminator runs three: real, fake, and the generator's fake). A step whose forwards,
+    made with the same weights, give batches whose ranges do not overlap shows the output
+    depending on its input, however little each batch varies: a discriminator scores an
+    all-real batch and an all-fake batch apart, each batch one class, so a small spread within
+    each is what it should do, not saturation.
+
+    Each step's verdict counts for the steps of the run it stands for (those since the output's
+    previous sampled step): the first steps are all sampled, and where they are an init's
+    transient (a DCGAN's N(0, 0.02) weights start a discriminator's logits within 0.002 of 0)
+    they would otherwise outvote the rest of a short run. The early verdict, fired as soon as it holds, needs every
+    one of ``2 * min_steps`` sampled steps saturated over at least ``min_span`` steps."""
 
     id = "saturated-outputs"
     needs = frozenset({"activations"})
     examples = (
         Example("zoo/saturated_dag_scale.py", 0),
         Example("zoo/healthy_mlp.py", None),
+        Example("zoo/healthy_dcgan_normal_init.py", None),
     )
 
-    # Carried over a resume: each output's counts and recent spreads (deques of 64), and which one
-    # fired.
+    # Carried over a resume: each output's counts, recent spreads (deques of 64) and the forwards of
+    # the step it is in, and which one fired.
     carry = ("_outputs",)
 
     @dataclass(frozen=True)
     class Config:
         spread: float = 0.01
         relative: float = 0.01
-        share: float = 0.8  # of sampled steps
+        share: float = 0.8  # of the steps the sampled ones stand for
         min_steps: int = 10
+        min_span: int = 100  # steps an early verdict covers
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
@@ -59,26 +74,37 @@ class SaturatedOutputs(Detector):
         assert isinstance(event, Activation)
         if not event.is_output or event.spread is None or event.spread != event.spread:
             return
+        for before in self._outputs.values():  # a later step: the steps before it are whole
+            if before.step is not None and before.step < event.step and self._close(before):
+                yield self._finding(before)
         out = self._outputs.get(event.module)
         if out is None:
             what = (f"the probabilities `{event.module}` sees" if event.type == LOSS_INPUT
                     else f"the output of `{event.module}`")
             out = self._outputs[event.module] = _Output(event.module, what)
-        out.seen += 1
-        if self._saturated(event):
-            out.add(event)
+        out.step = event.step
+        out.forwards.append((self._saturated(event), event.spread, event.lo, event.hi))
+
+    def _close(self, out: _Output) -> bool:
+        """Judge ``out``'s step from its forwards; True when that makes the early verdict (every
+        sampled step so far saturated, enough of them over enough of the run)."""
         cfg = self.config
-        if self._fired is None and out.seen >= 2 * cfg.min_steps and out.saturated == out.seen:
+        if not out.close() or self._fired is not None:
+            return False
+        if out.seen >= 2 * cfg.min_steps and out.saturated == out.seen and out.span >= cfg.min_span:
             self._fired = out
-            yield self._finding(out)
+            return True
+        return False
 
     def finish(self) -> Iterator[Finding]:
         cfg = self.config
+        for out in self._outputs.values():
+            self._close(out)
         if self._fired is not None:
             yield self._finding(self._fired)
             return
         for out in self._outputs.values():
-            if out.seen >= cfg.min_steps and out.saturated >= cfg.share * out.seen:
+            if out.seen >= cfg.min_steps and out.saturated_span >= cfg.share * out.span:
                 yield self._finding(out)
                 return
 
@@ -98,16 +124,20 @@ class SaturatedOutputs(Detector):
             message=(
                 f"{out.what} {'vary' if out.what.startswith('the probabilities') else 'varies'} across the batch by a median {fmt(spread)} (std over "
                 f"inputs; threshold {fmt(self.config.spread)}) on {out.saturated} of {out.seen} "
-                f"sampled steps; its values sit in [{fmt(lo)}, {fmt(hi)}]."
+                f"sampled steps ({out.saturated_span} of the {out.span} steps they stand for); "
+                f"its values sit in [{fmt(lo)}, {fmt(hi)}]."
             ),
             evidence={"module": out.module, "median_spread": spread, "low": lo, "high": hi,
-                      "saturated_steps": out.saturated, "sampled_steps": out.seen},
+                      "saturated_steps": out.saturated, "sampled_steps": out.seen,
+                      "saturated_span": out.saturated_span, "span": out.span},
             where=[out.module],
         )
 
 
 class _Output:
-    """One output's tally; the spreads and ranges of its last 64 saturated steps."""
+    """One output's tally over sampled steps, and over the steps of the run they stand for
+    (``span``); the forwards of the step it is in (saturated?, spread, low, high); the spreads
+    and ranges of its last 64 saturated forwards."""
 
     def __init__(self, module: str, what: str) -> None:
         self.module = module
@@ -115,15 +145,37 @@ class _Output:
         self.seen = 0
         self.saturated = 0
         self.first: int | None = None
+        self.last: int | None = None  # the latest step judged
+        self.span = 0
+        self.saturated_span = 0
+        self.step: int | None = None
+        self.forwards: list[tuple[bool, float, float | None, float | None]] = []
         self.spreads: deque[float] = deque(maxlen=64)
         self.lo: deque[float] = deque(maxlen=64)
         self.hi: deque[float] = deque(maxlen=64)
 
-    def add(self, a: Activation) -> None:
+    def close(self) -> bool:
+        """Count the step's verdict (True when there was a step): saturated when every forward
+        was and no two forwards' batches sit apart (disjoint ranges, the same weights)."""
+        forwards, step = self.forwards, self.step
+        self.forwards, self.step = [], None
+        if step is None or not forwards:
+            return False
+        weight = step - self.last if self.last is not None and step > self.last else 1
+        self.last = step
+        self.seen += 1
+        self.span += weight
+        ranges = [(lo, hi) for _, _, lo, hi in forwards if lo is not None and hi is not None]
+        apart = bool(ranges) and min(hi for _, hi in ranges) < max(lo for lo, _ in ranges)
+        if apart or not all(sat for sat, _, _, _ in forwards):
+            return True
         self.saturated += 1
+        self.saturated_span += weight
         if self.first is None:
-            self.first = a.step
-        self.spreads.append(a.spread if a.spread is not None else 0.0)
-        if a.lo is not None and a.hi is not None:
-            self.lo.append(a.lo)
-            self.hi.append(a.hi)
+            self.first = step
+        for _, spread, lo, hi in forwards:
+            self.spreads.append(spread)
+            if lo is not None and hi is not None:
+                self.lo.append(lo)
+                self.hi.append(hi)
+        return True
