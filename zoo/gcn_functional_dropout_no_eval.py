@@ -17,6 +17,7 @@ traindoc-expect: eval-in-train-mode@0
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -58,7 +59,7 @@ class GCN(nn.Module):
         return a_hat @ self.lin2(x)
 
 
-def main() -> None:
+def main(prepare_test: Callable[[nn.Module], object] | None = None) -> None:
     args = get_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -79,6 +80,8 @@ def main() -> None:
 
     @torch.no_grad()
     def test() -> tuple[list[float], float]:
+        if prepare_test is not None:  # the healthy twin's model.eval(); this test() lost the call
+            prepare_test(model)
         out = model(x, a_hat)
         pred = out.argmax(dim=-1)
         accs = [float((pred[i] == y[i]).float().mean()) for i in (train_idx, val_idx, test_idx)]

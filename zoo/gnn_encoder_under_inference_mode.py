@@ -67,7 +67,7 @@ def forward(model: GCN, x: torch.Tensor, a_hat: torch.Tensor) -> torch.Tensor:
     return a_hat @ model.lin2(h)
 
 
-def main() -> None:
+def main(frozen_encoder: bool = False) -> None:
     args = get_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -75,8 +75,12 @@ def main() -> None:
     perm = torch.randperm(N_NODES, generator=gen)
     train_idx, val_idx, test_idx = perm[:60], perm[60:160], perm[160:]
     model = GCN(N_FEATS, args.hidden, N_CLASSES)
-    optimizer = torch.optim.Adam([dict(params=model.lin1.parameters(), weight_decay=5e-4),
-                                  dict(params=model.lin2.parameters(), weight_decay=0.0)], lr=args.lr)
+    if frozen_encoder:  # the healthy twin: a pretrained encoder, frozen and left to inference_mode
+        model.lin1.requires_grad_(False)
+        optimizer = torch.optim.Adam(model.lin2.parameters(), lr=args.lr)
+    else:
+        optimizer = torch.optim.Adam([dict(params=model.lin1.parameters(), weight_decay=5e-4),
+                                      dict(params=model.lin2.parameters(), weight_decay=0.0)], lr=args.lr)
 
     def train() -> float:
         model.train()

@@ -85,7 +85,7 @@ def f1_at(probs: torch.Tensor, labels: torch.Tensor, threshold: float = 0.5) -> 
     return 0.0 if tp == 0 else 2 * precision * recall / (precision + recall)
 
 
-def main() -> None:
+def main(pos_weight: bool = False) -> None:
     args = get_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -105,7 +105,8 @@ def main() -> None:
     test_pairs, test_labels = labelled(test_pos)
     model = Net(N_FEATS, 32, 16)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    criterion = nn.BCEWithLogitsLoss()
+    # the healthy twin weights the positives by the sampling ratio; the author did not
+    criterion = nn.BCEWithLogitsLoss(pos_weight=torch.tensor(float(args.neg_ratio)) if pos_weight else None)
 
     def train() -> float:
         model.train()

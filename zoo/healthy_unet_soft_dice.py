@@ -11,95 +11,12 @@ traindoc-expect:
 
 from __future__ import annotations
 
-import argparse
+import os
+import sys
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def get_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--val-every", type=int, default=20)
-    p.add_argument("--save", type=str, default=None, help="write net.state_dict() here")
-    return p.parse_args()
-
-
-def block(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.LeakyReLU(0.1, inplace=True),
-                         nn.Conv2d(cout, cout, 3, padding=1), nn.LeakyReLU(0.1, inplace=True))
-
-
-class TinyUNet(nn.Module):
-    def __init__(self, ch: int = 8) -> None:
-        super().__init__()
-        self.inc = block(1, ch)
-        self.down = block(ch, 2 * ch)
-        self.up = nn.ConvTranspose2d(2 * ch, ch, 2, stride=2)
-        self.dec = block(2 * ch, ch)
-        self.outc = nn.Conv2d(ch, 1, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x1 = self.inc(x)
-        x2 = self.down(F.max_pool2d(x1, 2))
-        return self.outc(self.dec(torch.cat([x1, self.up(x2)], dim=1)))
-
-
-def discs(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    yy, xx = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
-    cy, cx = torch.rand(n, 1, 1, generator=gen) * 10 + 3, torch.rand(n, 1, 1, generator=gen) * 10 + 3
-    r = torch.rand(n, 1, 1, generator=gen) * 2 + 2
-    mask = (((yy - cy) ** 2 + (xx - cx) ** 2) < r ** 2).float()
-    img = 4.0 * mask + 1.5 * torch.randn(n, 16, 16, generator=gen)
-    return img.unsqueeze(1), mask.unsqueeze(1)
-
-
-def dice_loss(pred: torch.Tensor, target: torch.Tensor, eps: float = 1.0) -> torch.Tensor:
-    inter = (pred * target).sum(dim=(1, 2, 3))
-    union = pred.sum(dim=(1, 2, 3)) + target.sum(dim=(1, 2, 3))
-    return 1 - ((2 * inter + eps) / (union + eps)).mean()
-
-
-@torch.no_grad()
-def eval_net(net: nn.Module, imgs: torch.Tensor, masks: torch.Tensor) -> float:
-    net.eval()
-    pred = (torch.sigmoid(net(imgs)) > 0.5).float()
-    net.train()
-    return 1 - dice_loss(pred, masks).item()
-
-
-def main() -> None:
-    args = get_args()
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    imgs, masks = discs(512, gen)
-    val_imgs, val_masks = discs(64, gen)
-    net = TinyUNet()
-    optimizer = torch.optim.RMSprop(net.parameters(), lr=args.lr, weight_decay=1e-8, momentum=0.9)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, "max", patience=2)
-
-    net.train()
-    for step in range(args.steps):
-        idx = torch.randint(0, len(imgs), (args.batch_size,), generator=gen)
-        logits = net(imgs[idx])
-        # a differentiable surrogate of the reported Dice, plus per-pixel BCE
-        loss = dice_loss(torch.sigmoid(logits), masks[idx]) + F.binary_cross_entropy_with_logits(logits, masks[idx])
-
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-        if (step + 1) % args.val_every == 0:
-            dice = eval_net(net, val_imgs, val_masks)
-            scheduler.step(dice)
-            print(f"step {step + 1:3d} | loss {loss.item():.4f} | val dice {dice:.4f}")
-
-    if args.save:
-        torch.save(net.state_dict(), args.save)
-
+from unet_dice_thresholded_leaf import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    main(soft_dice=True)

@@ -17,6 +17,7 @@ traindoc-expect: eval-in-train-mode@24
 from __future__ import annotations
 
 import argparse
+from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -72,7 +73,10 @@ def train(args: argparse.Namespace, model: Net, data: tuple[torch.Tensor, torch.
             print(f"Train Epoch: {epoch} [{start}/{len(x)}]\tLoss: {loss.item():.6f}")
 
 
-def test(model: Net, data: tuple[torch.Tensor, torch.Tensor], batch_size: int) -> None:
+def test(model: Net, data: tuple[torch.Tensor, torch.Tensor], batch_size: int,
+         prepare: Callable[[nn.Module], object] | None) -> None:
+    if prepare is not None:  # the healthy twin's model.eval(); this test() lost the call
+        prepare(model)
     test_loss, correct = 0.0, 0
     x, y = data
     with torch.no_grad():
@@ -84,7 +88,7 @@ def test(model: Net, data: tuple[torch.Tensor, torch.Tensor], batch_size: int) -
           f"({100.0 * correct / len(x):.0f}%)\n")
 
 
-def main() -> None:
+def main(prepare_test: Callable[[nn.Module], object] | None = None) -> None:
     args = get_args()
     torch.manual_seed(1)
     gen = torch.Generator().manual_seed(1)
@@ -95,7 +99,7 @@ def main() -> None:
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
     for epoch in range(1, args.epochs + 1):
         train(args, model, train_data, optimizer, epoch, gen)
-        test(model, test_data, args.test_batch_size)
+        test(model, test_data, args.test_batch_size, prepare_test)
         scheduler.step()
     if args.save:
         torch.save(model.state_dict(), args.save)

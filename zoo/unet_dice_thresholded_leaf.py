@@ -75,7 +75,7 @@ def eval_net(net: nn.Module, imgs: torch.Tensor, masks: torch.Tensor) -> float:
     return 1 - dice_loss(pred, masks).item()
 
 
-def main() -> None:
+def main(soft_dice: bool = False) -> None:
     args = get_args()
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -89,9 +89,11 @@ def main() -> None:
     for step in range(args.steps):
         idx = torch.randint(0, len(imgs), (args.batch_size,), generator=gen)
         logits = net(imgs[idx])
-        # train on the Dice we report: the thresholded mask
-        mask_pred = (torch.sigmoid(logits) > 0.5).float()
-        loss = dice_loss(torch.tensor(mask_pred, requires_grad=True), masks[idx])
+        if soft_dice:  # the healthy twin: a differentiable surrogate of the reported Dice, plus BCE
+            loss = dice_loss(torch.sigmoid(logits), masks[idx]) + F.binary_cross_entropy_with_logits(logits, masks[idx])
+        else:  # train on the Dice we report: the thresholded mask
+            mask_pred = (torch.sigmoid(logits) > 0.5).float()
+            loss = dice_loss(torch.tensor(mask_pred, requires_grad=True), masks[idx])
 
         optimizer.zero_grad()
         loss.backward()
