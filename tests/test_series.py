@@ -221,6 +221,10 @@ CASES: dict[str, list[Series]] = {
     "jump of exactly the factor": run([1.0] * 30 + [3.0] + [1.0] * 20),
     "spikes with NaN after": run([v if k != N // 2 + 1 else NAN for k, v in enumerate(spiky(N))]),
     "diverging": run(diverging(N)),
+    # A GAN's D and G steps, each a step of its own live: D's loss near 0.7, G's with an L1
+    # weight of 100 falling from 114 to 11 (zoo/healthy_pix2pix_l1_100.py).
+    "two objectives taking turns": run([0.7 - 0.2 * k / N + 0.01 * (k % 5) if k % 2 == 0
+                                        else 11 + 103 * math.exp(-4 * k / N) for k in range(N)]),
     "rising after progress, then NaN": run([1.0] * 10 + [0.1] * 20 + [1.5] * 10 + [NAN, 1.0]),
     "NaN first in a delivery": run([1.0, 1.0, 1.0, NAN, 1.0]),  # cut at 3: judged on the state before
     "diverging to NaN, grad_norm too": run(diverging(60, nan_at=50), [1.0] * 30 + [1e4] * 30),
@@ -288,6 +292,7 @@ QUIET: list[tuple[str, type, int]] = [
 ] + [("one inf norm", NanHiddenByLogging, 0), ("onecycle correct", SchedulerBeforeOptimizer, 0),
      ("onecycle pre-stepped, uneven steps", SchedulerBeforeOptimizer, 0),
      ("spike that stays up", LossSpike, 0), ("rising slowly", Divergence, 0),
+     ("two objectives taking turns", Divergence, 0),
      ("improved by exactly 1/8", StalledLoss, 3),
      # judged at the end only: a plateau that ends (a long warmup) is not a stall
      ("plateau, then improving", StalledLoss, 1), ("up, back flat, then improving", StalledLoss, 2),

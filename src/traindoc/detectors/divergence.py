@@ -20,9 +20,16 @@ if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face s
 
 class Divergence(Detector):
     """The smoothed loss (median of the last ``smooth`` finite values) rises to ``factor`` times
-    its best so far and above its initial level, or the loss turns NaN/Inf after the smoothed
-    loss rose ``nan_rise`` times above its best. Comparing with the initial level too keeps a
-    loss that wobbles near zero at the end of training from firing.
+    its best so far and above its initial level, and stays there at the next smoothed point (or
+    the loss turns NaN/Inf before it), or the loss turns NaN/Inf after the smoothed loss rose
+    ``nan_rise`` times above its best. Comparing with the initial level too keeps a loss that
+    wobbles near zero at the end of training from firing.
+
+    The rise must hold because a diverging loss stays up, while a loss column that takes turns
+    between two objectives does not: live, each optimizer's step of a GAN is a step of its own,
+    so D's loss (~0.7) and G's (~100 with pix2pix's L1 weight of 100) alternate, and the median
+    of five flips between the two levels at every step. A rise that holds for one smoothed point
+    only is no divergence; one at the last point of the run is not judged.
 
     Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
     columns the engine delivers; the same findings however a column is cut.
@@ -41,7 +48,7 @@ class Divergence(Detector):
 
     # Carried over a resume: the smoothing window, the initial, best, latest and peak levels, and
     # where it fired.
-    carry = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_phase")
+    carry = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_rising", "_phase")
 
     @dataclass(frozen=True)
     class Config:
@@ -65,6 +72,9 @@ class Divergence(Detector):
         self._last = math.nan  # the latest smoothed loss
         self._peak = -math.inf
         self._fired: tuple[int, float, str] | None = None
+        # (step, smoothed loss): the rise at the last smoothed point so far, which the next one
+        # (or a non-finite value before it) confirms; the state is the one at that point.
+        self._rising: tuple[int, float] | None = None
 
     def observe(self, event: Event) -> list[Finding]:
         assert isinstance(event, Phase)  # its numbers come as columns
@@ -98,7 +108,7 @@ class Divergence(Detector):
         # has bad[i] - i finite points before it); k_bad < 0: a median from an earlier call.
         bad = np.flatnonzero(~np.isfinite(x))
         k_bad = bad - np.arange(len(bad)) - 1 - lag
-        if len(med) > 256 and (self._fired or not self._may_fire(med, k_bad)):
+        if len(med) > 256 and not self._rising and (self._fired or not self._may_fire(med, k_bad)):
             self._bounded(col, pos, med, lag)  # a long column where nothing fires
             return []
         return self._judge_medians(col, pos, bad, k_bad, med.at(slice(None)), lag)
@@ -154,7 +164,22 @@ class Divergence(Detector):
         lower = smooth < np.concatenate(([self._best], best[:-1]))  # a new best: strictly lower
         best_at = np.maximum.accumulate(np.where(lower, np.arange(len(smooth)), -1))
         rose = (best > 0) & (smooth >= cfg.factor * best) & (smooth >= cfg.above_initial * initial)
-        k_rose = vec.first_true(rose)
+        # A non-finite point after median k and before the next one: k_bad == k.
+        nan_next = np.zeros(len(smooth), dtype=bool)
+        nan_next[k_bad[k_bad >= 0]] = True
+        if self._rising is not None:  # the rise at the last point of the previous call
+            if (len(bad) and k_bad[0] < 0) or (len(smooth) and rose[0]):
+                step, value = self._rising
+                self._rising = None
+                self._fired = (step, value, "rose")
+                out = [self._finding(*self._fired)]
+                self._peak = max(self._peak, peak)
+                return out
+            if not len(smooth):
+                return []  # nothing after it yet
+            self._rising = None  # it did not hold: the state at it goes on
+        held = rose & (np.append(rose[1:], False) | nan_next)
+        k_rose = vec.first_true(held)
         ks = np.maximum(k_bad, 0)
         last = np.where(k_bad >= 0, smooth[ks] if len(smooth) else 0.0, self._last)
         ref = np.where(k_bad >= 0, best[ks] if len(smooth) else 0.0, self._best)
@@ -166,8 +191,10 @@ class Divergence(Detector):
             k = int(k_bad[j])
             self._fired = (vec.item(col.steps, bad[j]), vec.item(col.values, bad[j]),
                            "turned non-finite after rising")
-        else:  # nothing fires
+        else:  # nothing fires; a rise at the last point waits for the next
             k = len(smooth) - 1
+            if k >= 0 and rose[k]:
+                self._rising = (vec.item(col.steps, pos[k + lag]), float(smooth[k]))
         if k >= 0:
             self._initial = initial
             if best_at[k] >= 0:
