@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from traindoc.curves import Curve, Curves, ParamValue
 from traindoc.events import SIGNALS, Event, RunEnd, RunStart, Scalar, Series
@@ -25,7 +25,6 @@ CHUNK = 256
 if TYPE_CHECKING:  # importing the detectors package would import every detector
     from traindoc.detectors import Detector
 
-T = TypeVar("T")
 # A detector's observe, finish or observe_series, bound to it.
 Hook = Callable[..., Iterable[Finding] | None]
 
@@ -86,8 +85,7 @@ class Engine:
         self._routes: dict[str, list[Detector]] = {}
         for det in self._detectors:
             # ``needs``: required signals; ``uses``: optional ones that enrich the evidence.
-            wanted = _wanted(det)
-            for signal in sorted(wanted):
+            for signal in sorted(set(det.needs) | set(det.uses)):
                 self._routes.setdefault(signal, []).append(det)
         self._seen: set[str] = set()
         self._findings: dict[str, Finding] = {}
@@ -326,11 +324,6 @@ def _missing(det: Detector, seen: set[str]) -> list[str]:
         return sorted(needs - seen)
     uses = set(det.uses)
     return [] if uses & seen else sorted(uses)
-
-
-def _wanted(det: Detector) -> set[str]:
-    """``needs``: required signals; ``uses``: optional ones that enrich the evidence."""
-    return set(det.needs) | set(det.uses)
 
 
 # ---- state across a resume (Engine.state_dict) -------------------------------------------------
