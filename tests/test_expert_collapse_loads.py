@@ -18,6 +18,8 @@ from traindoc.detectors.expert_collapse import ExpertCollapse
 from traindoc.engine import Engine
 from traindoc.events import Scalar, Series, scalars
 
+from test_series import same  # equal, NaN == NaN
+
 NAN, INF = math.nan, math.inf
 
 
@@ -35,17 +37,6 @@ def findings(cfg: ExpertCollapse.Config, calls: list[dict[str, Series]], engine:
     report = engine.finish()
     assert report.disabled == []
     return [dataclasses.asdict(f) for f in report.findings]
-
-
-def same(a: object, b: object) -> bool:
-    """Equal, NaN == NaN."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 # ---- a step's loads in two deliveries --------------------------------------------------------------
