@@ -118,7 +118,8 @@ class Ranks:
         self._next_wrapper: Any = None
 
     # ---- wiring --------------------------------------------------------------------------------
-    def install(self) -> None:
+    def install(self, patcher: Any = None) -> None:
+        """``patcher``: the probes' (its op-level mode sees which tensors collectives take)."""
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.s.clock.listen_round(self._on_round)
@@ -126,7 +127,7 @@ class Ranks:
         self._handles.append(register_optimizer_step_post_hook(self._on_step))
         self._wrap_loader()
         self._joins.install()
-        self._collectives.install()
+        self._collectives.install(patcher)
         if self._spawn is not None:
             self._spawn.install()
 
@@ -167,6 +168,7 @@ class Ranks:
 
     def _mark(self) -> tuple[float, float, float, float]:
         c = self._collectives
+        c.between()
         return time.perf_counter(), self._queue.seconds(), c.spent, c.spent_queued
 
     def _job_step(self, step: int) -> int:

@@ -110,7 +110,7 @@ class Watch:
 
         self.ranks = Ranks(self.session, dict(self._options, record=self._record, script=self._script,
                                               argv=self._argv, guard=bool(self._guard_options)), self._recorder)
-        self.ranks.install()
+        self.ranks.install(self._probes.patcher)
         if self._guard_options:
             from traindoc.live.guard import Guard, GuardConfig
 

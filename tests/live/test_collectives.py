@@ -1,0 +1,80 @@
+"""The time inside torch.distributed's collectives, measured without replacing them where Python
+allows it (sys.monitoring, 3.12+), and counted once when one collective runs inside another
+(torch hands a collective to a TorchFunctionMode, which calls it again)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.overrides import TorchFunctionMode
+
+from traindoc.live.collectives import Collectives
+
+ALL_REDUCE = dist.all_reduce  # torch's, the function torch hands a mode
+
+
+class PassThrough(TorchFunctionMode):
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+class SlowAllReduce(TorchFunctionMode):
+    """Every all-reduce takes at least 20 ms more (as one waiting for a slower rank)."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is ALL_REDUCE:
+            time.sleep(0.02)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def group() -> Iterator[None]:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_time_inside_collectives_is_counted_once(group: None) -> None:
+    original = dist.all_reduce
+    c = Collectives(SimpleNamespace())
+    c.install()
+    try:
+        if sys.version_info >= (3, 12):
+            assert dist.all_reduce is original  # seen through sys.monitoring, not a wrapper
+        t = torch.ones(4)
+        t0 = time.perf_counter()
+        with SlowAllReduce(), PassThrough():  # all_reduce runs three times, nested
+            for _ in range(3):
+                dist.all_reduce(t)
+        wall = time.perf_counter() - t0
+        assert 0.06 <= c.spent <= wall  # the sleeps are inside; nothing counted twice
+        spent = c.spent
+        torch.add(t, 1)  # not a collective
+        assert c.spent == spent
+    finally:
+        c.uninstall()
+    assert dist.all_reduce is original
+
+
+def test_a_collective_that_raises_leaves_the_clock_running_until_the_next_step(group: None) -> None:
+    c = Collectives(SimpleNamespace())
+    c.install()
+    try:
+        with pytest.raises(Exception):
+            dist.all_reduce(torch.ones(2), op="not an op")  # type: ignore[arg-type]
+        c.between()  # ranks.py, at the end of an optimizer step
+        spent = c.spent
+        time.sleep(0.02)
+        dist.all_reduce(torch.ones(2))
+        assert c.spent - spent < 0.02  # the sleep outside any collective is not in it
+    finally:
+        c.uninstall()
