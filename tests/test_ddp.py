@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import zoo_cases as zoo
-from conftest import ENV
+from conftest import ENV, run
 
 
 def test_torchrun_two_ranks(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    out = subprocess.run(
+    out = run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          "-m", "traindoc", "run", "--json", str(report), str(zoo.case("healthy_ddp").path), "--steps", "30"],
-        capture_output=True, text=True, env=ENV, timeout=600,
+        env=ENV, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(report.read_text())

@@ -5,13 +5,12 @@ on local shards, and TRAINDOC=1 on a script that calls mp.spawn (one report for 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import zoo_cases as zoo
-from conftest import ENV, ROOT, traindoc
+from conftest import ENV, ROOT, run, traindoc
 
 JOB = Path(__file__).resolve().parent / "scripts" / "ranks_job.py"
 TIMEOUT = 240  # a hang fails the test instead of the suite
@@ -54,8 +53,8 @@ def test_a_straggler_waiting_on_its_data_is_told_so(tmp_path: Path) -> None:
 def test_a_straggler_slow_in_its_own_work_is_told_so_beside_its_dataloader(tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    out = subprocess.run([*launcher, "-m", "traindoc", "run", "--json", str(report), str(JOB), "--loader", "--steps", "80", "--extra-ms", "15"],
-                         capture_output=True, text=True, timeout=TIMEOUT, env=ENV, cwd=ROOT)
+    out = run([*launcher, "-m", "traindoc", "run", "--json", str(report), str(JOB), "--loader", "--steps", "80", "--extra-ms", "15"],
+              timeout=TIMEOUT, env=ENV, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     ev = found(json.loads(report.read_text()))["straggler-rank"]["evidence"]
     assert ev["slow_rank"] == 1 and ev["slow_part"] == "compute"
@@ -78,8 +77,7 @@ def test_traindoc_1_on_an_mp_spawn_script_gives_one_report_for_the_job(tmp_path:
     report = tmp_path / "r.json"
     env = {**ENV, "TRAINDOC": "1", "TRAINDOC_JSON": str(report)}
     env.pop("RANK", None)
-    out = subprocess.run([sys.executable, str(zoo.case("ddp_ema_rank0").path), "--steps", "12"],
-                         capture_output=True, text=True, timeout=TIMEOUT, env=env, cwd=ROOT)
+    out = run([sys.executable, str(zoo.case("ddp_ema_rank0").path), "--steps", "12"], timeout=TIMEOUT, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stderr.count("traindoc report") == 1  # the parent's: rank 0's, with the others merged
     data = json.loads(report.read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from conftest import ENV, ROOT
+from conftest import ENV, ROOT, run
 
 JOB = Path(__file__).resolve().parent / "scripts" / "ranks_job.py"
 TIMEOUT = 240  # a hang fails the test instead of the suite
@@ -21,8 +21,7 @@ def torchrun(*args: str, env: dict[str, str] | None = None, nproc: int = 2,
              traindoc: bool = True) -> subprocess.CompletedProcess[str]:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     target = ["-m", "traindoc", "run", *args] if traindoc else list(args)
-    return subprocess.run([*launcher, *target], capture_output=True, text=True, timeout=TIMEOUT,
-                          env={**ENV, **(env or {})}, cwd=ROOT)
+    return run([*launcher, *target], timeout=TIMEOUT, env={**ENV, **(env or {})}, cwd=ROOT)
 
 
 def test_uneven_step_counts_end_with_one_report(tmp_path: Path) -> None:

@@ -78,3 +78,44 @@ def test_a_collective_that_raises_leaves_the_clock_running_until_the_next_step(g
         assert c.spent - spent < 0.02  # the sleep outside any collective is not in it
     finally:
         c.uninstall()
+
+
+def test_the_window_after_backward_is_seen_by_the_collectives_only() -> None:
+    """From a sampled step's backward to its optimizer step the mode is up for the collectives'
+    listener alone: the user's ``torch.nan_to_num`` of a gradient there is nobody else's signal."""
+    from traindoc.live.probes._ops import OpsWatch
+
+    calls: list[str] = []
+    ops = OpsWatch(SimpleNamespace(compiled=False), lambda probe, fn, *a: fn(*a))  # type: ignore[arg-type]
+    ops.listen("masking", [torch.nan_to_num], lambda *a: calls.append("masking"))
+    ops.listen("collectives", [torch.nan_to_num], lambda *a: calls.append("collectives"), own="collectives")
+    ops.hold("collectives", now=True)
+    try:
+        torch.nan_to_num(torch.ones(2))
+        assert calls == ["collectives"]
+        ops.hold("train")
+        torch.nan_to_num(torch.ones(2))
+        assert calls == ["collectives", "masking", "collectives"]
+    finally:
+        ops.close()
+    torch.nan_to_num(torch.ones(2))
+    assert len(calls) == 3
+
+
+def test_gradients_all_reduced_after_backward_mark_their_parameters_synced(group: None) -> None:
+    import traindoc
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    head = list(model[2].parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with traindoc.watch(announce=False) as doc:
+        for _ in range(3):
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            for p in head:  # a hand-written all-reduce of the head's gradients only
+                dist.all_reduce(p.grad)
+            opt.step()
+        synced = [p in doc.ranks._synced for p in model.parameters()]
+    assert synced == [False, False, True, True]

@@ -34,15 +34,6 @@ def robust_z(x: float, window: Sequence[float]) -> float:
     return (x - m) / scale
 
 
-def quantile(xs: Sequence[float], q: float) -> float:
-    ys = sorted(finite(xs))
-    if not ys:
-        return math.nan
-    pos = q * (len(ys) - 1)
-    lo, hi = int(math.floor(pos)), int(math.ceil(pos))
-    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
-
-
 class Column(Protocol):
     """What ``Thinned`` reads: a list of floats or a numpy array of them."""
 

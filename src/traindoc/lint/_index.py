@@ -296,11 +296,6 @@ class IndexedFile:
             return "accelerator"
         return None
 
-    def is_torch(self, call: ast.AST, *names: str) -> bool:
-        """``call`` calls ``torch.<name>`` (through any import alias) for one of ``names``."""
-        q = self.callee(call)
-        return any(q == f"torch.{n}" for n in names)
-
     def is_dtype(self, node: ast.AST | None, scope: Scope | None = None) -> str | None:
         """'torch.bfloat16' etc. when ``node`` is (or names, via one assignment) a low precision."""
         q = self.qualname(node)

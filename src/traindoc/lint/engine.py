@@ -282,7 +282,3 @@ def summary(result: LintResult) -> str:
 
 def lint_ids() -> list[str]:
     return [cls.id for cls in RULES]
-
-
-def titles() -> dict[str, str]:
-    return {id_: catalog.get(id_).title for id_ in lint_ids()}

@@ -76,7 +76,7 @@ class Collectives:
         if patcher is not None:
             self._ops = patcher.ops
             self._names = {f: op for op, f in funcs.items()}
-            patcher.ops.listen(WINDOW, list(funcs.values()), self._seen)
+            patcher.ops.listen(WINDOW, list(funcs.values()), self._seen, own=WINDOW)
             patcher.on_backward(WINDOW, after=self._open, sampled_only=True)
             patcher.on_step(WINDOW, pre=self._close)
         codes = [inspect.unwrap(f).__code__ for f in funcs.values()]
@@ -118,7 +118,9 @@ class Collectives:
         self._ops.hold(WINDOW, now=True)
 
     def _close(self, opt: Any, closure: bool) -> None:
-        self._ops.release(WINDOW)
+        if self._ops.held(WINDOW):
+            self._ops.release(WINDOW)
+            self._ops.pause()  # the optimizer step runs without the mode, as after a backward
 
     def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         op = self._names.get(func, getattr(func, "__name__", "collective"))

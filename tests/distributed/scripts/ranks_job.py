@@ -32,11 +32,6 @@ args = p.parse_args()
 
 
 def main() -> None:
-    """In a function, as most jobs are: the model (and through DDP the process group) goes when
-    it returns, while the interpreter still runs. At module level they would live into the
-    interpreter's exit, where a gloo worker thread that lets go of a finished all-reduce's
-    tensor a moment late aborts the process ("terminate called without an active exception":
-    torch's, seen here without traindoc once in 43 runs under load)."""
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)

@@ -46,18 +46,23 @@ class OpsWatch:
     def __init__(self, session: Session, guard: Callable[..., None]) -> None:
         self.s = session
         self._guard = guard
-        self._table: dict[Any, list[tuple[str, Listener]]] = {}
+        self._table: dict[Any, list[tuple[str, Listener, str | None]]] = {}
         self._holds: set[str] = set()
+        self._own: set[str] = set()  # windows only their own listeners see
         self._mode: _Mode | None = None  # ours, while on the stack
         self._thread = 0  # the thread whose stack holds it
         self._retired = False  # taken off while torch ran a call through it: it comes back
         self._hook: Any = None  # waiting for the window's first forward
 
-    def listen(self, probe: str, funcs: Iterable[Any], fn: Listener) -> None:
+    def listen(self, probe: str, funcs: Iterable[Any], fn: Listener, own: str | None = None) -> None:
         """Call ``fn(func, args, kwargs, out)`` after each call of one of ``funcs`` made inside
-        a held window (``func`` as torch passes it: ``torch.where``, ``torch.Tensor.masked_fill``)."""
+        a held window (``func`` as torch passes it: ``torch.where``, ``torch.Tensor.masked_fill``).
+        ``own``: a window of this listener's, which the others do not see (while only such
+        windows are held, only their listeners are called)."""
+        if own is not None:
+            self._own.add(own)
         for func in funcs:
-            self._table.setdefault(func, []).append((probe, fn))
+            self._table.setdefault(func, []).append((probe, fn, own))
 
     def hold(self, key: str, now: bool = False) -> None:
         """Open (or keep open) a window for ``key``; ``now``: the mode goes up at once, not at
@@ -66,6 +71,9 @@ class OpsWatch:
         if now and self._table:
             self._push()
         self._arm()
+
+    def held(self, key: str) -> bool:
+        return key in self._holds
 
     def release(self, key: str) -> None:
         self._holds.discard(key)
@@ -153,8 +161,10 @@ class OpsWatch:
     def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         listeners = self._table.get(func)
         if listeners and self._holds:
-            for probe, fn in listeners:
-                self._guard(probe, fn, func, args, kwargs, out)
+            shared = not self._holds <= self._own
+            for probe, fn, own in listeners:
+                if shared or own in self._holds:
+                    self._guard(probe, fn, func, args, kwargs, out)
 
 
 class _Mode(TorchFunctionMode):

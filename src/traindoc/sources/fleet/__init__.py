@@ -76,9 +76,6 @@ class Run:
     def worst(self) -> int:
         return min((severity_rank(f.severity) for f in self.findings), default=3)
 
-    def worst_finding(self) -> Finding | None:
-        return min(self.findings, key=lambda f: (severity_rank(f.severity), f.step if f.step is not None else -1),
-                   default=None)
 
 
 class Fleet:
