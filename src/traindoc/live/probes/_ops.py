@@ -66,7 +66,11 @@ class OpsWatch:
 
     def hold(self, key: str, now: bool = False) -> None:
         """Open (or keep open) a window for ``key``; ``now``: the mode goes up at once, not at
-        the window's first forward (the first forward still checks for a compiled model)."""
+        the window's first forward (the first forward still checks for a compiled model), and
+        not at all once dynamo has compiled something: a compiled function (an optimizer step)
+        may be called in the window, and dynamo would compile it again for the mode."""
+        if now and dynamo_compiled():
+            return
         self._holds.add(key)
         if now and self._table:
             self._push()
@@ -82,10 +86,15 @@ class OpsWatch:
             self._pop()
 
     def pause(self) -> None:
-        """A backward starts: the mode goes off until the next forward of a held window."""
+        """A backward starts: the mode goes off until the next forward of a held window. A
+        listener's own window ends here at the latest (its closing hook may not have run: an
+        optimizer step compiled by dynamo calls no hook)."""
+        self._holds -= self._own
         if self._mode is not None:
             self._pop()
             self._arm()
+        if not self._holds:
+            self._disarm()
 
     def close(self) -> None:
         self._holds.clear()
