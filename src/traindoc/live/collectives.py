@@ -188,6 +188,8 @@ class _Monitor:
         mon = self._mon
         for event in (mon.events.PY_START, mon.events.PY_RETURN):
             mon.register_callback(self.tool, event, None)
+        if hasattr(mon, "clear_tool_id"):  # 3.13+: the local events go too
+            mon.clear_tool_id(self.tool)
         mon.free_tool_id(self.tool)
 
 

@@ -236,6 +236,57 @@ def dynamo_compiled() -> bool:
     return bool(counters and counters["stats"].get("unique_graphs", 0))
 
 
+_shielded = False
+
+
+def shielded() -> bool:
+    return _shielded
+
+
+def shield_from_dynamo() -> None:
+    """Once dynamo is loaded (``torch.compile`` imports it; we never do): mark every code object
+    of traindoc's to run as it is, with whatever it calls, when it starts a frame of its own.
+    Dynamo compiles each frame that starts while a compiled function runs, its eager parts
+    (graph breaks) included: our hooks and wrappers called there, an optimizer step's hooks
+    where dynamo skips the step (Python 3.12+), would be compiled (their work traced as none,
+    their graphs and recompilations counted with the user's). Inlined into a function dynamo
+    traces, where our hooks stand aside, they are not affected (a frame strategy, not a trace
+    rule). Private torch API: where it is missing, nothing is marked."""
+    global _shielded
+    if _shielded or "torch._dynamo.eval_frame" not in sys.modules:
+        return
+    _shielded = True
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+        skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+        for code in _our_code():
+            set_code_exec_strategy(code, skip)
+    except Exception:  # another torch: dynamo may compile our frames, as before
+        pass
+
+
+def _our_code() -> Iterable[Any]:
+    seen: set[int] = set()
+    stack: list[Any] = []
+    for name, module in list(sys.modules.items()):
+        if name == "traindoc" or name.startswith("traindoc."):
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and value.__module__ == name:
+                    stack += [getattr(v, "__func__", getattr(v, "fget", v)) for v in vars(value).values()]
+                else:
+                    stack.append(value)
+    while stack:
+        item = stack.pop()
+        code = getattr(item, "__code__", item)
+        if not hasattr(code, "co_consts") or id(code) in seen or not code.co_filename.startswith(_OUR_DIR):
+            continue
+        seen.add(id(code))
+        yield code
+        stack += [c for c in code.co_consts if hasattr(c, "co_consts")]
+
+
 def is_compiled_module(module: Any) -> bool:
     """A ``torch.compile``'d module (dynamo's wrapper): looked up, never imported."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")

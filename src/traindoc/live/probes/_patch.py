@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from traindoc.live.probes import _ops
 from traindoc.live.probes._ops import OpsWatch, dynamo_compiled
 from traindoc.live.session import Session
 
@@ -152,6 +153,8 @@ class Patcher:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if local.busy or is_compiling():
                 return orig(tensors, *args, **kwargs)
+            if not _ops.shielded():
+                _ops.shield_from_dynamo()
             if patcher.ops.active:  # the forward is over: backward and the step run without the mode
                 patcher.ops.pause()
             loss = tensors if isinstance(tensors, Tensor) else (
@@ -251,6 +254,7 @@ class Patcher:
         an unsampled step calls nothing before its update."""
         session = self.session
         self.ops.settle()
+        _ops.shield_from_dynamo()
         if not session.compiled and dynamo_compiled():  # a compiled function ran this step
             self.ops.close()
             session.mark_compiled()
