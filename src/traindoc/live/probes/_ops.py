@@ -236,42 +236,41 @@ def dynamo_compiled() -> bool:
     return bool(counters and counters["stats"].get("unique_graphs", 0))
 
 
-_shielded = False
-
-
-def shielded() -> bool:
-    return _shielded
+_marked: set[str] = set()  # traindoc's modules whose code is marked for dynamo
+_modules_seen = 0
 
 
 def shield_from_dynamo() -> None:
-    """Once dynamo is loaded (``torch.compile`` imports it; we never do): mark every code object
-    of traindoc's to run as it is, with whatever it calls, when it starts a frame of its own.
-    Dynamo compiles each frame that starts while a compiled function runs, its eager parts
-    (graph breaks) included: our hooks and wrappers called there, an optimizer step's hooks
-    where dynamo skips the step (Python 3.12+), would be compiled (their work traced as none,
-    their graphs and recompilations counted with the user's). Inlined into a function dynamo
-    traces, where our hooks stand aside, they are not affected (a frame strategy, not a trace
-    rule). Private torch API: where it is missing, nothing is marked."""
-    global _shielded
-    if _shielded or "torch._dynamo.eval_frame" not in sys.modules:
+    """Once dynamo is loaded (``torch.compile`` imports it; we never do): mark each code object
+    of traindoc's to run as it is when it starts a frame. Dynamo compiles each frame that starts
+    while a compiled function runs, its eager parts (graph breaks) included: our hooks and
+    wrappers called there (an optimizer step's hooks, where dynamo leaves the step to eager)
+    would be compiled, their work traced as none and their graphs counted with the user's.
+    Only our own frames: what they call of the user's is compiled as in a bare run; and inlined
+    into a function dynamo traces, where our hooks stand aside, they are not affected (a frame
+    strategy, not a trace rule). Modules of ours imported later are marked at a later call.
+    Private torch API: where it is missing, nothing is marked."""
+    global _modules_seen
+    if len(sys.modules) == _modules_seen or "torch._dynamo.eval_frame" not in sys.modules:
         return
-    _shielded = True
+    _modules_seen = len(sys.modules)
     try:
         from torch._dynamo.eval_frame import set_code_exec_strategy
         from torch._dynamo.types import FrameAction, FrameExecStrategy
 
-        skip = FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP)
+        ours = FrameExecStrategy(FrameAction.SKIP, FrameAction.DEFAULT)
         for code in _our_code():
-            set_code_exec_strategy(code, skip)
+            set_code_exec_strategy(code, ours)
     except Exception:  # another torch: dynamo may compile our frames, as before
-        pass
+        _modules_seen = -1 << 62  # not again
 
 
 def _our_code() -> Iterable[Any]:
     seen: set[int] = set()
     stack: list[Any] = []
     for name, module in list(sys.modules.items()):
-        if name == "traindoc" or name.startswith("traindoc."):
+        if (name == "traindoc" or name.startswith("traindoc.")) and name not in _marked:
+            _marked.add(name)
             for value in list(vars(module).values()):
                 if isinstance(value, type) and value.__module__ == name:
                     stack += [getattr(v, "__func__", getattr(v, "fget", v)) for v in vars(value).values()]

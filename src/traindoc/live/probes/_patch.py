@@ -153,8 +153,7 @@ class Patcher:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if local.busy or is_compiling():
                 return orig(tensors, *args, **kwargs)
-            if not _ops.shielded():
-                _ops.shield_from_dynamo()
+            _ops.shield_from_dynamo()
             if patcher.ops.active:  # the forward is over: backward and the step run without the mode
                 patcher.ops.pause()
             loss = tensors if isinstance(tensors, Tensor) else (
