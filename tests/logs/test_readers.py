@@ -116,7 +116,8 @@ def test_tensorboard_matches_tensorboards_own_reader() -> None:
     for tag, points in theirs.items():
         if tag in ours.series:
             s = ours.series[tag]
-            assert list(zip(s.steps, s.values)) == pytest.approx(points), tag
+            assert list(s.steps) == [step for step, _ in points], tag
+            assert list(s.values) == pytest.approx([value for _, value in points]), tag
 
 
 def test_tensorboard_folder_with_add_scalars_children() -> None:
