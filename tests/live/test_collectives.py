@@ -35,6 +35,20 @@ class SlowAllReduce(TorchFunctionMode):
 
 
 @pytest.fixture
+def patcher() -> Iterator[Any]:
+    from traindoc.live.probes._patch import Patcher
+    from traindoc.live.session import Session
+
+    session = Session(level="standard")
+    session.start("test", [])
+    p = Patcher(session)
+    try:
+        yield p
+    finally:
+        p.restore()
+
+
+@pytest.fixture
 def group() -> Iterator[None]:
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
@@ -43,10 +57,10 @@ def group() -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def test_the_time_inside_collectives_is_counted_once(group: None) -> None:
+def test_the_time_inside_collectives_is_counted_once(group: None, patcher: Any) -> None:
     original = dist.all_reduce
     c = Collectives(SimpleNamespace())
-    c.install()
+    c.install(patcher)
     try:
         if sys.version_info >= (3, 12):
             assert dist.all_reduce is original  # seen through sys.monitoring, not a wrapper
@@ -62,12 +76,13 @@ def test_the_time_inside_collectives_is_counted_once(group: None) -> None:
         assert c.spent == spent
     finally:
         c.uninstall()
+        patcher.restore()
     assert dist.all_reduce is original
 
 
-def test_a_collective_that_raises_leaves_the_clock_running_until_the_next_step(group: None) -> None:
+def test_a_collective_that_raises_leaves_the_clock_running_until_the_next_step(group: None, patcher: Any) -> None:
     c = Collectives(SimpleNamespace())
-    c.install()
+    c.install(patcher)
     try:
         with pytest.raises(Exception):
             dist.all_reduce(torch.ones(2), op="not an op")  # type: ignore[arg-type]

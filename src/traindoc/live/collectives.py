@@ -53,9 +53,8 @@ class Collectives:
     def __init__(self, session: Any, queued: Callable[[], float] | None = None) -> None:
         self.s = session
         self._queued = queued or (lambda: 0.0)
-        self._clock: _Monitor | _Wrappers | None = None
+        self._clock: _Monitor | None = None
         self._ops: Any = None
-        self._names: dict[Any, str] = {}  # torch's collective -> its name
         self._sites: set[tuple[str, str]] = set()
         self.spent = 0.0  # seconds inside collectives since install (wall time)
         # Of those, seconds the thread waited for a CPU core (``queued``: a run-queue clock),
@@ -67,23 +66,27 @@ class Collectives:
         self._depth = 0  # collectives now running (one calls another: timed once)
         self._t0 = self._q0 = 0.0
 
-    def install(self, patcher: Any = None) -> None:
+    def install(self, patcher: Any) -> None:
+        """``patcher``: the probes' (its op-level mode, its hooks, and its patches, restored
+        with the probes' own)."""
         import torch.distributed as dist
 
         if not dist.is_available():
             return
-        funcs = {op: getattr(dist, op) for op in OPS if hasattr(dist, op)}
-        if patcher is not None:
-            self._ops = patcher.ops
-            self._names = {f: op for op, f in funcs.items()}
-            patcher.ops.listen(WINDOW, list(funcs.values()), self._seen, own=WINDOW)
-            patcher.on_backward(WINDOW, after=self._open, sampled_only=True)
-            patcher.on_step(WINDOW, pre=self._close)
-        codes = [inspect.unwrap(f).__code__ for f in funcs.values()]
+        funcs = [getattr(dist, op) for op in OPS if hasattr(dist, op)]
+        self._ops = patcher.ops
+        patcher.ops.listen(WINDOW, funcs, self._seen, own=WINDOW)
+        patcher.on_backward(WINDOW, after=self._open, sampled_only=True)
+        patcher.on_step(WINDOW, pre=self._close)
+        codes = [inspect.unwrap(f).__code__ for f in funcs]
         ddp = _ddp_broadcast()
         if ddp is not None:
             codes.append(ddp)
-        self._clock = _Monitor.start(codes, self._enter, self._leave) or _Wrappers(dist, self._enter, self._leave)
+        self._clock = _Monitor.start(codes, self._enter, self._leave)
+        if self._clock is None:  # Python 3.10/3.11: the public collectives wrapped to read the clock
+            for op in OPS + TIMED:
+                if hasattr(dist, op):
+                    patcher.patch(dist, op, lambda original: _timed(original, self._enter, self._leave))
 
     def take_synced(self) -> set[int]:
         synced, self.synced = self.synced, set()
@@ -119,11 +122,10 @@ class Collectives:
 
     def _close(self, opt: Any, closure: bool) -> None:
         if self._ops.held(WINDOW):
-            self._ops.release(WINDOW)
-            self._ops.pause()  # the optimizer step runs without the mode, as after a backward
+            self._ops.pause()  # ends our window; the optimizer step runs without the mode
 
     def _seen(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        op = self._names.get(func, getattr(func, "__name__", "collective"))
+        op = getattr(func, "__name__", "collective")
         if op in SYNCING and len(self.synced) < MAX_SYNCED and args and isinstance(args[0], torch.Tensor):
             try:
                 self.synced.add(args[0].untyped_storage().data_ptr())
@@ -191,26 +193,6 @@ class _Monitor:
         if hasattr(mon, "clear_tool_id"):  # 3.13+: the local events go too
             mon.clear_tool_id(self.tool)
         mon.free_tool_id(self.tool)
-
-
-class _Wrappers:
-    """Python 3.10 and 3.11: the public collectives wrapped to read the clock around them."""
-
-    def __init__(self, dist: Any, enter: Callable[[], None], leave: Callable[[], None]) -> None:
-        self._saved: list[tuple[Any, str, Any, Any]] = []
-        for op in OPS + TIMED:
-            original = getattr(dist, op, None)
-            if original is None:
-                continue
-            wrapper = _timed(original, enter, leave)
-            self._saved.append((dist, op, original, wrapper))
-            setattr(dist, op, wrapper)
-
-    def stop(self) -> None:
-        for owner, name, original, ours in reversed(self._saved):
-            if getattr(owner, name, None) is ours:  # a patch of the user's on top of ours stays
-                setattr(owner, name, original)
-        self._saved.clear()
 
 
 def _timed(original: Callable[..., Any], enter: Callable[[], None], leave: Callable[[], None]) -> Callable[..., Any]:

@@ -118,7 +118,7 @@ class Ranks:
         self._next_wrapper: Any = None
 
     # ---- wiring --------------------------------------------------------------------------------
-    def install(self, patcher: Any = None) -> None:
+    def install(self, patcher: Any) -> None:
         """``patcher``: the probes' (its op-level mode sees which tensors collectives take)."""
         from torch.optim.optimizer import register_optimizer_step_post_hook
 

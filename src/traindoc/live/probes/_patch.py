@@ -253,7 +253,6 @@ class Patcher:
         an unsampled step calls nothing before its update."""
         session = self.session
         self.ops.settle()
-        _ops.shield_from_dynamo()
         if not session.compiled and dynamo_compiled():  # a compiled function ran this step
             self.ops.close()
             session.mark_compiled()
