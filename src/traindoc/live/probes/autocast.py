@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from traindoc.events import AutocastCheck
 from traindoc.live.probes._patch import is_compiling
+from traindoc.live.probes.base import FirstCalls
 
 if TYPE_CHECKING:
     from traindoc.live.session import Session
@@ -35,6 +36,7 @@ class AutocastCoverage:
         self._guard = guard
         self._scaled: set[int] = set()  # steps in which a GradScaler scaled a loss
         self._fwd: list[Any] = []
+        self._calls = FirstCalls()  # the calls of each module a sampled step measures
         self._rows: list[tuple[int, str, int, bool, str, str]] = []
         self._seen: dict[int, set[str]] = {}
         self._main = threading.main_thread().ident
@@ -63,7 +65,7 @@ class AutocastCoverage:
             self._fwd = []
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if is_compiling() or not torch.is_grad_enabled():
+        if is_compiling() or not torch.is_grad_enabled() or not self._calls.take(module):
             return
         self._guard(self._record, module, output)
 
@@ -122,6 +124,7 @@ class AutocastCoverage:
         self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type, "custom_fwd"))
 
     def on_sampled_round_end(self, step: int) -> None:
+        self._calls.clear()
         if self._rows or self._scaled:  # a sampled round: its forward's autocast rows
             self._guard(self._emit_autocast, step)
 

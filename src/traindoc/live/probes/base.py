@@ -28,6 +28,34 @@ def _default(fn: F) -> F:
     return fn
 
 
+class FirstCalls:
+    """Which calls of a module a sampled step measures: its first ``LIMIT`` in the step. A
+    module called many times a step (a recurrent cell stepped in a Python loop, a block shared
+    across depth, many micro-batches) would make a sampled step pay its measurements once per
+    call, several times the call's own work each; its first calls show what the detectors read
+    (NaN in outputs, dead units, output dtype under autocast), the others cost a dict lookup.
+    Keyed by ``id``: a module's own ``__eq__``/``__hash__`` are never called. ``clear`` at the
+    end of each sampled round."""
+
+    LIMIT = 16
+
+    def __init__(self) -> None:
+        self._n: dict[int, int] = {}
+
+    def take(self, module: Any) -> bool:
+        """Count a call of ``module``: is it among the measured ones?"""
+        n = self._n.get(id(module), 0) + 1
+        self._n[id(module)] = n
+        return n <= self.LIMIT
+
+    def taken(self, module: Any) -> bool:
+        """Was the call just counted (by ``take``, at the pre-hook) a measured one?"""
+        return self._n.get(id(module), 0) <= self.LIMIT
+
+    def clear(self) -> None:
+        self._n.clear()
+
+
 class Probe:
     name: ClassVar[str] = ""
     signals: ClassVar[tuple[str, ...]] = ()
@@ -65,4 +93,4 @@ class Probe:
         """A module returned ``output`` in a sampled training forward."""
 
 
-__all__ = ["Probe"]
+__all__ = ["FirstCalls", "Probe"]

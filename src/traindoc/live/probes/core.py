@@ -26,7 +26,7 @@ from traindoc.live import measure
 from traindoc.live.objects import file_line, library_caller, user_site
 from traindoc.live.probes._ops import is_compiled_module, torch_function
 from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
-from traindoc.live.probes.base import Probe
+from traindoc.live.probes.base import FirstCalls, Probe
 from traindoc.live.probes.batches import BatchContent
 from traindoc.live.session import Session
 
@@ -48,6 +48,7 @@ class CoreProbes(Probe):
         self._guard = patcher.guard
         self._forward: list[Any] = []
         self._depth = 0
+        self._calls = FirstCalls()  # the calls of each module a sampled step measures
         self._iterators = 0
         self._filter: object = None
         self._content = BatchContent(session)  # Batch events (repeated-batch)
@@ -247,6 +248,9 @@ class CoreProbes(Probe):
                 h.remove()
             self._forward = []
 
+    def on_sampled_round_end(self, step: int) -> None:
+        self._calls.clear()
+
     def _pre(self, module: Any, args: Any) -> None:
         if _is_compiling():
             return
@@ -258,7 +262,7 @@ class CoreProbes(Probe):
             self.s.next_step_begins()
             if torch.is_grad_enabled():
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and self._calls.take(module):
             with torch.no_grad():
                 self._guard("forward", self.s.model.on_module_input, module, args)
         self._depth += 1
@@ -269,7 +273,7 @@ class CoreProbes(Probe):
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self.clock.in_forward = False
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or not self._calls.taken(module):
             return
         with torch.no_grad():
             self._guard("forward", self.s.model.on_module_output, module, output)

@@ -1,0 +1,302 @@
+"""`traindoc run` on real training scripts, read where they live: same training, no false alarm,
+and what watching costs.
+
+The manifest (benchmarks/live_real_manifest.toml) lists scripts of public repositories written
+without traindoc in mind (nanoGPT's train.py, minGPT's adder, PyTorch's examples), each with a
+tiny command line. The project holds only that list and the data preparation below: the scripts
+stay in checkouts outside the repository, exported from the git directories that `fetch
+github:OWNER/NAME` brings (OWNER+NAME/repo under the folder given):
+
+    python benchmarks/live_real.py --export /work/.mirror --checkouts /tmp/livebench
+    python benchmarks/live_real.py --checkouts /tmp/livebench --repeat 3 --timing
+
+Each case runs ``--repeat`` times as ``python SCRIPT`` and as ``traindoc run SCRIPT``, in turn,
+with OMP_NUM_THREADS=1 (bit-reproducible on CPU). Judged:
+
+- *identical*: the weights the script saves (``state``) are equal tensor for tensor, and the
+  stdout lines the case names (``lines``: losses, scores) are equal to the character;
+- *false alarms*: warning and error findings other than the case's ``expect`` (each expected
+  id carries the reason it is right for that code);
+- *cost*: the child processes' CPU time (user + system, DataLoader workers included) under
+  traindoc over bare, the median over the repeats of the paired ratios, two ways. The whole
+  run, as a user sees it (start-up, data, evaluation, saving; traindoc's own start-up and
+  report, about 0.5 s here, weigh heavily on a run of seconds); and per step: the same case
+  run at three times its length (the manifest's ``{60n}`` arguments), the cost of the extra
+  steps, ``(observed_3 - observed_1) / (bare_3 - bare_1)``, which leaves the fixed costs out.
+
+The data each script reads is made here (``prepare``): a word corpus drawn from a small
+random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
+sized so that a run takes seconds. Exit status 1 when a case is not identical, raises a false
+alarm or fails; 2 when a checkout is missing or the manifest is malformed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import random
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lint_real import Entry, export  # noqa: E402  (the same export of a commit's *.py files)
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "benchmarks" / "live_real_manifest.toml"
+DEFAULT_CHECKOUTS = Path(os.environ.get("TRAINDOC_LIVE_REAL", "/tmp/livebench"))
+FIELDS = {"name", "repo", "commit", "script", "cwd", "prepare", "args", "env", "state", "key",
+          "lines", "expect", "why"}
+
+
+@dataclass
+class Case:
+    name: str
+    repo: str
+    commit: str
+    script: str
+    args: list[str]
+    cwd: str = ""
+    prepare: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    state: str = ""
+    key: str = ""
+    lines: str = ""
+    expect: list[str] = field(default_factory=list)
+    why: str = ""
+
+    @property
+    def folder(self) -> str:
+        return self.repo.replace("/", "+")
+
+
+def load_manifest(path: Path) -> list[Case]:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    cases = []
+    for i, item in enumerate(data.get("case", [])):
+        unknown = set(item) - FIELDS
+        if unknown or not {"name", "repo", "commit", "script", "args"} <= set(item):
+            raise ValueError(f"{path.name} case {i + 1}: unknown fields {sorted(unknown)} or a required one missing")
+        case = Case(**item)
+        if case.prepare and case.prepare not in PREPARE:
+            raise ValueError(f"{path.name} case {case.name}: no preparation named {case.prepare!r}")
+        if not (case.state or case.lines):
+            raise ValueError(f"{path.name} case {case.name}: nothing to compare (state or lines)")
+        cases.append(case)
+    if not cases:
+        raise ValueError(f"{path}: no [[case]] entries")
+    return cases
+
+
+# ---- data the scripts read (written here, seeded) ----------------------------------------------
+def _corpus(lines: int, seed: int = 0) -> str:
+    """Sentences of a small random grammar: words made of syllables, a Zipf-like choice of them
+    and a few fixed phrases, so that a language model has something to learn."""
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "de", "po", "an", "el"]
+    words = sorted({"".join(rng.choices(syllables, k=rng.randint(1, 3))) for _ in range(600)})
+    weights = [1.0 / (r + 1) for r in range(len(words))]
+    phrases = [" ".join(rng.choices(words[:40], k=3)) for _ in range(20)]
+    out = []
+    for _ in range(lines):
+        parts = [rng.choice(phrases) if rng.random() < 0.3 else " ".join(rng.choices(words, weights, k=2))
+                 for _ in range(rng.randint(3, 7))]
+        out.append(" ".join(parts) + " .")
+    return "\n".join(out) + "\n"
+
+
+def _words(where: Path) -> None:
+    """train/valid/test.txt for word_language_model (its data.Corpus reads these three)."""
+    folder = where / "live_real_words"
+    folder.mkdir(exist_ok=True)
+    for name, n, seed in (("train", 2500, 0), ("valid", 400, 1), ("test", 300, 2)):
+        (folder / f"{name}.txt").write_text(_corpus(n, seed), encoding="utf-8")
+
+
+def _nanogpt_chars(where: Path) -> None:
+    """data/live_real_chars/{train,val}.bin and meta.pkl, as nanoGPT's char-level prepare.py
+    writes them (uint16 token ids, the vocabulary in meta.pkl)."""
+    import numpy as np
+
+    text = _corpus(3000)
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+    folder = where / "data" / "live_real_chars"
+    folder.mkdir(parents=True, exist_ok=True)
+    cut = int(0.9 * len(ids))
+    ids[:cut].tofile(folder / "train.bin")
+    ids[cut:].tofile(folder / "val.bin")
+    with open(folder / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}, f)
+
+
+def _sine_waves(where: Path) -> None:
+    """traindata.pt as the example's generate_sine_wave.py makes it (a float64 numpy array of
+    shifted sine waves), 100 waves of 300 points instead of 1,000 so a run takes seconds."""
+    import numpy as np
+    import torch
+
+    rng = np.random.RandomState(2)
+    x = np.arange(300)[None, :] + rng.randint(-80, 80, (100, 1))
+    torch.save(np.sin(x / 20.0).astype("float64"), where / "traindata.pt")
+
+
+PREPARE: dict[str, Callable[[Path], None]] = {
+    "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
+}
+
+
+# ---- one run ---------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+    cpu: float
+    out: Path
+    report: dict[str, Any] | None = None
+
+
+def _run(case: Case, root: Path, observed: bool, scratch: Path, n: int = 1) -> Run:
+    out = Path(tempfile.mkdtemp(dir=scratch))
+    subst = {"{out}": str(out), "{root}": str(root)}
+
+    def fill(s: str) -> str:
+        for k, v in subst.items():
+            s = s.replace(k, v)
+        return re.sub(r"\{(\d+)n\}", lambda m: str(int(m.group(1)) * n), s)
+
+    script = str(root / case.script)
+    report = out / "traindoc.json"
+    cmd = ([sys.executable, "-m", "traindoc", "run", "--json", str(report), script] if observed
+           else [sys.executable, script]) + [fill(a) for a in case.args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **{k: fill(v) for k, v in case.env.items()}}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(cmd, cwd=root / case.cwd, env=env, capture_output=True, text=True, timeout=1800)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    run = Run(proc.returncode, proc.stdout, proc.stderr, cpu, out)
+    if observed and report.is_file():
+        run.report = json.loads(report.read_text(encoding="utf-8"))
+    return run
+
+
+def _weights(case: Case, root: Path, run: Run) -> dict[str, Any]:
+    import torch
+
+    # Written a moment ago by the script itself, into our own scratch folder: trusted. A whole
+    # pickled model needs the script's own modules (word_language_model's model.py).
+    sys.path.insert(0, str(root / case.cwd))
+    try:
+        obj = torch.load(run.out / case.state, map_location="cpu", weights_only=False)
+    finally:
+        sys.path.remove(str(root / case.cwd))
+    if case.key:
+        obj = obj[case.key]
+    return obj.state_dict() if hasattr(obj, "state_dict") else obj
+
+
+def _differences(case: Case, root: Path, bare: Run, seen: Run) -> list[str]:
+    import torch
+
+    diffs = []
+    if case.state:
+        a, b = _weights(case, root, bare), _weights(case, root, seen)
+        if a.keys() != b.keys():
+            diffs.append("the saved state's keys differ")
+        diffs += [f"{k} differs" for k in a if k in b and not torch.equal(a[k], b[k])][:5]
+    if case.lines:
+        pattern = re.compile(case.lines)
+
+        def picked(text: str) -> list[str]:
+            return [m.group(0) for m in pattern.finditer(text)]
+
+        left, right = picked(bare.stdout), picked(seen.stdout)
+        if not left:
+            diffs.append(f"no stdout line matches {case.lines!r}")
+        elif left != right:
+            first = next((i for i, (x, y) in enumerate(zip(left, right)) if x != y), min(len(left), len(right)))
+            diffs.append(f"stdout line {first + 1} of the compared ones differs "
+                         f"({len(left)} bare, {len(right)} observed)")
+    return diffs
+
+
+def _alarms(case: Case, run: Run) -> list[str]:
+    if run.report is None:
+        return ["no report written"]
+    found = [f for f in run.report.get("findings", []) if f.get("severity") in ("warning", "error")]
+    return sorted({f"{f['id']}@{f.get('step')}" for f in found if f["id"] not in case.expect})
+
+
+def _ratio(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}x" if xs else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkouts", type=Path, default=DEFAULT_CHECKOUTS)
+    ap.add_argument("--export", type=Path, metavar="MIRRORS",
+                    help="first write each listed commit's *.py files from the git directories under MIRRORS")
+    ap.add_argument("--repeat", type=int, default=1, help="paired runs per case")
+    ap.add_argument("--timing", action="store_true", help="also time each pair at three times its length")
+    ap.add_argument("--case", action="append", help="only these cases (by name)")
+    args = ap.parse_args(argv)
+    try:
+        cases = load_manifest(MANIFEST)
+    except (OSError, ValueError, TypeError, tomllib.TOMLDecodeError) as e:
+        print(f"live_real: error: {e}", file=sys.stderr)
+        return 2
+    if args.case:
+        cases = [c for c in cases if c.name in args.case]
+    if args.export:
+        export([Entry(c.repo, c.commit, c.script) for c in cases], args.export, args.checkouts)
+    missing = sorted({c.folder for c in cases if not (args.checkouts / c.folder / c.script).is_file()})
+    if missing:
+        print(f"live_real: error: no checkout of {', '.join(missing)} under {args.checkouts} "
+              "(see --export)", file=sys.stderr)
+        return 2
+    failed = False
+    rows = ["| case | identical | false alarms | expected | CPU, whole run | CPU, per step |",
+            "|---|---|---|---|---|---|"]
+    with tempfile.TemporaryDirectory(prefix="live_real_") as tmp:
+        scratch = Path(tmp)
+        for case in cases:
+            root = args.checkouts / case.folder
+            if case.prepare:
+                PREPARE[case.prepare](root / case.cwd)
+            whole, per_step, notes, alarms, expected = [], [], [], set(), set()
+            for i in range(args.repeat):
+                order = (False, True) if i % 2 == 0 else (True, False)  # alternate who runs first
+                runs = {observed: _run(case, root, observed, scratch) for observed in order}
+                bare, seen = runs[False], runs[True]
+                if bare.rc or seen.rc:
+                    notes.append(f"exit {bare.rc} bare, {seen.rc} observed: {(seen.stderr or bare.stderr)[-300:]}")
+                    break
+                notes += _differences(case, root, bare, seen)
+                alarms.update(_alarms(case, seen))
+                expected.update(f["id"] for f in (seen.report or {}).get("findings", []) if f["id"] in case.expect)
+                if args.timing:
+                    long = {observed: _run(case, root, observed, scratch, n=3) for observed in order}
+                    whole.append(long[True].cpu / long[False].cpu)
+                    per_step.append((long[True].cpu - seen.cpu) / (long[False].cpu - bare.cpu))
+            failed = failed or bool(notes or alarms)
+            rows.append(f"| {case.name} | {'no: ' + '; '.join(notes) if notes else 'yes'} | "
+                        f"{', '.join(sorted(alarms)) or 'none'} | {', '.join(sorted(expected)) or '-'} | "
+                        f"{_ratio(whole)} | {_ratio(per_step)} |")
+            print(rows[-1], file=sys.stderr)
+    print("\n".join(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
