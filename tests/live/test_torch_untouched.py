@@ -28,7 +28,7 @@ DOC = HERE.parents[1] / "docs" / "live-patches.md"
 
 # (namespace, name): patched while watching, each listed with its reason in docs/live-patches.md
 DOCUMENTED = {
-    ("torch", "save"), ("torch", "load"), ("torch.autograd", "_engine_run_backward"),
+    ("torch.autograd", "_engine_run_backward"),
     ("torch.nn.utils", "clip_grads_with_norm_"), ("torch.nn.utils", "clip_grad_value_"),
 }
 if sys.version_info < (3, 12):  # no sys.monitoring: the collectives are timed by a wrapper

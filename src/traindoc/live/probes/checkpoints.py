@@ -1,6 +1,7 @@
 """The checkpoint probes: what the run saves, how it puts the file in place, what it resumes.
 
-- ``torch.save``: the object being saved is read the way ``traindoc ckpt`` reads a file (which
+- ``torch.save`` (seen through the module-private steps of ``torch.serialization`` it takes:
+  the file opened, the object pickled; ``torch.save`` itself stays torch's): the object is read the way ``traindoc ckpt`` reads a file (which
   of model / optimizer / scheduler / scaler / step / rng / ema it holds, the stored LRs), from
   references only: no tensor is copied or read. A checkpoint gives a ``Checkpoint`` event (the
   ckpt face's, so its detectors work live) and a ``SaveFile`` event (path, whether a file was
@@ -9,7 +10,8 @@
   step count or to the steps the run took, or one that grew since the run's previous save.
 - ``os.replace`` / ``os.rename`` (which ``shutil.move`` and ``Path.rename``/``replace`` call):
   a file torch.save wrote being moved into place gives a ``SaveFile`` "move" event.
-- ``torch.load`` remembers which file each loaded object came from, so that
+- ``torch.load`` (likewise: the file opened, the object unpickled) remembers which file each
+  loaded object came from, so that
 - ``Optimizer.load_state_dict`` / LR schedulers' ``load_state_dict`` can give a ``StateLoad``
   event: the LRs just before and just after the load, and the checkpoint path. It is sent when
   the load's LRs take effect: at the optimizer's next ``step()`` (or at the end of the run if
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import threading
 import weakref
 from pathlib import Path
 from typing import Any, Callable
@@ -43,6 +46,8 @@ from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
 
 _RECENT_LOADS = 32
+# torch.save and torch.load go through these (torch >= 1.6); without them no file is seen.
+_SERIALIZATION = ("_open_zipfile_writer", "_open_file_like", "_save", "_legacy_save", "_load", "_legacy_load")
 _LOAD_PARTS = ("_on_load", "_remember_lrs", "_on_optimizer_load", "_on_scheduler_load",
                "_on_step_after_load", "_flush_loads")
 _MISSING = object()
@@ -50,6 +55,14 @@ _MISSING = object()
 # A load waiting for its optimizer's next step: its event, and whether its LRs are still in
 # place (called with the optimizer).
 _Waiting = tuple[StateLoad, Callable[[Any], bool]]
+
+
+class _Opened(threading.local):
+    """The file torch.serialization opened last in this thread, until the object is pickled
+    into it (``save``: its path and whether a file was there) or unpickled from it (``load``)."""
+
+    save: tuple[str, bool] | None = None
+    load: str | None = None
 
 
 class CheckpointProbes(Probe):
@@ -60,6 +73,7 @@ class CheckpointProbes(Probe):
         super().__init__(session, patcher)
         self._saved: set[str] = set()  # files torch.save wrote (absolute paths)
         self._loads: list[tuple[int, str]] = []  # (id of a loaded object or its parts, path)
+        self._file = _Opened()  # this thread's file torch.serialization just opened
         self._pending: Any = None
         self._in_sched_load = False
         self._waiting = ObjectMap()  # optimizer -> [_Waiting] loads not yet in effect
@@ -73,12 +87,17 @@ class CheckpointProbes(Probe):
         self._patcher.guard(part, fn, *args)
 
     def install(self) -> None:
-        patch = self._patcher.patch
-        save = self._wrap_save(torch.serialization.save)
-        load = self._wrap_load(torch.serialization.load)
-        for owner in (torch, torch.serialization):
-            self._patcher.replace(owner, "save", save)
-            self._patcher.replace(owner, "load", load)
+        patch, ser = self._patcher.patch, torch.serialization
+        # torch.save and torch.load stay torch's own: their module-private steps are observed
+        # (the file opened, then the object pickled or unpickled), so that a warning torch.load
+        # issues with stacklevel=2 names the user's line and module, as without traindoc.
+        if all(hasattr(ser, name) for name in _SERIALIZATION):
+            patch(ser, "_open_zipfile_writer", self._wrap_open)
+            patch(ser, "_open_file_like", self._wrap_open)
+            for name in ("_save", "_legacy_save"):
+                patch(ser, name, self._wrap_save)
+            for name in ("_load", "_legacy_load"):
+                patch(ser, name, self._wrap_load)
         patch(os, "replace", self._wrap_move)
         patch(os, "rename", self._wrap_move)
         patch(torch.optim.Optimizer, "load_state_dict", self._wrap_optimizer_load)
@@ -93,25 +112,37 @@ class CheckpointProbes(Probe):
         self._loads.clear()
 
     # ---- torch.save and moves ---------------------------------------------------------------
+    def _wrap_open(self, orig: Any) -> Any:
+        """``_open_zipfile_writer(f)`` (a save) and ``_open_file_like(f, mode)`` (a legacy save
+        or a load): the path, and for a save whether a file was there before torch creates it."""
+        probe = self
+
+        @functools.wraps(orig)
+        def opener(f: Any, *args: Any, **kwargs: Any) -> Any:
+            probe._guard(probe._opening, f, args[0] if args else kwargs.get("mode", "wb"))
+            return orig(f, *args, **kwargs)
+
+        return opener
+
+    def _opening(self, f: Any, mode: str) -> None:
+        path = _path_of(f)
+        if "w" in mode:
+            self._file.save = None if path is None else (path, os.path.exists(path))
+        else:
+            self._file.load = path
+
     def _wrap_save(self, orig: Any) -> Any:
         probe = self
 
         @functools.wraps(orig)
-        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-            probe._pending = None
-            probe._guard(probe._before_save, f)
-            pending, probe._pending = probe._pending, None
-            out = orig(obj, f, *args, **kwargs)
+        def save(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            pending, probe._file.save = probe._file.save, None
+            out = orig(obj, *args, **kwargs)
             if pending is not None:
                 probe._guard(probe._after_save, obj, *pending)
             return out
 
         return save
-
-    def _before_save(self, f: Any) -> None:
-        path = _path_of(f)
-        if path is not None:
-            self._pending = (path, os.path.exists(path))
 
     def _after_save(self, obj: Any, path: str, existed: bool) -> None:
         s = self.s
@@ -167,17 +198,16 @@ class CheckpointProbes(Probe):
         probe = self
 
         @functools.wraps(orig)
-        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(f, *args, **kwargs)
-            probe._guard(probe._on_load, f, out)
+        def load(*args: Any, **kwargs: Any) -> Any:
+            path, probe._file.load = probe._file.load, None
+            out = orig(*args, **kwargs)
+            if path is not None:
+                probe._guard(probe._on_load, path, out)
             return out
 
         return load
 
-    def _on_load(self, f: Any, obj: Any) -> None:
-        path = _path_of(f)
-        if path is None:
-            return
+    def _on_load(self, path: str, obj: Any) -> None:
         parts = [obj]
         if isinstance(obj, dict):
             for value in obj.values():
