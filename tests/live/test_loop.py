@@ -112,6 +112,25 @@ def test_prestep_with_lr_reset_by_hand_still_fires() -> None:
     assert "set back by hand" in f.message
 
 
+def test_step_lr_stepped_first_fires_without_claiming_a_reset() -> None:
+    """StepLR stays at its first value for step_size epochs: the early call changes no LR yet,
+    nobody set it back, and every later drop still comes one epoch early."""
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with watch() as doc:
+            for _ in range(6):
+                sched.step()
+                opt.zero_grad()
+                model(torch.randn(8, 4)).pow(2).mean().backward()
+                opt.step()
+    f = ids(doc)[SCHED]
+    assert "set back by hand" not in f.message and "does not change there yet" in f.message
+    assert f.evidence["first_step_lr"] == f.evidence["intended_first_lr"] == pytest.approx(0.1)
+
+
 def test_correct_order_is_quiet_and_reported_once() -> None:
     with watch() as doc:
         onecycle_run(prestep=False)

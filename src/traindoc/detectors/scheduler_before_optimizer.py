@@ -193,10 +193,13 @@ class SchedulerBeforeOptimizer(Detector):
             if abs(ratio - 1) > 1e-6:
                 used = (f"the schedule starts at {fmt(e.lr_start)} but the first optimizer step used "
                         f"{fmt(e.lr_first)} ({fmt(ratio)}x)")
-            else:
+            elif math.isfinite(e.lr_after) and abs(e.lr_after / e.lr_start - 1) > 1e-6:
                 used = (f"the first optimizer step used {fmt(e.lr_first)}, the schedule's first value, "
                         f"only because the LR was set back by hand (the early call had moved it to "
                         f"{fmt(e.lr_after)})")
+            else:  # a schedule flat at its start (StepLR): the shift shows at its first change
+                used = (f"the first optimizer step used {fmt(e.lr_first)}, the schedule's first value, "
+                        "only because the schedule does not change there yet")
         else:
             ratio = math.nan
             used = f"the schedule's first value {fmt(e.lr_start)} was skipped"
