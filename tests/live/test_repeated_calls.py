@@ -6,7 +6,7 @@ cell stepped inside the model's ``forward`` with an LBFGS closure (as PyTorch's
 time_sequence_prediction example trains), and a GRU cell stepped by the training loop itself,
 at the top level (each call a "root" forward), with Adam and a truncated backward. Without the
 bound, a sampled step measured all 60 calls of each cell: the forward cost several times a bare
-one (1.36x the whole run of that example, 1.09x with the bound: benchmarks/live_real.py)."""
+one (1.32x the whole run of that example, 1.10x with the bound: benchmarks/live_real.py)."""
 
 from __future__ import annotations
 
