@@ -1,8 +1,9 @@
 """The checkpoint probes: what the run saves, how it puts the file in place, what it resumes.
 
 - ``torch.save`` (seen through the module-private steps of ``torch.serialization`` it takes:
-  the file opened, the object pickled; ``torch.save`` itself stays torch's): the object is read the way ``traindoc ckpt`` reads a file (which
-  of model / optimizer / scheduler / scaler / step / rng / ema it holds, the stored LRs), from
+  the file opened, the object pickled; ``torch.save`` itself stays torch's): the object is read
+  the way ``traindoc ckpt`` reads a file (which of model / optimizer / scheduler / scaler /
+  step / rng / ema it holds, the stored LRs), from
   references only: no tensor is copied or read. A checkpoint gives a ``Checkpoint`` event (the
   ckpt face's, so its detectors work live) and a ``SaveFile`` event (path, whether a file was
   already there, the user's file:line). A step counter under a name of the script's own
