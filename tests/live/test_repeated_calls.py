@@ -135,3 +135,33 @@ def test_recurrent_training_is_unchanged_and_reports_nothing(train: Any) -> None
         watched = train()
     assert watched == bare
     assert [f.id for f in doc.findings if f.severity != "info"] == []
+
+
+def _mode_calls(monkeypatch: pytest.MonkeyPatch, aside: bool) -> Counter[str]:
+    """The functions our TorchFunctionMode is handed during a watched run of a model whose
+    forward calls no ``isnan`` (only the forward hooks' NaN check does)."""
+    from traindoc.live.probes import _ops
+
+    seen: Counter[str] = Counter()
+    orig = _ops._Mode.__torch_function__
+
+    def counting(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        seen[getattr(func, "__name__", str(func))] += 1
+        return orig(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(_ops._Mode, "__torch_function__", counting)
+    if not aside:
+        monkeypatch.setattr(_ops.OpsWatch, "aside", lambda self: None)
+    with traindoc.watch(announce=False, level="thorough"):
+        train_gru_loop(steps=3)
+    return seen
+
+
+def test_the_hooks_measure_outside_our_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sampled forward's own measurements (the NaN check of each output) run with our mode off
+    the stack: no Python call each, and no listener of the mode sees them. The user's ops in the
+    forward still pass through it."""
+    seen = _mode_calls(monkeypatch, aside=True)
+    assert seen["isnan"] == 0 and seen["cross_entropy"] > 0, seen
+    monkeypatch.undo()
+    assert _mode_calls(monkeypatch, aside=False)["isnan"] > 0  # the check can fail

@@ -106,6 +106,24 @@ class OpsWatch:
     def active(self) -> bool:
         return self._mode is not None
 
+    def aside(self) -> _Mode | None:
+        """Take the mode off while traindoc measures inside a window (a sampled forward's
+        hooks): our own tensor ops then cost no Python call each, and no listener sees them.
+        Only when ours is the thread's one mode (two C calls); under a mode of the user's it
+        stays where it is. Returns what ``back`` puts back."""
+        if self._mode is None or torch._C._len_torch_function_stack() != 1:
+            return None
+        mode = torch._C._pop_torch_function_stack()
+        if mode is not self._mode:  # another thread's watch, or one retired: leave it
+            torch._C._push_on_torch_function_stack(mode)
+            return None
+        return mode
+
+    @staticmethod
+    def back(mode: _Mode | None) -> None:
+        if mode is not None:
+            torch._C._push_on_torch_function_stack(mode)
+
     # ---- the hook that pushes the mode ---------------------------------------------------------
     def _arm(self) -> None:
         if self._holds and self._hook is None and self._table and not self.s.compiled:

@@ -49,6 +49,7 @@ class CoreProbes(Probe):
         self._forward: list[Any] = []
         self._depth = 0
         self._calls = FirstCalls()  # the calls of each module a sampled step measures
+        self._ops = patcher.ops
         self._iterators = 0
         self._filter: object = None
         self._content = BatchContent(session)  # Batch events (repeated-batch)
@@ -263,8 +264,12 @@ class CoreProbes(Probe):
             if torch.is_grad_enabled():
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled() and self._calls.take(module):
-            with torch.no_grad():
-                self._guard("forward", self.s.model.on_module_input, module, args)
+            mode = self._ops.aside()
+            try:
+                with torch.no_grad():
+                    self._guard("forward", self.s.model.on_module_input, module, args)
+            finally:
+                self._ops.back(mode)
         self._depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
@@ -275,12 +280,16 @@ class CoreProbes(Probe):
             self.clock.in_forward = False
         if not torch.is_grad_enabled() or not self._calls.taken(module):
             return
-        with torch.no_grad():
-            self._guard("forward", self.s.model.on_module_output, module, output)
-            for listener in self.s.output_listeners:
-                listener(module, output)
-            if self._depth == 0 and next(module.parameters(), None) is not None:
-                self._guard("forward", self.s.model.on_root_forward, module, output)
+        mode = self._ops.aside()
+        try:
+            with torch.no_grad():
+                self._guard("forward", self.s.model.on_module_output, module, output)
+                for listener in self.s.output_listeners:
+                    listener(module, output)
+                if self._depth == 0 and next(module.parameters(), None) is not None:
+                    self._guard("forward", self.s.model.on_root_forward, module, output)
+        finally:
+            self._ops.back(mode)
 
 
 def _describe(fn: Any) -> str:
