@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,8 +56,6 @@ from lint_real import Entry, export  # noqa: E402  (the same export of a commit'
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "benchmarks" / "live_real_manifest.toml"
 DEFAULT_CHECKOUTS = Path(os.environ.get("TRAINDOC_LIVE_REAL", "/tmp/livebench"))
-FIELDS = {"name", "repo", "commit", "script", "cwd", "prepare", "args", "env", "state", "key",
-          "lines", "expect", "why", "longer"}
 
 
 @dataclass
@@ -86,7 +84,7 @@ def load_manifest(path: Path) -> list[Case]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     cases = []
     for i, item in enumerate(data.get("case", [])):
-        unknown = set(item) - FIELDS
+        unknown = set(item) - {f.name for f in fields(Case)}
         if unknown or not {"name", "repo", "commit", "script", "args"} <= set(item):
             raise ValueError(f"{path.name} case {i + 1}: unknown fields {sorted(unknown)} or a required one missing")
         case = Case(**item)

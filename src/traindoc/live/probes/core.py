@@ -264,12 +264,7 @@ class CoreProbes(Probe):
             if torch.is_grad_enabled():
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled() and self._calls.take(module):
-            mode = self._ops.aside()
-            try:
-                with torch.no_grad():
-                    self._guard("forward", self.s.model.on_module_input, module, args)
-            finally:
-                self._ops.back(mode)
+            self._measure(self._on_input, module, args)
         self._depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
@@ -280,14 +275,25 @@ class CoreProbes(Probe):
             self.clock.in_forward = False
         if not torch.is_grad_enabled() or not self._calls.taken(module):
             return
+        self._measure(self._on_output, module, output)
+
+    def _on_input(self, module: Any, args: Any) -> None:
+        self._guard("forward", self.s.model.on_module_input, module, args)
+
+    def _on_output(self, module: Any, output: Any) -> None:
+        self._guard("forward", self.s.model.on_module_output, module, output)
+        for listener in self.s.output_listeners:
+            listener(module, output)
+        if self._depth == 0 and next(module.parameters(), None) is not None:
+            self._guard("forward", self.s.model.on_root_forward, module, output)
+
+    def _measure(self, fn: Any, module: Any, value: Any) -> None:
+        """Our measurements of a module call: without autograd, and with the op-level mode
+        aside, so that our own ops cost no Python call each and reach no listener."""
         mode = self._ops.aside()
         try:
             with torch.no_grad():
-                self._guard("forward", self.s.model.on_module_output, module, output)
-                for listener in self.s.output_listeners:
-                    listener(module, output)
-                if self._depth == 0 and next(module.parameters(), None) is not None:
-                    self._guard("forward", self.s.model.on_root_forward, module, output)
+                fn(module, value)
         finally:
             self._ops.back(mode)
 
