@@ -34,7 +34,7 @@ DOCUMENTED = {
 if sys.version_info < (3, 12):  # no sys.monitoring: the collectives are timed by a wrapper
     DOCUMENTED |= {("torch.distributed", op) for op in COLLECTIVES}
 SPACES = {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
-          "torch.nn.utils": torch.nn.utils, "torch.autograd": torch.autograd,
+          "torch.nn.utils": torch.nn.utils, "torch.nn.init": torch.nn.init, "torch.autograd": torch.autograd,
           "torch.distributed": torch.distributed}
 
 

@@ -47,6 +47,7 @@ class OpsWatch:
         self.s = session
         self._guard = guard
         self._table: dict[Any, list[tuple[str, Listener, str | None]]] = {}
+        self._early: dict[Any, list[tuple[str, Listener, str | None]]] = {}  # called before the function
         self._holds: set[str] = set()
         self._own: set[str] = set()  # windows only their own listeners see
         self._mode: _Mode | None = None  # ours, while on the stack
@@ -54,15 +55,19 @@ class OpsWatch:
         self._retired = False  # taken off while torch ran a call through it: it comes back
         self._hook: Any = None  # waiting for the window's first forward
 
-    def listen(self, probe: str, funcs: Iterable[Any], fn: Listener, own: str | None = None) -> None:
+    def listen(self, probe: str, funcs: Iterable[Any], fn: Listener, own: str | None = None,
+               before: Listener | None = None) -> None:
         """Call ``fn(func, args, kwargs, out)`` after each call of one of ``funcs`` made inside
-        a held window (``func`` as torch passes it: ``torch.where``, ``torch.Tensor.masked_fill``).
-        ``own``: a window of this listener's, which the others do not see (while only such
-        windows are held, only their listeners are called)."""
+        a held window (``func`` as torch passes it: ``torch.where``, ``torch.Tensor.masked_fill``),
+        and ``before(func, args, kwargs, None)`` ahead of it. ``own``: a window of this
+        listener's, which the others do not see (while only such windows are held, only their
+        listeners are called)."""
         if own is not None:
             self._own.add(own)
         for func in funcs:
             self._table.setdefault(func, []).append((probe, fn, own))
+            if before is not None:
+                self._early.setdefault(func, []).append((probe, before, own))
 
     def hold(self, key: str, now: bool = False) -> None:
         """Open (or keep open) a window for ``key``; ``now``: the mode goes up at once, not at
@@ -185,8 +190,9 @@ class OpsWatch:
                     torch._C._push_on_torch_function_stack(m)
         return found
 
-    def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        listeners = self._table.get(func)
+    def _call(self, table: dict[Any, list[tuple[str, Listener, str | None]]], func: Any,
+              args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        listeners = table.get(func)
         if listeners and self._holds:
             shared = not self._holds <= self._own
             for probe, fn, own in listeners:
@@ -215,8 +221,10 @@ class _Mode(TorchFunctionMode):
             known = False
         if not known or watch._mode is not self:
             return _through(func)(*args, **kwargs)
+        if func in watch._early:
+            watch._call(watch._early, func, args, kwargs, None)
         out = _through(func)(*args, **kwargs)
-        watch._call(func, args, kwargs, out)
+        watch._call(watch._table, func, args, kwargs, out)
         return out
 
 
@@ -317,13 +325,16 @@ def torch_function(func: Any) -> Any:
     return inspect.unwrap(func)
 
 
-def caller() -> Any:
+def caller(through_init: bool = True) -> Any:
     """The frame that called the op being observed: the innermost frame outside traindoc,
-    torch's ``__torch_function__`` dispatch and the torch.nn.init function that dispatched."""
+    torch's ``__torch_function__`` dispatch and (``through_init``) the torch.nn.init function
+    that made the call."""
+    skipped = _SKIPPED if through_init else _SKIPPED[:2]
     frame = sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_SKIPPED):
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skipped):
         frame = frame.f_back
     return frame
 
 
-_SKIPPED = (_OUR_DIR, os.path.join(_TORCH_DIR, "overrides.py"), os.path.join(_TORCH_DIR, "nn", "init.py"))
+INIT_FILE = os.path.join(_TORCH_DIR, "nn", "init.py")
+_SKIPPED = (_OUR_DIR, os.path.join(_TORCH_DIR, "overrides.py"), INIT_FILE)
