@@ -65,8 +65,8 @@ def test_two_call_clipping_is_one_clip_with_the_pre_clip_norm() -> None:
 
 
 def test_clip_grad_norm_is_counted_once_on_this_torch() -> None:
-    """torch's clip_grad_norm_ may compute through get_total_norm/clip_grads_with_norm_; if it
-    called the public (patched) names, a clip would count twice."""
+    """torch's clip_grad_norm_ may compute through get_total_norm/clip_grads_with_norm_: one
+    clip each, not two."""
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     with watch() as (doc, recorded):
@@ -142,6 +142,62 @@ def test_clip_before_unscale_on_the_two_call_path() -> None:
     # the Clip event is in the user's units: the scaled norm divided by the scale
     assert [c.norm for c in clips(recorded)] == pytest.approx([n / 1024.0 for n in norms], rel=1e-5)
     assert "clip-before-unscale" in {f.id for f in doc.report().findings}
+
+
+# Taken when this module was imported, before any watch started (a training module's
+# ``from torch.nn.utils import ...`` at its top, imported before ``traindoc.watch()``).
+EARLY_CLIP_WITH_NORM = torch.nn.utils.clip_grads_with_norm_
+EARLY_CLIP_VALUE = torch.nn.utils.clip_grad_value_
+
+
+def test_clipping_functions_stay_torchs_own_and_every_reference_is_seen() -> None:
+    """Nothing of torch's clipping is replaced: the names keep torch's function objects, and a
+    reference taken before traindoc started, or a wrapper of the user's put on a name while
+    watching, still clips once and is counted once (a replaced public name missed the first:
+    it held torch's function, not the replacement)."""
+    names = ("clip_grad_norm_", "clip_grads_with_norm_", "clip_grad_value_")
+    before = {n: getattr(torch.nn.utils, n) for n in names}
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    mine: list[float] = []
+    with watch() as (doc, recorded):
+        assert {n: getattr(torch.nn.utils, n) for n in names} == before
+        for i, (x, y) in enumerate(batches(4, scale=50.0)):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            if i == 2:  # the user's own wrapper, put on the public name mid-run
+                def logged(params: object, max_norm: float, total: torch.Tensor, **kw: object) -> None:
+                    mine.append(float(total))
+                    before["clip_grads_with_norm_"](params, max_norm, total, **kw)
+                torch.nn.utils.clip_grads_with_norm_ = logged  # type: ignore[assignment]
+                clip = torch.nn.utils.clip_grads_with_norm_
+            else:
+                clip = EARLY_CLIP_WITH_NORM
+            total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+            clip(list(model.parameters()), 0.5, total)
+            EARLY_CLIP_VALUE(model.parameters(), 10.0)  # value clipping: no norm, no Clip
+            opt.step()
+    assert torch.nn.utils.clip_grads_with_norm_ is logged  # the user's patch stays
+    torch.nn.utils.clip_grads_with_norm_ = before["clip_grads_with_norm_"]
+    assert {n: getattr(torch.nn.utils, n) for n in names} == before
+    assert len(mine) == 1
+    assert [(c.step, c.via) for c in clips(recorded)] == [(i, "clip_grads_with_norm_") for i in range(4)]
+
+
+def test_value_clipping_before_unscale_is_a_scaled_clip() -> None:
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    with watch() as (doc, recorded):
+        for x, y in batches(3):
+            opt.zero_grad()
+            scaler.scale(((model(x) - y) ** 2).mean()).backward()
+            torch.nn.utils.clip_grad_value_((p for p in model.parameters()), 1.0)  # a generator
+            scaler.step(opt)
+            scaler.update()
+    scaled = clips(recorded, ScaledClip)
+    assert [(s.fn, s.max_norm, s.norm) for s in scaled] == [("clip_grad_value_", 1.0, None)] * 3
+    assert clips(recorded) == []
 
 
 def test_accelerate_clip_grad_norm_is_seen() -> None:

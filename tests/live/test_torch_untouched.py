@@ -27,10 +27,7 @@ SCRIPTS = sorted((HERE / "untouched_scripts").glob("*.py"))
 DOC = HERE.parents[1] / "docs" / "live-patches.md"
 
 # (namespace, name): patched while watching, each listed with its reason in docs/live-patches.md
-DOCUMENTED = {
-    ("torch.autograd", "_engine_run_backward"),
-    ("torch.nn.utils", "clip_grads_with_norm_"), ("torch.nn.utils", "clip_grad_value_"),
-}
+DOCUMENTED = {("torch.autograd", "_engine_run_backward")}
 if sys.version_info < (3, 12):  # no sys.monitoring: the collectives are timed by a wrapper
     DOCUMENTED |= {("torch.distributed", op) for op in COLLECTIVES}
 SPACES = {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,

@@ -82,7 +82,6 @@ class Session:
         self.loss_scales: dict[int, torch.Tensor] = {}
         # Set by the AMP probe while a clip call sees gradients still multiplied by a GradScaler's
         # scale (clipping before scaler.unscale_), so the clip's norm is reported unscaled.
-        self.grad_scale: torch.Tensor | None = None
         # Model parameters a framework's own optimizer updates through copies it steps (the
         # fp32 master weights of DeepSpeed's bf16/fp16 optimizers): held, though by no torch optimizer.
         self.framework_held = ObjectMap()  # parameter -> True (a WeakSet compares tensors with ==)
@@ -299,13 +298,14 @@ class Session:
 
     # ---- clip ------------------------------------------------------------------------------------
     def on_clip(self, total_norm: Any, max_norm: float, step: int | None = None,
-                via: str = "clip_grad_norm_") -> None:
+                via: str = "clip_grad_norm_", scale: torch.Tensor | None = None) -> None:
         """A clipping: the total norm before it and max_norm, at ``step`` (default: now; a
-        framework that reports its norm after the optimizer stepped gives the step it took)."""
+        framework that reports its norm after the optimizer stepped gives the step it took).
+        ``scale``: the GradScaler scale the clipped gradients still carried."""
         if not isinstance(total_norm, torch.Tensor):
             total_norm = torch.tensor(float(total_norm))
-        if self.grad_scale is not None:  # a device op, no sync: the norm in the user's units
-            total_norm = total_norm.detach() / self.grad_scale.to(total_norm.device)
+        if scale is not None:  # a device op, no sync: the norm in the user's units
+            total_norm = total_norm.detach() / scale.to(total_norm.device)
         where = user_site(2) if self.clock.measuring else ""
         if step is None:
             step = self.clock.current_step

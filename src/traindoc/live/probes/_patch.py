@@ -24,6 +24,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traindoc.live.probes import _ops
+from traindoc.live.probes._clip import ClipEntry
 from traindoc.live.probes._ops import OpsWatch, dynamo_compiled
 from traindoc.live.session import Session
 
@@ -57,6 +58,7 @@ class Patcher:
         # Op-level signals (torch.where, F.cross_entropy ...) through a TorchFunctionMode, on
         # the windows probes hold; the "train" window is the sampled steps'.
         self.ops = OpsWatch(session, self.guard)
+        self.clips = ClipEntry(self.guard)  # every gradient clipping, through one dispatcher
         self._train_window = False
 
     def patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
@@ -84,6 +86,7 @@ class Patcher:
 
     def restore(self) -> None:
         self.ops.close()
+        self.clips.close()
         self._train_window = False
         self._hook_pre(False)
         for h in self._handles:
@@ -315,11 +318,6 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 # torch's private entry into the autograd engine (torch >= 2.3), looked up in torch.autograd's
 # namespace by torch.autograd.backward; "" where this torch has none.
 _ENGINE_ENTRY = "_engine_run_backward" if callable(getattr(torch.autograd, "_engine_run_backward", None)) else ""
-
-
-# What torch.nn.utils.clip_grad_norm_ calls to clip, with the norm it measured (torch >= 2.6):
-# a module-private name, so wrapping it changes nothing the user sees.
-CLIP_ENTRY = "_clip_grads_with_norm_"
 
 
 class _Busy(threading.local):

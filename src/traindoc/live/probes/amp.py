@@ -29,7 +29,8 @@ from torch.amp.grad_scaler import GradScaler, OptState
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from traindoc.events import Event, GradScale, ScaledClip
-from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
+from traindoc.live.probes._clip import ClipCall
+from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.autocast import AutocastCoverage
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.clipping import local_norm, norm_key
@@ -73,16 +74,7 @@ class AmpProbes(Probe):
         patch(GradScaler, "unscale_", self._wrap_unscale)
         patch(GradScaler, "step", self._wrap_step)
         patch(GradScaler, "update", self._wrap_update)
-        clip = torch.nn.utils.clip_grad
-        if hasattr(clip, CLIP_ENTRY):  # clip_grad_norm_'s own clipping, under the core probe's wrapper
-            patch(clip, CLIP_ENTRY, lambda orig: self._wrap_clip(orig, "clip_grad_norm_"))
-        for fn in ("clip_grad_value_",) if hasattr(clip, CLIP_ENTRY) else ("clip_grad_norm_", "clip_grad_value_"):
-            wrapped = self._wrap_clip(getattr(clip, fn), fn)  # no hook and no inner call to use
-            for owner in (clip, torch.nn.utils):
-                self._patcher.replace(owner, fn, wrapped)
-        if hasattr(torch.nn.utils, "clip_grads_with_norm_"):  # torch >= 2.6; the clipping probe's
-            patch(torch.nn.utils, "clip_grads_with_norm_",
-                  lambda orig: self._wrap_clip(orig, "clip_grads_with_norm_"))
+        self._patcher.clips.listen(self.name, before=self._before_clip, after=self._after_clip)
         self._patcher.patch_descriptor(torch.autograd.Function, "apply", self.autocast.wrap_apply)
         if self.s.level.activations and self.clock.sampled:
             self.autocast.on_sampling(True)
@@ -230,28 +222,24 @@ class AmpProbes(Probe):
         s.defer(packed, decode)
 
     # ---- clipping under a scaler -------------------------------------------------------------
-    def _wrap_clip(self, orig: Any, fn: str) -> Any:
-        probe = self
+    def _before_clip(self, call: ClipCall) -> None:
+        self._clip_scale = None
+        if not self._active or self._off():  # the usual case: nothing scaled right now
+            return
+        self._clip_params = call.args[0] if call.args else call.kwargs.get("parameters")
+        try:
+            self._check_clip()
+        finally:  # a generator of parameters read by the check is handed on as a list
+            if call.args:
+                call.args[0] = self._clip_params
+            elif "parameters" in call.kwargs:
+                call.kwargs["parameters"] = self._clip_params
+            self._clip_params = None
+        call.scale = self._clip_scale  # the clipping probe reports the norm divided by it
 
-        @functools.wraps(orig)
-        def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
-            if not probe._active or probe._off():  # the usual case: nothing scaled right now
-                return orig(parameters, *args, **kwargs)
-            probe._clip_params, probe._clip_scale = parameters, None
-            probe._guard(probe._check_clip)
-            parameters, scale = probe._clip_params, probe._clip_scale
-            probe._clip_params = probe._clip_scale = None
-            if scale is None:
-                return orig(parameters, *args, **kwargs)
-            probe.s.grad_scale = scale
-            try:
-                out = orig(parameters, *args, **kwargs)
-            finally:
-                probe.s.grad_scale = None
-            probe._guard(probe._on_scaled_clip, fn, out, scale, args, kwargs)
-            return out
-
-        return clip
+    def _after_clip(self, call: ClipCall) -> None:
+        if call.scale is not None:
+            self._on_scaled_clip(call, call.scale)
 
     def _check_clip(self) -> None:
         """Are the gradients being clipped still multiplied by an active scaler's scale?"""
@@ -274,29 +262,27 @@ class AmpProbes(Probe):
                 self._clip_scale = scaler._scale
                 return
 
-    def _on_scaled_clip(self, fn: str, out: Any, scale: torch.Tensor, args: tuple[Any, ...],
-                        kwargs: dict[str, Any]) -> None:
+    def _on_scaled_clip(self, call: ClipCall, scale: torch.Tensor) -> None:
         s = self.s
-        limit = args[0] if args else kwargs.get("max_norm", kwargs.get("clip_value", 0.0))
         step = s.clock.current_step
-        if fn == "clip_grad_norm_" and out is None:  # at torch's inner call: the norm it measured
-            out = args[1] if len(args) > 1 else kwargs.get("total_norm")
-        if fn == "clip_grads_with_norm_":  # the norm is the caller's: measured before the call
-            out = local_norm(args[1] if len(args) > 1 else kwargs.get("total_norm"))
-            key = (step, norm_key(out)) if out is not None else None
+        norm = call.norm
+        if call.fn == "clip_grads_with_norm_":  # the norm is the caller's: measured before the call
+            norm = local_norm(norm)
+            key = (step, norm_key(norm)) if norm is not None else None
             if key is not None and key == self._split_clip:
                 return  # another parameter group of the clipping just reported
-            self._split_clip, self._split_norm = key, out
+            self._split_clip, self._split_norm = key, norm
         where = user_site(1) if self._clip_sites < 3 or s.clock.measuring else ""
         self._clip_sites += 1
+        fn, limit = call.fn, call.limit
         with torch.no_grad():
             parts = [scale.detach().reshape(1).float()]
-            if fn != "clip_grad_value_" and isinstance(out, torch.Tensor):
-                parts.append(out.detach().reshape(1).float().to(scale.device))
+            if isinstance(norm, torch.Tensor):
+                parts.append(norm.detach().reshape(1).float().to(scale.device))
             packed = torch.cat(parts)
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            yield ScaledClip(step=step, fn=fn, max_norm=float(limit), scale=vals[0],
+            yield ScaledClip(step=step, fn=fn, max_norm=limit, scale=vals[0],
                              norm=vals[1] if len(vals) > 1 else None, where=where)
 
         s.defer(packed, decode)

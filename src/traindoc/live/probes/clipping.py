@@ -1,28 +1,25 @@
-"""Clipping without ``torch.nn.utils.clip_grad_norm_``: ``clip_grads_with_norm_``, FSDP1's own, and
-DeepSpeed's.
+"""Gradient clipping: one ``Clip`` per clipping, however it is written: torch's
+``clip_grad_norm_`` and ``clip_grads_with_norm_`` (seen through one dispatcher, probes/_clip.py,
+with nothing of torch replaced), FSDP1's own, and DeepSpeed's.
 
 torchtitan, Accelerate (DTensor parameters on several meshes) and hand-written loops clip in
 two calls: ``total = torch.nn.utils.get_total_norm(grads)``, a reduction of their own (the
 DTensor's ``full_tensor()``, an all-reduce across pipeline stages), then
-``torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)``. The second call carries
-both numbers a clip event needs, the norm before clipping and max_norm, so it is the one
-wrapped: one ``Clip`` per clipping, as ``clip_grad_norm_`` gives (the core probe's).
+``torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)``. That second call is the one
+``clip_grad_norm_`` makes inside, with the norm it measured: it carries both numbers a clip
+event needs, the norm before clipping and max_norm.
 
-Exactly once per clipping:
-
-- torch's own ``clip_grad_norm_`` calls the module-private ``_get_total_norm`` /
-  ``_clip_grads_with_norm_``, never the public names patched here, so it is counted once, by
-  the core probe (a test checks it on the installed torch).
-- One norm may clip several parameter groups: torchtitan's expert-parallel path clips its
-  expert and dense parameters with the same total, Accelerate each DTensor mesh and the plain
-  parameters with one total (wrapped per mesh by ``DTensor.from_local``). Calls in one step
-  whose norm lives in the same storage are one clipping (``norm_key``, host metadata: no sync).
+Exactly once per clipping: one norm may clip several parameter groups (torchtitan's
+expert-parallel path clips its expert and dense parameters with the same total, Accelerate
+each DTensor mesh and the plain parameters with one total, wrapped per mesh by
+``DTensor.from_local``). Calls in one step whose norm lives in the same storage are one
+clipping (``norm_key``, host metadata: no sync).
 
 FSDP1's ``FullyShardedDataParallel.clip_grad_norm_`` on sharded parameters computes and
 all-reduces the norm itself and clips without torch's functions: it is wrapped too, once
 ``torch.distributed.fsdp`` is imported (checked before each backward until it is: importing it
 ourselves would cost every run seconds). With nothing sharded it calls torch's
-``clip_grad_norm_``, which the core probe counts, so then it is not counted again.
+``clip_grad_norm_``, counted through the dispatcher, so then it is not counted again.
 
 DeepSpeed clips inside its engine: ``engine.step()`` with ``gradient_clipping`` in the config
 calls DeepSpeed's own ``clip_grad_norm_`` (fp32 without ZeRO), or its ZeRO / bf16 / fp16
@@ -45,6 +42,7 @@ from typing import Any
 import torch
 
 from traindoc.live.objects import ObjectMap
+from traindoc.live.probes._clip import ClipCall
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
@@ -86,9 +84,7 @@ class ClippingProbe(Probe):
         self._ds_norm: Any = None  # the norm DeepSpeed's clip_grad_norm_ returned in this step
 
     def install(self) -> None:
-        utils = torch.nn.utils
-        if hasattr(utils, "clip_grads_with_norm_"):  # torch >= 2.6
-            self._patcher.patch(utils, "clip_grads_with_norm_", self._wrap)
+        self._patcher.clips.listen(self.name, before=self._before_clip, after=self._after_clip)
         # Frameworks are imported and wrapped before training; a sampled step (the first
         # ones all are) finds them before their clipping matters.
         self._patcher.on_backward(self.name, before=self._look_for_frameworks, sampled_only=True)
@@ -181,7 +177,7 @@ class ClippingProbe(Probe):
         def clip_grad_norm_(module: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
             total = orig(module, max_norm, *args, **kwargs)
             handles = getattr(module, "_all_handles", None)
-            # Nothing sharded: FSDP called torch's clip_grad_norm_ (counted by the core probe).
+            # Nothing sharded: FSDP called torch's clip_grad_norm_ (counted through the dispatcher).
             if handles and any(getattr(h, "uses_sharded_strategy", False) for h in handles):
                 probe._patcher.guard(probe.name, probe._on_clip, total, max_norm,
                                      "FullyShardedDataParallel.clip_grad_norm_")
@@ -189,19 +185,14 @@ class ClippingProbe(Probe):
 
         return clip_grad_norm_
 
-    def _wrap(self, orig: Any) -> Any:
-        probe = self
+    def _before_clip(self, call: ClipCall) -> None:
+        self._patcher.ops.settle()  # after the backward: the clip runs without the mode
 
-        @functools.wraps(orig)
-        def clip_grads_with_norm_(parameters: Any, max_norm: float, total_norm: Any, *args: Any,
-                                  **kwargs: Any) -> Any:
-            out = orig(parameters, max_norm, total_norm, *args, **kwargs)
-            probe._patcher.guard(probe.name, probe._on_clip, total_norm, max_norm, "clip_grads_with_norm_")
-            return out
+    def _after_clip(self, call: ClipCall) -> None:
+        if call.fn != "clip_grad_value_":
+            self._on_clip(call.norm, call.limit, call.fn, call.scale)
 
-        return clip_grads_with_norm_
-
-    def _on_clip(self, total_norm: Any, max_norm: float, via: str) -> None:
+    def _on_clip(self, total_norm: Any, max_norm: float, via: str, scale: torch.Tensor | None = None) -> None:
         norm = local_norm(total_norm)
         if norm is None:
             return
@@ -209,4 +200,4 @@ class ClippingProbe(Probe):
         if this == self._last:
             return  # another parameter group of the clipping just counted
         self._last, self._last_norm = this, norm
-        self.s.on_clip(norm, float(max_norm), via=via)
+        self.s.on_clip(norm, float(max_norm), via=via, scale=scale)

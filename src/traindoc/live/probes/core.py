@@ -1,7 +1,6 @@
 """The core probes: how traindoc hooks into torch with zero changes to the user's script.
 
-Global optimizer step hooks, the start of each backward (probes/_patch.py), the norm
-``clip_grad_norm_`` clips with (at torch's private ``_clip_grads_with_norm_``), DataLoader
+Global optimizer step hooks, the start of each backward (probes/_patch.py), DataLoader
 iteration, ``F.cross_entropy`` and the binary losses (seen by the op-level mode on sampled
 steps, probes/_ops.py), the low-precision casts of ``nn.Module``, and global module forward
 hooks installed on sampled steps only. Every wrapper calls the original exactly as the user did
@@ -25,7 +24,7 @@ from traindoc.events import BatchShape, Cast, Classification, Event
 from traindoc.live import measure
 from traindoc.live.objects import file_line, library_caller, user_site
 from traindoc.live.probes._ops import is_compiled_module, torch_function
-from traindoc.live.probes._patch import CLIP_ENTRY, Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import FirstCalls, Probe
 from traindoc.live.probes.batches import BatchContent
 from traindoc.live.session import Session
@@ -60,16 +59,6 @@ class CoreProbes(Probe):
         patcher.on_step("optimizer", pre=s.on_step_pre, post=s.on_step_post)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         patcher.on_backward("backward", before=s.on_backward)
-        # clip_grad_norm_ clips through this module-private function (the public
-        # clip_grads_with_norm_ is the same function under another name, not looked up
-        # through it): torch's own call, not the names the user sees.
-        clip = torch.nn.utils.clip_grad
-        if hasattr(clip, CLIP_ENTRY):
-            self._patch(clip, CLIP_ENTRY, self._wrap_clip)
-        else:  # torch < 2.6 clips inline: the public function, under both its import paths
-            wrapped_clip = self._wrap_clip_norm(clip.clip_grad_norm_)
-            for owner in (clip, torch.nn.utils):
-                patcher.replace(owner, "clip_grad_norm_", wrapped_clip)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         patcher.ops.listen("cross_entropy", [torch_function(F.cross_entropy)], self._on_cross_entropy)
         patcher.ops.listen("cross_entropy", [torch_function(F.binary_cross_entropy_with_logits),
@@ -114,30 +103,6 @@ class CoreProbes(Probe):
             return out
 
         return zero_grad
-
-    def _wrap_clip(self, orig: Any) -> Any:
-        probes, ops = self, self._patcher.ops
-
-        @functools.wraps(orig)
-        def _clip_grads_with_norm_(parameters: Any, max_norm: float, total_norm: Any, *args: Any,
-                                   **kwargs: Any) -> Any:
-            ops.settle()  # after the backward: the clip runs without the mode
-            out = orig(parameters, max_norm, total_norm, *args, **kwargs)
-            probes._guard("clip", probes.s.on_clip, total_norm, max_norm)
-            return out
-
-        return _clip_grads_with_norm_
-
-    def _wrap_clip_norm(self, orig: Any) -> Any:
-        probes = self
-
-        @functools.wraps(orig)
-        def clip_grad_norm_(parameters: Any, max_norm: float, *args: Any, **kwargs: Any) -> Any:
-            total = orig(parameters, max_norm, *args, **kwargs)
-            probes._guard("clip", probes.s.on_clip, total, max_norm)
-            return total
-
-        return clip_grad_norm_
 
     def _wrap_next(self, orig: Any) -> Any:
         probes = self
