@@ -44,9 +44,18 @@ CASES: dict[str, tuple[int, str, int, set[str]]] = {
 
 def start(args: list[str], marks: Path, env: dict[str, str] | None = None,
           setup: Callable[[], Any] | None = None) -> subprocess.Popen[str]:
+    """The script as a terminal starts it: SIGINT and SIGHUP at their default actions whatever
+    the suite was launched under (a shell's background job ignores SIGINT, `nohup` SIGHUP, and
+    the children inherit that: Ctrl-C then never reaches the bare script), then ``setup``."""
+    def as_from_a_terminal() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        if setup is not None:
+            setup()
+
     marks.mkdir()
-    return subprocess.Popen([sys.executable, *args, str(marks)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env or ENV, preexec_fn=setup)
+    return subprocess.Popen([sys.executable, *args, str(marks)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env or ENV, preexec_fn=as_from_a_terminal)
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
