@@ -184,6 +184,28 @@ def test_clipping_functions_stay_torchs_own_and_every_reference_is_seen() -> Non
     assert [(c.step, c.via) for c in clips(recorded)] == [(i, "clip_grads_with_norm_") for i in range(4)]
 
 
+def test_a_torch_without_closure_wrappers_gets_its_names_wrapped_and_put_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a torch's clipping functions are not ``_no_grad_wrapper`` closures, the module
+    attributes are wrapped instead: clips are still counted once, and the names come back."""
+    from traindoc.live.probes import _clip
+
+    monkeypatch.setattr(_clip, "_func_cell", lambda outer: None)
+    names = ("clip_grad_norm_", "clip_grads_with_norm_", "clip_grad_value_")
+    before = {n: getattr(torch.nn.utils, n) for n in names}
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with watch() as (doc, recorded):
+        assert torch.nn.utils.clip_grads_with_norm_ is not before["clip_grads_with_norm_"]
+        for x, y in batches(3, scale=50.0):
+            opt.zero_grad()
+            ((model(x) - y) ** 2).mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+    assert {n: getattr(torch.nn.utils, n) for n in names} == before
+    assert [(c.step, c.via) for c in clips(recorded)] == [(i, "clip_grad_norm_") for i in range(3)]
+
+
 def test_value_clipping_before_unscale_is_a_scaled_clip() -> None:
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

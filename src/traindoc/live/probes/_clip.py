@@ -99,10 +99,11 @@ class ClipEntry:
                 cell.cell_contents = ours
                 continue
             ours = self._dispatcher(outer, name)
-            for owner in (clip, torch.nn.utils):  # the same function under both import paths
-                if getattr(owner, name, None) is outer:
-                    self._patched.append((owner, name, outer, ours))
-                    setattr(owner, name, ours)
+            for owner in (clip, torch.nn.utils):  # the function under each of its names
+                for attr, value in list(vars(owner).items()):
+                    if value is outer:
+                        self._patched.append((owner, attr, outer, ours))
+                        setattr(owner, attr, ours)
 
     def _dispatcher(self, orig: Any, name: str) -> Any:
         entry = self
