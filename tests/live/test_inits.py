@@ -168,3 +168,14 @@ def test_torch_nn_init_is_torchs_own_while_the_model_is_built() -> None:
         _train(lambda: make(False), 12, 5)
     assert seen and all(seen.values()), [n for n, same in seen.items() if not same]
     assert "repeated-init" in [f.id for f in doc.findings]  # the probe was on
+
+
+def test_the_init_listeners_go_at_the_first_step() -> None:
+    """Training's sampled steps do not pass the fills of their forwards to the init probe."""
+    copy_ = torch.Tensor.copy_
+    with traindoc.watch(announce=False) as doc:
+        ops = doc._probes.patcher.ops
+        before = [p for p, _, _ in ops._table.get(copy_, [])]
+        _train(lambda: PatchClassifier(True), 12, 5, steps=1)
+        after = [p for p, _, _ in ops._table.get(copy_, [])]
+    assert "init" in before and "init" not in after

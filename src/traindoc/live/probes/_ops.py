@@ -69,6 +69,17 @@ class OpsWatch:
             if before is not None:
                 self._early.setdefault(func, []).append((probe, before, own))
 
+    def unlisten(self, probe: str) -> None:
+        """``probe`` has no more use for its listeners: the functions only it listened to go
+        back to the mode's fast path (new lists: a call in progress keeps its own)."""
+        for table in (self._table, self._early):
+            for func, listeners in list(table.items()):
+                kept = [entry for entry in listeners if entry[0] != probe]
+                if kept:
+                    table[func] = kept
+                else:
+                    del table[func]
+
     def hold(self, key: str, now: bool = False) -> None:
         """Open (or keep open) a window for ``key``; ``now``: the mode goes up at once, not at
         the window's first forward (the first forward still checks for a compiled model), and

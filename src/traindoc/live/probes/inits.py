@@ -75,6 +75,7 @@ class InitProbe(Probe):
             self._handle.remove()
             self._handle = None
         self._ops.release(self.name)
+        self._ops.unlisten(self.name)  # the fills of training's sampled steps are no init
 
     def uninstall(self) -> None:
         self._remove()
