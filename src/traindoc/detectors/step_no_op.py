@@ -26,7 +26,10 @@ class StepNoOp(Detector):
     Not judged: parameters whose intended update is under 4x the float32 spacing at their
     size (they round away: ``update-underflow``/``tiny-updates``), low-precision parameters
     (``update-underflow``), steps skipped by a GradScaler (they are not measured), a
-    learning rate of 0 (warmup from 0, a schedule at its end), parameters without gradient.
+    learning rate of 0 (warmup from 0, a schedule at its end), parameters without gradient,
+    and optimizers whose step is handed a closure (LBFGS): such a step re-evaluates the loss
+    and applies no update once its own convergence test passes (the directional derivative
+    under ``tolerance_change``), which is the end of its work, not a broken step.
     """
 
     id = "step-no-op"
@@ -42,7 +45,7 @@ class StepNoOp(Detector):
 
     # Carried over a resume: the optimizers seen moving their parameters, the no-op steps per
     # optimizer (counts towards confirm, the first 20) and the step being gathered.
-    carry = ("_cls", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
+    carry = ("_cls", "_closure", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
 
     @dataclass(frozen=True)
     class Config:
@@ -55,6 +58,7 @@ class StepNoOp(Detector):
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._cls: dict[int, str] = {}
+        self._closure: set[int] = set()  # optimizers whose step is handed a closure
         self._moved: set[int] = set()  # optimizers seen moving their parameters
         self._step: tuple[int, int] | None = None  # (step, optimizer) being gathered
         self._still: list[ParamStats] = []  # judged parameters left unchanged on it
@@ -66,6 +70,8 @@ class StepNoOp(Detector):
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):
             self._cls[event.index] = event.cls
+            if event.closure:
+                self._closure.add(event.index)
             return
         assert isinstance(event, ParamStats)
         if event.steps != 1 or event.optimizer < 0:
@@ -105,7 +111,7 @@ class StepNoOp(Detector):
         if self._changed:
             self._moved.add(opt)
             return
-        if not self._still or opt not in self._moved:
+        if not self._still or opt not in self._moved or opt in self._closure:
             return
         steps = self._no_ops.setdefault(opt, [])
         if len(steps) < 20:

@@ -46,8 +46,9 @@ class TinyUpdates(Detector):
     optimizer family's usual LR: SGD at 1e-5 moved a small model's weights about 4e-5 of their
     norm per step, above ``far``, and the stored LR is the second witness. Groups whose LR is
     exactly 0 at every sampled step and parameters that never moved belong to
-    frozen-parameters (a warmup that starts at 0 does not make a group's LR 0). Judged at the
-    end."""
+    frozen-parameters (a warmup that starts at 0 does not make a group's LR 0). Optimizers
+    whose step is handed a closure (LBFGS) are not judged: they size each update by a line
+    search and stop moving once their own convergence test passes. Judged at the end."""
 
     id = "tiny-updates"
     needs = frozenset({"params", "optimizer"})
@@ -176,8 +177,9 @@ class TinyUpdates(Detector):
                       for s, r, lr in zip(col_steps.values, col_ratios.values, col_lrs.values)]
             steps = sorted({s for s, _, _ in series})
             observed = max(len(steps), self._span.get(key, 1))
-            if observed < cfg.min_steps or key not in self._moved:
-                continue
+            opt = self._opt.get(key[0])
+            if observed < cfg.min_steps or key not in self._moved or (opt is not None and opt.closure):
+                continue  # a step handed a closure sizes its update by line search and stops at its own test
             peak = self._peak.get(key)
             if (peak if peak is not None else self._lr.get(key, 1.0)) == 0:
                 continue  # an LR of exactly 0 throughout: frozen-parameters' territory
@@ -190,7 +192,7 @@ class TinyUpdates(Detector):
             ratio = median(scaled)
             stored_lr = peak if peak is not None else self._lr.get(key)
             lr_low = (progress is None and self._span.get(key, 1) > 1  # a diff without a loss
-                      and _far_below_usual(self._opt.get(key[0]), stored_lr))
+                      and _far_below_usual(opt, stored_lr))
             if ratio < cfg.far or (ratio < cfg.floor and (stuck or lr_low)):
                 late = [lr for s, _, lr in series if s >= half and lr]
                 low.append((key, ratio, steps[0], peak or math.nan, min(late) if late else None))

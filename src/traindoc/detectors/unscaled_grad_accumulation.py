@@ -26,8 +26,8 @@ class UnscaledGradAccumulation(Detector):
     micro-batch) whose gradients add up (the norm after the last is ``growth`` times the
     first's or more: N micro-batches give sqrt(N) to N times). Not accumulation, not judged: backward() calls from different lines on one
     batch (a multi-term loss, a GAN's real and fake terms), calls that keep the graph
-    (``retain_graph=True``: terms of one loss), LBFGS closures and steps where another optimizer
-    stepped in between. Needs sampled steps (live)."""
+    (``retain_graph=True``: terms of one loss), calls each made on cleared gradients (LBFGS's
+    closure evaluations: none accumulates) and steps where another optimizer stepped in between. Needs sampled steps (live)."""
 
     id = "unscaled-grad-accumulation"
     needs = frozenset({"accumulation"})
@@ -68,7 +68,7 @@ class UnscaledGradAccumulation(Detector):
         # micro-batch's): an LBFGS closure clears them on each call and they do not.
         grows = len(e.norms) >= 2 and e.norms[0] > 0 and e.norms[-1] >= self.config.growth * e.norms[0]
         one_loop = e.sites == 1 and not e.retained and grows
-        if e.interleaved or e.backwards < 2 or not math.isfinite(e.scale) \
+        if e.interleaved or e.restarted or e.backwards < 2 or not math.isfinite(e.scale) \
                 or not (e.batches == e.backwards or one_loop):
             return
         self._judged += 1

@@ -67,7 +67,9 @@ class GradAccumulation:
     ``interleaved``: another optimizer stepped between those calls (GAN-style alternation).
     ``sites``: how many distinct lines of the user's code those backward() calls came from (1:
     a loop over micro-batches; 0: unknown); ``retained``: one of them kept its graph
-    (``retain_graph=True``: several terms of one loss, not micro-batches)."""
+    (``retain_graph=True``: several terms of one loss, not micro-batches); ``restarted``: the
+    gradients were None or zero again before a later call, so each call started over and none
+    accumulated (an optimizer's step evaluating its closure: LBFGS)."""
 
     step: int
     optimizer: int
@@ -85,6 +87,7 @@ class GradAccumulation:
     where: str = ""  # file:line of the optimizer's step() call
     sites: int = 0
     retained: bool = False
+    restarted: bool = False
     signal: ClassVar[str] = "accumulation"
 
 @dataclass(frozen=True)

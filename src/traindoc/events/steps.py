@@ -36,12 +36,15 @@ class ParamGroup:
 
 @dataclass(frozen=True)
 class Optimizer:
-    """An optimizer as first seen at its first step (and again when its groups change)."""
+    """An optimizer as first seen at its first step (and again when its groups change).
+    ``closure``: its step was handed a closure that re-evaluates the loss (LBFGS's line search),
+    so the step itself decides when to stop moving the parameters."""
 
     step: int
     index: int
     cls: str  # class name, e.g. "AdamW"
     groups: tuple[ParamGroup, ...]
+    closure: bool = False
     signal: ClassVar[str] = "optimizer"
 
 @dataclass(frozen=True)

@@ -224,7 +224,7 @@ class Session:
         self._step_begins(opt)
         if clock.sampled and "params" not in self.failed:
             try:
-                self.model.snapshot(opt)
+                self.model.snapshot(opt, closure)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
 

@@ -61,7 +61,7 @@ class _Interval:
     """One optimizer's gradients since its previous step (measured backward calls only)."""
 
     __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
-                 "first_none", "post", "factors", "where", "sites", "retained")
+                 "first_none", "post", "factors", "where", "sites", "retained", "restarted")
 
     def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
         self.reset(backwards, batches, unmeasured)
@@ -79,6 +79,7 @@ class _Interval:
         self.where = ""
         self.sites: set[str] = set()  # call sites of the measured backward() calls
         self.retained = False
+        self.restarted = False  # gradients None again before a later backward()
 
 
 class AccumulationProbe(Probe):
@@ -202,9 +203,12 @@ class AccumulationProbe(Probe):
                 iv.sites.add(call_site)
             iv.retained |= retained
             if iv.none_seen:
+                if not first and not iv.restarted and not _grads(opt):
+                    iv.restarted = True  # cleared again since the last backward(): it starts over
                 continue
             grads = _grads(opt)
             if not grads:
+                iv.restarted |= not first
                 iv.none_seen = True
                 if first:
                     iv.first_none = True
@@ -243,16 +247,17 @@ class AccumulationProbe(Probe):
         npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
         # Every backward() of the interval measured: their sites say whether it is one loop.
         sites = len(iv.sites) if backwards == len(iv.factors) else 0
-        retained = iv.retained
+        retained, restarted = iv.retained, iv.restarted
 
         def event(pre: list[float], post: list[float]) -> GradAccumulation:
             carried = 0.0 if first_none or not pre else pre[0]
             cleared = none_seen or any(v == 0.0 for v in pre)
+            again = restarted or any(v == 0.0 for v in pre[1:])  # zeroed, not set to None
             return GradAccumulation(
                 step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
                 scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
                 interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
-                sites=sites, retained=retained,
+                sites=sites, retained=retained, restarted=again,
             )
 
         parts = iv.pre + iv.post

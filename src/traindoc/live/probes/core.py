@@ -13,6 +13,7 @@ module hook goes up again, so dynamo compiles what a bare run compiles.
 from __future__ import annotations
 
 import functools
+import sys
 import warnings
 from typing import Any, Iterable
 
@@ -98,7 +99,10 @@ class CoreProbes(Probe):
         @functools.wraps(orig)
         def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(obj, *args, **kwargs)
-            if session.clock.micro and not session.clock.round_done:  # after a backward, before any step
+            # After a backward, before any step: the script dropped that backward's gradients,
+            # unless an optimizer's step is evaluating its closure (LBFGS's line search: one
+            # step, many closures).
+            if session.clock.micro and not session.clock.round_done and not _in_optimizer_step():
                 session.on_zero_grad()  # sets a flag: cannot raise
             return out
 
@@ -270,6 +274,19 @@ def _describe(fn: Any) -> str:
         return ""
     name = getattr(fn, "__qualname__", None) or f"{type(fn).__qualname__}.__call__"
     return f"{name} ({file_line(code.co_filename, code.co_firstlineno)})"
+
+
+def _in_optimizer_step() -> bool:
+    """Is an optimizer's ``step`` on the stack (a closure it called is running)? Walks a few
+    frames, only when gradients are cleared after a backward with no step since."""
+    frame = sys._getframe(2)
+    for _ in range(12):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "step" and isinstance(frame.f_locals.get("self"), torch.optim.Optimizer):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _tensors(batch: Any) -> list[torch.Tensor]:
