@@ -203,7 +203,8 @@ class AccumulationProbe(Probe):
                 iv.sites.add(call_site)
             iv.retained |= retained
             if iv.none_seen:
-                if not first and not iv.restarted and not _grads(opt):
+                if not first and not iv.restarted and not any(
+                        p.grad is not None for g in opt.param_groups for p in g["params"]):
                     iv.restarted = True  # cleared again since the last backward(): it starts over
                 continue
             grads = _grads(opt)
