@@ -79,11 +79,6 @@ class Patcher:
         self._patched.append((owner, name, orig, new))
         setattr(owner, name, new)
 
-    def replace(self, owner: Any, name: str, new: Any) -> None:
-        """Replace ``owner.name`` by ``new`` (one wrapper shared by several owners: the same
-        function under two import paths); ``restore`` puts the original back."""
-        self.patch(owner, name, lambda _orig: new)
-
     def restore(self) -> None:
         self.ops.close()
         self.clips.close()
