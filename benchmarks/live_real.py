@@ -152,8 +152,38 @@ def _sine_waves(where: Path) -> None:
     torch.save(np.sin(x / 20.0).astype("float64"), where / "traindata.pt")
 
 
+def _citations(folder: Path, nodes: int = 1600, features: int = 300, classes: int = 7) -> None:
+    """cora.content and cora.cites in the Cora format pygcn and pyGAT read (``<id> <0/1
+    features> <label>`` per paper, ``<cited> <citing>`` per link): papers whose words and links
+    follow their class (75% of links within it), enough of them for the scripts' fixed splits
+    (train 0-139, validation 200-499, test 500-1499). The repositories' own Cora files are not
+    in the mirrors (large blobs are left out)."""
+    rng = random.Random(3)
+    labels = [f"topic_{rng.randrange(classes)}" for _ in range(nodes)]
+    vocab = {c: rng.sample(range(features), 40) for c in sorted(set(labels))}
+    rows = []
+    for i, label in enumerate(labels):
+        words = set(rng.sample(vocab[label], 8)) | {rng.randrange(features) for _ in range(4)}
+        rows.append(" ".join([str(1000 + i), *("1" if w in words else "0" for w in range(features)), label]))
+    by_class: dict[str, list[int]] = {}
+    for i, label in enumerate(labels):
+        by_class.setdefault(label, []).append(i)
+    links = set()
+    while len(links) < 3 * nodes:
+        a = rng.randrange(nodes)
+        b = rng.choice(by_class[labels[a]]) if rng.random() < 0.75 else rng.randrange(nodes)
+        if a != b:
+            links.add((1000 + a, 1000 + b))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cora.content").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    (folder / "cora.cites").write_text("".join(f"{a}\t{b}\n" for a, b in sorted(links)), encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
+    # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
+    "citations_here": lambda where: _citations(where / "data" / "cora"),
+    "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
 }
 
 
