@@ -279,7 +279,7 @@ def _describe(fn: Any) -> str:
 def _in_optimizer_step() -> bool:
     """Is an optimizer's ``step`` on the stack (a closure it called is running)? Walks a few
     frames, only when gradients are cleared after a backward with no step since."""
-    frame = sys._getframe(2)
+    frame: Any = sys._getframe(2)
     for _ in range(12):
         if frame is None:
             return False
