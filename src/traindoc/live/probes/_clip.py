@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import torch
 
+from traindoc.live.session import Session
+
 is_compiling = torch.compiler.is_compiling
 ClipHook = Callable[["ClipCall"], None]
 
@@ -61,8 +63,8 @@ class ClipCall:
 
 
 class ClipEntry:
-    def __init__(self, guard: Callable[..., None]) -> None:
-        self._guard = guard
+    def __init__(self, session: Session) -> None:
+        self._session = session
         self._hooks: list[tuple[str, ClipHook | None, ClipHook | None]] = []
         self._before: list[tuple[str, ClipHook]] = []
         self._after: list[tuple[str, ClipHook]] = []
@@ -112,12 +114,21 @@ class ClipEntry:
         def clip(*args: Any, **kwargs: Any) -> Any:
             if is_compiling() or not entry._hooks:
                 return orig(*args, **kwargs)
+            session = entry._session
             call = ClipCall(_user_name(name), list(args), kwargs)
-            for probe, before in entry._before:
-                entry._guard(probe, before, call)
+            for probe, before in entry._before:  # call_each, written out: every step that clips
+                if probe not in session.failed:
+                    try:
+                        before(call)
+                    except Exception as exc:  # never let traindoc break the user's training
+                        session.fail(probe, exc)
             call.out = orig(*call.args, **call.kwargs)
             for probe, after in entry._after:
-                entry._guard(probe, after, call)
+                if probe not in session.failed:
+                    try:
+                        after(call)
+                    except Exception as exc:  # never let traindoc break the user's training
+                        session.fail(probe, exc)
             return call.out
 
         return clip

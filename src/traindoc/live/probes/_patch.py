@@ -58,7 +58,7 @@ class Patcher:
         # Op-level signals (torch.where, F.cross_entropy ...) through a TorchFunctionMode, on
         # the windows probes hold; the "train" window is the sampled steps'.
         self.ops = OpsWatch(session, self.guard)
-        self.clips = ClipEntry(self.guard)  # every gradient clipping, through one dispatcher
+        self.clips = ClipEntry(session)  # every gradient clipping, through one dispatcher
         self._train_window = False
 
     def patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:

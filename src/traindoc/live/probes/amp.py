@@ -55,6 +55,7 @@ class AmpProbes(Probe):
         self._clip_params: Any = None
         self._clip_scale: torch.Tensor | None = None
         self._clip_sites = 0
+        self._clips_heard = False  # listening to clipping (from the first active scaler on)
         # clip_grads_with_norm_ called per parameter group with one norm (see probes/clipping.py):
         # the last one reported, kept alive so that its storage is not reused while compared.
         self._split_clip: tuple[int, tuple[int, int]] | None = None
@@ -74,7 +75,6 @@ class AmpProbes(Probe):
         patch(GradScaler, "unscale_", self._wrap_unscale)
         patch(GradScaler, "step", self._wrap_step)
         patch(GradScaler, "update", self._wrap_update)
-        self._patcher.clips.listen(self.name, before=self._before_clip, after=self._after_clip)
         self._patcher.patch_descriptor(torch.autograd.Function, "apply", self.autocast.wrap_apply)
         if self.s.level.activations and self.clock.sampled:
             self.autocast.on_sampling(True)
@@ -100,6 +100,9 @@ class AmpProbes(Probe):
         return scale
 
     def _on_scale(self, scaler: Any, out: Any) -> None:
+        if not self._clips_heard:  # a clip can see scaled gradients from now on
+            self._clips_heard = True
+            self._patcher.clips.listen(self.name, before=self._before_clip, after=self._after_clip)
         self._active[id(scaler)] = scaler
         self.autocast.scaled(self.clock.current_step)
         scale = scaler._scale

@@ -189,7 +189,9 @@ class ClippingProbe(Probe):
         self._patcher.ops.settle()  # after the backward: the clip runs without the mode
 
     def _after_clip(self, call: ClipCall) -> None:
-        if call.fn != "clip_grad_value_":
+        if call.fn == "clip_grad_norm_":  # torch measured this norm for this call: one clipping
+            self.s.on_clip(call.norm, call.limit, scale=call.scale)
+        elif call.fn == "clip_grads_with_norm_":
             self._on_clip(call.norm, call.limit, call.fn, call.scale)
 
     def _on_clip(self, total_norm: Any, max_norm: float, via: str, scale: torch.Tensor | None = None) -> None:
