@@ -72,14 +72,15 @@ def test_a_closure_step_is_one_step_whatever_its_evaluations() -> None:
         assert [f.id for f in doc.findings if f.severity != "info"] == [], train.__name__
 
 
-def test_a_converged_lbfgs_is_quiet_but_reported_as_taking_a_closure() -> None:
+def test_a_converged_lbfgs_is_quiet_and_its_optimizer_reevaluates() -> None:
     recorded: list[object] = []
     with traindoc.watch(announce=False) as doc:
         doc.session._sink = recorded.append
         curve_fit_style()
     from traindoc.events import Optimizer, ParamStats
 
-    assert [e.closure for e in recorded if isinstance(e, Optimizer)] == [True]
+    # First seen, then seen to re-evaluate its closure at its first step.
+    assert [e.reevaluates for e in recorded if isinstance(e, Optimizer)] == [False, True]
     # The later steps left every parameter as it was: LBFGS's own stop, not step-no-op.
     still = {e.step for e in recorded if isinstance(e, ParamStats) and e.update == 0.0 and e.optimizer == 0}
     assert still
@@ -100,3 +101,28 @@ def test_gradients_dropped_by_the_script_still_end_the_round() -> None:
                 opt.step()
     run = doc.report().run
     assert (run["steps"], run["optimizer_steps"]) == (8, 4)
+
+
+def test_a_closure_evaluated_once_a_step_is_an_ordinary_step() -> None:
+    """Lightning hands every optimizer a closure (training_step and backward) that the step
+    evaluates once: the optimizer is judged as any other, so an LR far too small still shows."""
+    from traindoc.events import Optimizer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-7)
+    recorded: list[object] = []
+    with traindoc.watch(announce=False) as doc:
+        doc.session._sink = recorded.append
+        for _ in range(40):
+            x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
+
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+    assert [e.reevaluates for e in recorded if isinstance(e, Optimizer)] == [False]
+    assert "tiny-updates" in {f.id for f in doc.findings}

@@ -27,9 +27,10 @@ class StepNoOp(Detector):
     size (they round away: ``update-underflow``/``tiny-updates``), low-precision parameters
     (``update-underflow``), steps skipped by a GradScaler (they are not measured), a
     learning rate of 0 (warmup from 0, a schedule at its end), parameters without gradient,
-    and optimizers whose step is handed a closure (LBFGS): such a step re-evaluates the loss
-    and applies no update once its own convergence test passes (the directional derivative
-    under ``tolerance_change``), which is the end of its work, not a broken step.
+    and optimizers whose step re-evaluates the closure it is handed (LBFGS's line search):
+    such a step applies no update once its own convergence test passes (the directional
+    derivative under ``tolerance_change``), which is the end of its work, not a broken step.
+    A closure evaluated once a step (Lightning hands every optimizer one) does not count.
     """
 
     id = "step-no-op"
@@ -58,7 +59,7 @@ class StepNoOp(Detector):
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._cls: dict[int, str] = {}
-        self._closure: set[int] = set()  # optimizers whose step is handed a closure
+        self._closure: set[int] = set()  # optimizers whose step re-evaluates its closure
         self._moved: set[int] = set()  # optimizers seen moving their parameters
         self._step: tuple[int, int] | None = None  # (step, optimizer) being gathered
         self._still: list[ParamStats] = []  # judged parameters left unchanged on it
@@ -70,7 +71,7 @@ class StepNoOp(Detector):
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):
             self._cls[event.index] = event.cls
-            if event.closure:
+            if event.reevaluates:
                 self._closure.add(event.index)
             return
         assert isinstance(event, ParamStats)

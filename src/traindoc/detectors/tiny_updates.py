@@ -47,8 +47,10 @@ class TinyUpdates(Detector):
     norm per step, above ``far``, and the stored LR is the second witness. Groups whose LR is
     exactly 0 at every sampled step and parameters that never moved belong to
     frozen-parameters (a warmup that starts at 0 does not make a group's LR 0). Optimizers
-    whose step is handed a closure (LBFGS) are not judged: they size each update by a line
-    search and stop moving once their own convergence test passes. Judged at the end."""
+    whose step re-evaluates the closure it is handed (LBFGS) are not judged: they size each
+    update by a line search and stop moving once their own convergence test passes (a closure
+    evaluated once a step, as Lightning hands every optimizer, does not count). Judged at the
+    end."""
 
     id = "tiny-updates"
     needs = frozenset({"params", "optimizer"})
@@ -178,8 +180,8 @@ class TinyUpdates(Detector):
             steps = sorted({s for s, _, _ in series})
             observed = max(len(steps), self._span.get(key, 1))
             opt = self._opt.get(key[0])
-            if observed < cfg.min_steps or key not in self._moved or (opt is not None and opt.closure):
-                continue  # a step handed a closure sizes its update by line search and stops at its own test
+            if observed < cfg.min_steps or key not in self._moved or (opt is not None and opt.reevaluates):
+                continue  # a line search sizes the updates and stops at its own test
             peak = self._peak.get(key)
             if (peak if peak is not None else self._lr.get(key, 1.0)) == 0:
                 continue  # an LR of exactly 0 throughout: frozen-parameters' territory

@@ -36,15 +36,16 @@ class ParamGroup:
 
 @dataclass(frozen=True)
 class Optimizer:
-    """An optimizer as first seen at its first step (and again when its groups change).
-    ``closure``: its step was handed a closure that re-evaluates the loss (LBFGS's line search),
-    so the step itself decides when to stop moving the parameters."""
+    """An optimizer as first seen at its first step (and again when its groups change, or once
+    its step is seen to re-evaluate). ``reevaluates``: its step evaluated the closure it was
+    handed more than once (a line search: LBFGS), so the step itself decides how far to move
+    the parameters and when to stop."""
 
     step: int
     index: int
     cls: str  # class name, e.g. "AdamW"
     groups: tuple[ParamGroup, ...]
-    closure: bool = False
+    reevaluates: bool = False
     signal: ClassVar[str] = "optimizer"
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class StepClock:
         # stepped in this round, else ``sampled``: a plain attribute, read many times a step)
         self.measuring = self.sampled
         self.micro = 0  # backward() calls in this round
+        self.backwards = 0  # backward() calls in the run
         # A model's forward is running (a sampled step's forward hooks say so): an op seen now
         # is the model's own, not the loss built from its output.
         self.in_forward = False
@@ -115,6 +116,7 @@ class StepClock:
             self.close_round()
         micro = self.micro
         self.micro = micro + 1
+        self.backwards += 1
         self.trained = True
         return micro
 

@@ -55,12 +55,12 @@ class ModelWatch:
         name: str = self._mnames.get(module, type(module).__name__)
         return name
 
-    def snapshot(self, opt: Any, closure: bool = False) -> None:
+    def snapshot(self, opt: Any) -> None:
         index = self.s.optimizer_index(opt)
         if opt not in self._announced:
             self._announced[opt] = True
             self._name_params(opt)
-            self.s.emit(self._optimizer_event(opt, index, closure))
+            self.s.emit(self.optimizer_event(opt, index))
         with torch.no_grad():
             # traindoc-ranks: a shard (FSDP2 DTensor) is one rank's part, not measured as a tensor
             params = [p for g in opt.param_groups for p in g["params"] if not is_shard(p)]
@@ -154,7 +154,7 @@ class ModelWatch:
 
         self.s.defer(gn, decode)
 
-    def _optimizer_event(self, opt: Any, index: int, closure: bool = False) -> Optimizer:
+    def optimizer_event(self, opt: Any, index: int, reevaluates: bool = False) -> Optimizer:
         groups = []
         for gi, g in enumerate(opt.param_groups):
             ps = g["params"]
@@ -165,7 +165,7 @@ class ModelWatch:
                 weight_decay=float(g.get("weight_decay", 0.0)), momentum=float(beta or 0.0),
             ))
         return Optimizer(step=self.s.clock.step, index=index, cls=type(opt).__name__, groups=tuple(groups),
-                         closure=closure)
+                         reevaluates=reevaluates)
 
     def name_tensors(self, names: list[tuple[Any, str]]) -> None:
         """Name parameters no module holds (raw tensors trained by hand) as the script calls
