@@ -256,7 +256,10 @@ class Session:
         index = self.optimizer_index(opt)
         if self.clock.backwards - before >= 2 and index not in self._reevaluating:
             self._reevaluating.add(index)
-            self.emit(self.model.optimizer_event(opt, index, reevaluates=True))
+            try:  # a measurement, like the sampled snapshot's: it must not stop the bookkeeping
+                self.emit(self.model.optimizer_event(opt, index, reevaluates=True))
+            except Exception as exc:  # never let traindoc break the user's training
+                self.fail("params", exc)
 
     def _step_begins(self, opt: Any) -> None:
         """A step of ``opt`` begins: it ends the round if ``opt`` stepped in it already (no
