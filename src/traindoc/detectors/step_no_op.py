@@ -46,7 +46,7 @@ class StepNoOp(Detector):
 
     # Carried over a resume: the optimizers seen moving their parameters, the no-op steps per
     # optimizer (counts towards confirm, the first 20) and the step being gathered.
-    carry = ("_cls", "_closure", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
+    carry = ("_cls", "_reevaluating", "_moved", "_step", "_still", "_changed", "_no_ops", "_count")
 
     @dataclass(frozen=True)
     class Config:
@@ -59,7 +59,7 @@ class StepNoOp(Detector):
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._cls: dict[int, str] = {}
-        self._closure: set[int] = set()  # optimizers whose step re-evaluates its closure
+        self._reevaluating: set[int] = set()  # optimizers whose step re-evaluates its closure
         self._moved: set[int] = set()  # optimizers seen moving their parameters
         self._step: tuple[int, int] | None = None  # (step, optimizer) being gathered
         self._still: list[ParamStats] = []  # judged parameters left unchanged on it
@@ -72,7 +72,7 @@ class StepNoOp(Detector):
         if isinstance(event, Optimizer):
             self._cls[event.index] = event.cls
             if event.reevaluates:
-                self._closure.add(event.index)
+                self._reevaluating.add(event.index)
             return
         assert isinstance(event, ParamStats)
         if event.steps != 1 or event.optimizer < 0:
@@ -112,7 +112,7 @@ class StepNoOp(Detector):
         if self._changed:
             self._moved.add(opt)
             return
-        if not self._still or opt not in self._moved or opt in self._closure:
+        if not self._still or opt not in self._moved or opt in self._reevaluating:
             return
         steps = self._no_ops.setdefault(opt, [])
         if len(steps) < 20:

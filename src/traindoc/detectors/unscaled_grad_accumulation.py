@@ -27,7 +27,8 @@ class UnscaledGradAccumulation(Detector):
     first's or more: N micro-batches give sqrt(N) to N times). Not accumulation, not judged: backward() calls from different lines on one
     batch (a multi-term loss, a GAN's real and fake terms), calls that keep the graph
     (``retain_graph=True``: terms of one loss), calls each made on cleared gradients (LBFGS's
-    closure evaluations: none accumulates) and steps where another optimizer stepped in between. Needs sampled steps (live)."""
+    closure evaluations: none accumulates) and steps where another optimizer stepped in
+    between. Needs sampled steps (live)."""
 
     id = "unscaled-grad-accumulation"
     needs = frozenset({"accumulation"})
