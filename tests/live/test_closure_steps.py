@@ -126,3 +126,31 @@ def test_a_closure_evaluated_once_a_step_is_an_ordinary_step() -> None:
             opt.step(closure)
     assert [e.reevaluates for e in recorded if isinstance(e, Optimizer)] == [False]
     assert "tiny-updates" in {f.id for f in doc.findings}
+
+
+def test_the_op_level_mode_watches_a_closure_steps_first_evaluation_only() -> None:
+    """A line search re-evaluates the closure on the same batch at other weights: the op-level
+    mode is up for the step's first forward and not for the re-evaluations (each forward under
+    the mode costs a Python call per torch call). What the first forward shows is still seen:
+    a NaN hidden by ``nan_to_num`` on the way to the loss."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+    x, y = torch.randn(64, 3), torch.randn(64, 1)
+    stacks: list[list[int]] = []  # the modes on the stack at each forward (after traindoc's hooks)
+    model.register_forward_pre_hook(lambda *_: stacks[-1].append(torch._C._len_torch_function_stack()))
+    with traindoc.watch(announce=False) as doc:
+        for _ in range(5):
+            stacks.append([])
+
+            def closure() -> torch.Tensor:
+                opt.zero_grad()
+                out = torch.nan_to_num(torch.log(model(x)))  # log of a negative output: NaN, hidden
+                loss = F.mse_loss(out, y)
+                loss.backward()
+                return loss
+
+            opt.step(closure)
+    assert all(len(s) > 1 for s in stacks)  # the test means something: re-evaluations
+    assert [s[0] for s in stacks] == [1] * 5 and all(n == 0 for s in stacks for n in s[1:]), stacks
+    assert "masked-nonfinite" in {f.id for f in doc.findings}

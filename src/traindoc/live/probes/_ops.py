@@ -52,8 +52,9 @@ class OpsWatch:
         self._own: set[str] = set()  # windows only their own listeners see
         self._mode: _Mode | None = None  # ours, while on the stack
         self._thread = 0  # the thread whose stack holds it
-        self._retired = False  # taken off while torch ran a call through it: it comes back
+        self._retired: _Mode | None = None  # taken off while torch runs a call through it: it comes back
         self._hook: Any = None  # waiting for the window's first forward
+        self._settler: Any = None  # waiting for the next forward, to take off a retired mode
 
     def listen(self, probe: str, funcs: Iterable[Any], fn: Listener, own: str | None = None,
                before: Listener | None = None) -> None:
@@ -101,22 +102,32 @@ class OpsWatch:
             self._disarm()
             self._pop()
 
-    def pause(self) -> None:
-        """A backward starts: the mode goes off until the next forward of a held window. A
-        listener's own window ends here at the latest (its closing hook may not have run: an
-        optimizer step compiled by dynamo calls no hook)."""
+    def pause(self, rearm: bool = True) -> None:
+        """A backward starts: the mode goes off until the next forward of a held window (with
+        ``rearm`` false: until ``rearm()``). A listener's own window ends here at the latest
+        (its closing hook may not have run: an optimizer step compiled by dynamo calls no hook)."""
         self._holds -= self._own
         if self._mode is not None:
             self._pop()
-            self._arm()
+            if rearm:
+                self._arm()
+            elif self._retired is not None and self._settler is None:
+                # It comes back when the backward returns; the next forward takes it off.
+                self._settler = register_module_forward_pre_hook(self._settle_pre)
         if not self._holds:
             self._disarm()
+
+    def rearm(self) -> None:
+        """The mode goes up again at the next forward of a held window."""
+        if self._mode is None:
+            self._arm()
 
     def close(self) -> None:
         self._holds.clear()
         self._disarm()
+        self._unsettle()
         self._pop()
-        self._retired = False  # at worst a retired mode stays, calling through
+        self._retired = None  # at worst a retired mode stays, calling through
 
     @property
     def active(self) -> bool:
@@ -163,25 +174,42 @@ class OpsWatch:
 
     def _push(self) -> None:
         if self._mode is None and not self.s.compiled:
+            if self._retired is not None and threading.get_ident() == self._thread:
+                # Torch took ours off to run a call through it (the backward whose callbacks
+                # open a window now) and puts it back where it was when the call returns: it is
+                # the mode again. A second one under it would see every call twice.
+                self._mode, self._retired = self._retired, None
+                return
             mode = _Mode(self)
-            if self._restack(bottom=mode):  # a retired one was back on the stack: now off
-                self._retired = False
-            self._mode, self._thread = mode, threading.get_ident()
+            self._restack(bottom=mode)
+            self._mode, self._retired, self._thread = mode, None, threading.get_ident()
             _pushed.add(self)
 
     def _pop(self) -> None:
-        if threading.get_ident() == self._thread and (self._mode is not None or self._retired):
+        if threading.get_ident() == self._thread and (self._mode is not None or self._retired is not None):
+            mode = self._mode or self._retired
             self._mode = None
             # Not on the stack: torch took it off to run a call through it (a backward started
             # by ``loss.backward()`` passes through the mode) and puts it back when that call
             # returns; ``settle`` takes it off then.
-            self._retired = not self._restack()
+            self._retired = None if self._restack() else mode
 
     def settle(self) -> None:
         """Take off a mode that came back on the stack after it was retired (see ``_pop``):
         called where the training loop passes between a backward and the next forward."""
-        if self._retired and threading.get_ident() == self._thread:
-            self._retired = not self._restack()
+        if self._retired is not None and threading.get_ident() == self._thread and self._restack():
+            self._retired = None
+            self._unsettle()
+
+    def _settle_pre(self, module: Any, args: Any) -> None:
+        if not is_compiling():
+            self.settle()
+            self._unsettle()
+
+    def _unsettle(self) -> None:
+        if self._settler is not None:
+            self._settler.remove()
+            self._settler = None
 
     def _restack(self, bottom: _Mode | None = None) -> bool:
         """Take every mode of ours off this thread's stack, put ``bottom`` (if any) at its

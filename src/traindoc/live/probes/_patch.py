@@ -58,6 +58,9 @@ class Patcher:
         # Op-level signals (torch.where, F.cross_entropy ...) through a TorchFunctionMode, on
         # the windows probes hold; the "train" window is the sampled steps'.
         self.ops = OpsWatch(session, self.guard)
+        # A sampled step handed a closure (LBFGS) is running: its first forward is watched op
+        # by op, not the re-evaluations of its line search (the same batch, other weights).
+        self.closure_step = False
         self.clips = ClipEntry(session)  # every gradient clipping, through one dispatcher
         self._train_window = False
 
@@ -153,7 +156,7 @@ class Patcher:
                 return orig(tensors, *args, **kwargs)
             _ops.shield_from_dynamo()
             if patcher.ops.active:  # the forward is over: backward and the step run without the mode
-                patcher.ops.pause()
+                patcher.ops.pause(rearm=not patcher.closure_step)
             loss = tensors if isinstance(tensors, Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
                 and isinstance(tensors[0], Tensor) else None)
@@ -229,6 +232,7 @@ class Patcher:
         self.ops.settle()  # the step and its measurements run without the mode of the backward
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
+        self.closure_step = closure
         call_each(self._step_pre, self.session, opt, closure)  # sampled rounds only: off the hot path
 
     def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
@@ -251,6 +255,9 @@ class Patcher:
         an unsampled step calls nothing before its update."""
         session = self.session
         self.ops.settle()
+        if self.closure_step:
+            self.closure_step = False
+            self.ops.rearm()
         if not session.compiled and dynamo_compiled():  # a compiled function ran this step
             self.ops.close()
             session.mark_compiled()
