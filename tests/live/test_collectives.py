@@ -117,6 +117,27 @@ def test_the_window_after_backward_is_seen_by_the_collectives_only() -> None:
     assert len(calls) == 3
 
 
+def test_the_window_after_backward_is_one_mode_on_the_stack() -> None:
+    """The window opens inside the backward, which torch runs through the mode with the mode
+    taken off the stack; torch puts it back when the backward returns. That mode is the
+    window's: a second one under it would call every op between backward and step twice."""
+    import torch.nn.functional as F
+
+    import traindoc
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    depths = []
+    with traindoc.watch(announce=False):
+        for _ in range(20):
+            opt.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 4)), torch.randint(0, 2, (8,))).backward()
+            depths.append(torch._C._len_torch_function_stack())
+            opt.step()
+    assert depths == [1] * 16 + [0] * 4  # sampled steps (the first 16), then none
+
+
 def test_gradients_all_reduced_after_backward_mark_their_parameters_synced(group: None) -> None:
     import traindoc
 
