@@ -13,7 +13,7 @@ import torch.nn as nn
 import ckpt_fixtures as F
 from traindoc import config
 from traindoc.analyze import analyze
-from traindoc.sources.ckpt import produce, read
+from traindoc.sources.ckpt import produce, steps
 
 ID = "checkpoint-incomplete"
 
@@ -101,7 +101,7 @@ def test_what_is_absent_besides_a_missing_part_is_said_precisely(tmp_path: Path)
 
 def test_counters_read_no_tensor_off_the_cpu() -> None:
     meta = torch.empty((), dtype=torch.int64, device="meta")
-    assert read.counters({"model": {}, "iter_num": 5, "on_meta": meta, "f": 2.0, "b": False}) == {"iter_num": 5}
+    assert steps.counters({"model": {}, "iter_num": 5, "on_meta": meta, "f": 2.0, "b": False}) == {"iter_num": 5}
 
 
 def test_a_bare_state_dict_with_an_integer_is_not_a_training_checkpoint(tmp_path: Path) -> None:

@@ -162,9 +162,9 @@ class CheckpointProbes(Probe):
     def _counted(self, ck: Checkpoint, obj: Any, step: int) -> Checkpoint:
         """A step counter recognized by growing since the run's previous training save (its
         first save had nothing to grow from: the detector reads a later save of the same file)."""
-        from traindoc.sources.ckpt import read
+        from traindoc.sources.ckpt import read, steps
 
-        now = read.counters(obj)
+        now = steps.counters(obj)
         grew = step > self._counted_at and any(
             k in self._counters and v > self._counters[k] for k, v in now.items())
         self._counters, self._counted_at = now, step

@@ -7,9 +7,9 @@ or ``pytorch_model.bin``, sharded via ``*.index.json``, with ``optimizer.pt``, `
 ``scaler.pt``, ``rng_state*.pth``, ``trainer_state.json``) and Accelerate ``save_state`` folders.
 Parts are recognized by content where possible (an optimizer state has ``state`` and
 ``param_groups``; a GradScaler state has ``scale`` and ``growth_factor``), by key name otherwise.
-A step counter under a name no list holds (nanoGPT's ``iter_num``) is recognized by what it is:
-an integer equal to the optimizer's own step count (``find_step``), or one that grows between
-two saves (``find_step_between``).
+A step counter under a name no list holds (nanoGPT's ``iter_num``, one of ``steps.counters``)
+is recognized by what it is: an integer equal to the optimizer's own step count (``find_step``),
+or one that grows between two saves (``find_step_between``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Mapping, TypeGuard, TypeVar
 
 from traindoc.errors import UsageError
 from traindoc.sources.ckpt._load import check_file, torch_load
+from traindoc.sources.ckpt.steps import EPOCH_KEYS, META_KEYS, STEP_KEYS, counters, int_like, is_rng_key
 from traindoc.sources.ckpt.names import export_name, no_checkpoint_hint, resume_name
 from traindoc.sources.ckpt._tensors import MultiStore, SafetensorsStore, Store, TorchStore
 
@@ -40,14 +41,10 @@ _MODEL_KEYS = ("model", "model_state_dict", "state_dict", "model_state", "net", 
 _EMA_KEYS = ("ema", "ema_model", "model_ema", "ema_state_dict", "state_dict_ema",
              "ema_model_state_dict", "ema_state", "averaged_model", "swa_model", "ema_params")
 _EMA_PREFIXES = ("ema_model.", "model_ema.", "ema.")
-_STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_updates", "steps", "train_step",
-              "current_step", "global_steps", "num_steps_done")
-_EPOCH_KEYS = ("epoch", "epochs", "current_epoch")
 _SCHEDULER_KEYS = ("scheduler", "lr_scheduler", "scheduler_state_dict", "sched", "lr_schedulers",
                    "schedulers", "param_schedulers", "lr_scheduler_state_dict")
 _SCALER_KEYS = ("scaler", "grad_scaler", "scaler_state_dict", "amp", "amp_scaler",
                 "native_amp_scaling_state", "MixedPrecision", "MixedPrecisionPlugin")
-_META_KEYS = ("meta", "metadata", "trainer_state", "train_state", "state", "progress")
 # Training metadata saved beside the weights: a model config or the run's arguments, and metrics
 # of the evaluation (best_val_acc, val_loss, history). With them a dict is a training checkpoint.
 _CONFIG_KEYS = ("config", "cfg", "args", "hparams", "hyper_parameters", "hyperparameters", "train_config",
@@ -183,7 +180,7 @@ def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
     if state_json is not None:
         try:
             state = json.loads(state_json.read_text(encoding="utf-8"))
-            ck.step = _int_like(state.get("global_step"))
+            ck.step = int_like(state.get("global_step"))
             epoch = state.get("epoch")
             ck.epoch = float(epoch) if isinstance(epoch, (int, float)) and math.isfinite(epoch) else None
             ck.has.add("step")
@@ -268,8 +265,8 @@ def _lightning(obj: Mapping[str, object], path: Path, mapped: bool) -> Ckpt:
         ck.has.add("scheduler")
     if any(_is_scaler(v) or k in _SCALER_KEYS for k, v in obj.items()):
         ck.has.add("scaler")
-    ck.step = _int_like(obj.get("global_step"))
-    ck.epoch = _int_like(obj.get("epoch"))
+    ck.step = int_like(obj.get("global_step"))
+    ck.epoch = int_like(obj.get("epoch"))
     if ck.step is not None or ck.epoch is not None:
         ck.has.add("step")
     ck.training = bool(ck.optimizers)
@@ -293,11 +290,11 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
         elif _is_scheduler(value) or (k in _SCHEDULER_KEYS and value is not None):
             ck.schedulers.extend(s for s in _as_list(value) if isinstance(s, Mapping))
             ck.has.add("scheduler")
-        elif k in _STEP_KEYS and _int_like(value) is not None:
-            ck.step = _int_like(value) if ck.step is None else ck.step
-        elif k in _EPOCH_KEYS and _int_like(value) is not None:
-            ck.epoch = _int_like(value)
-        elif _is_rng_key(k) and value is not None:
+        elif k in STEP_KEYS and int_like(value) is not None:
+            ck.step = int_like(value) if ck.step is None else ck.step
+        elif k in EPOCH_KEYS and int_like(value) is not None:
+            ck.epoch = int_like(value)
+        elif is_rng_key(k) and value is not None:
             ck.has.add("rng")
         elif k in _EMA_KEYS and value is not None:
             ck.has.add("ema")
@@ -307,12 +304,12 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
                 ck.notes.append(f"the EMA under {k!r} is not a state_dict; its buffers were not checked")
         elif isinstance(value, Mapping) and _is_state_dict(value):
             candidates[k] = value
-        elif isinstance(value, Mapping) and k in _META_KEYS:
+        elif isinstance(value, Mapping) and k in META_KEYS:
             for mk, mv in value.items():
-                if str(mk) in _STEP_KEYS and ck.step is None:
-                    ck.step = _int_like(mv)
-                elif str(mk) in _EPOCH_KEYS and ck.epoch is None:
-                    ck.epoch = _int_like(mv)
+                if str(mk) in STEP_KEYS and ck.step is None:
+                    ck.step = int_like(mv)
+                elif str(mk) in EPOCH_KEYS and ck.epoch is None:
+                    ck.epoch = int_like(mv)
         elif value is not None and (k in _CONFIG_KEYS or set(re.split(r"[^a-z0-9]+", k.lower())) & _METRIC_WORDS):
             ck.meta.append(k)
     if ck.step is not None or ck.epoch is not None:
@@ -346,30 +343,6 @@ def _training_meta(keys: list[str], name: str) -> bool:
     in a file named as an export (``model_final.pt``, ``export.pt``) is how exports are saved."""
     only_model_config = all(k in _MODEL_CONFIG_KEYS for k in keys)
     return not (only_model_config and export_name(name))
-
-
-def counters(obj: object) -> dict[str, int]:
-    """The non-negative integers a training-state dict holds at its top level (or in a metadata
-    dict, as ``meta.key``) under names that are not known step, epoch or RNG keys: the
-    candidates for a step counter. Only references are read (a CPU tensor's one element at most)."""
-    out: dict[str, int] = {}
-    if not isinstance(obj, Mapping):
-        return out
-    for key, value in obj.items():
-        k = str(key)
-        if k in _STEP_KEYS or k in _EPOCH_KEYS or _is_rng_key(k):
-            continue
-        n = _counter(value)
-        if n is not None:
-            out[k] = n
-        elif isinstance(value, Mapping) and k in _META_KEYS:
-            for mk, mv in value.items():
-                m = _counter(mv) if str(mk) not in _STEP_KEYS + _EPOCH_KEYS else None
-                if m is not None:
-                    out[f"{k}.{mk}"] = m
-        if len(out) >= 64:
-            break
-    return out
 
 
 # An fp16 GradScaler skips steps the optimizer does not count: a few while the scale settles,
@@ -472,49 +445,7 @@ def _is_scaler(obj: object) -> bool:
     return isinstance(obj, Mapping) and "scale" in obj and "growth_factor" in obj
 
 
-def _is_rng_key(k: str) -> bool:
-    k = k.lower()
-    return "rng" in k or k in ("random_state", "random_states", "generator_state", "seed_state")
-
-
-def _counter(value: object) -> int | None:
-    """A non-negative int, or a one-element integer tensor on the CPU (no device read); None
-    otherwise. Floats are never counters: a loss may happen to be integral."""
-    import torch
-
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value >= 0 else None
-    if not isinstance(value, torch.Tensor) or value.device.type != "cpu":
-        return None
-    try:
-        if value.numel() != 1 or value.is_floating_point() or value.is_complex() or value.dtype == torch.bool:
-            return None
-        n = int(value.item())
-    except Exception:  # noqa: BLE001 - a tensor subclass or a fake tensor: not a counter
-        return None
-    return n if n >= 0 else None
-
-
 def _as_list(obj: object) -> list[object]:
     if obj is None:
         return []
     return list(obj) if isinstance(obj, (list, tuple)) else [obj]
-
-
-def _int_like(value: object) -> int | None:
-    """An int from an int, an integral float or a 0-d tensor; None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value == int(value):
-        return int(value)
-    if hasattr(value, "numel") and hasattr(value, "item"):
-        try:
-            if value.numel() == 1:
-                return _int_like(value.item())
-        except Exception:  # noqa: BLE001
-            return None
-    return None
