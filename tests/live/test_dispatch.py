@@ -269,9 +269,9 @@ def test_an_unsampled_step_calls_nothing_before_its_update() -> None:
     sampled round, and the one after it, whose round the backward closes) and until the first
     step took effect; an unsampled step calls only the post hook."""
     session, pre_steps = _spied_session()
-    probes = _watched_loop(session, 60)
+    _watched_loop(session, 60)
     assert pre_steps == [*range(17), 25, 26, 50, 51]
-    assert probes.patcher.backwards == 60
+    assert session.clock.backwards == 60
 
 
 @pytest.mark.parametrize("change", ["steps_twice", "new_optimizer"])

@@ -56,7 +56,12 @@ class StepClock:
         # stepped in this round, else ``sampled``: a plain attribute, read many times a step)
         self.measuring = self.sampled
         self.micro = 0  # backward() calls in this round
-        self.backwards = 0  # backward() calls in the run
+        # The user's backward calls in the run, counted where every one passes (the session's
+        # backward entry, before it runs: from several tensors too, unlike ``backward``).
+        self.backwards = 0
+        # While a step handed a closure runs (LBFGS): (the optimizer's key, ``backwards`` as
+        # it began). Its evaluations are the backward calls since.
+        self.closure: tuple[int, int] | None = None
         # A model's forward is running (a sampled step's forward hooks say so): an op seen now
         # is the model's own, not the loss built from its output.
         self.in_forward = False
@@ -116,7 +121,6 @@ class StepClock:
             self.close_round()
         micro = self.micro
         self.micro = micro + 1
-        self.backwards += 1
         self.trained = True
         return micro
 

@@ -55,7 +55,6 @@ class Collectives:
         self._queued = queued or (lambda: 0.0)
         self._clock: _Monitor | None = None
         self._ops: Any = None
-        self._patcher: Any = None
         self._sites: set[tuple[str, str]] = set()
         self.spent = 0.0  # seconds inside collectives since install (wall time)
         # Of those, seconds the thread waited for a CPU core (``queued``: a run-queue clock),
@@ -75,7 +74,7 @@ class Collectives:
         if not dist.is_available():
             return
         funcs = [getattr(dist, op) for op in OPS if hasattr(dist, op)]
-        self._ops, self._patcher = patcher.ops, patcher
+        self._ops = patcher.ops
         patcher.ops.listen(WINDOW, funcs, self._seen, own=WINDOW)
         patcher.on_backward(WINDOW, after=self._open, sampled_only=True)
         patcher.on_step(WINDOW, pre=self._close)
@@ -121,7 +120,7 @@ class Collectives:
     def _open(self, loss: Any) -> None:
         # Not inside a step evaluating its closure (LBFGS): the step has begun, and the window
         # would stay open over the optimizer's own ops and the line search's re-evaluations.
-        if not self._patcher.closure_step:
+        if self.s.clock.closure is None:
             self._ops.hold(WINDOW, now=True)
 
     def _close(self, opt: Any, closure: bool) -> None:

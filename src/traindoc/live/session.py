@@ -72,7 +72,6 @@ class Session:
         # The optimizer seen last and its index (a plain reference would keep it alive).
         self._last_opt_ref: Callable[[], Any] = lambda: None
         self._last_index = -1
-        self._closure_at: tuple[Any, int] | None = None  # (optimizer, backward calls before its step)
         self._reevaluating: set[int] = set()  # optimizers whose step re-evaluates its closure
         self.model = ModelWatch(self)  # names and sampled measurements of the model
         self.manual = ManualSteps(self)  # steps written by hand, without torch.optim
@@ -218,8 +217,6 @@ class Session:
     def on_step_pre(self, opt: Any, closure: bool = False) -> None:
         """Bookkeeping first (never disabled), then the sampled measurement (may be)."""
         clock = self.clock
-        if closure:  # does the step evaluate it more than once? (told at its end)
-            self._closure_at = (opt, clock.backwards)
         if not clock.trained:  # until the first backward or step: nothing else pays for it
             self.setup_step = not closure and not isinstance(opt, ManualUpdate) and measure.zero_grads(opt)
             if self.setup_step:
@@ -238,8 +235,9 @@ class Session:
         here when it did not run (a no-op when it did)."""
         if self.setup_step:
             return
-        if self._closure_at is not None and self._closure_at[0] is opt:
-            self._closure_ended(opt)
+        closure = self.clock.closure
+        if closure is not None and closure[0] == id(opt):  # evaluated more than once?
+            self._closure_ended(opt, self.clock.backwards - closure[1])
         self._step_begins(opt)
         self._end_step(opt, _has_grads(opt))
         if self.clock.sampled and opt in self._optimizers and "params" not in self.failed:
@@ -248,13 +246,11 @@ class Session:
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
 
-    def _closure_ended(self, opt: Any) -> None:
+    def _closure_ended(self, opt: Any, evaluations: int) -> None:
         """A step handed a closure ended. Several backward() calls inside it: the step
         re-evaluated the loss (a line search), which the optimizer's event now says."""
-        _, before = self._closure_at or (None, 0)
-        self._closure_at = None
         index = self.optimizer_index(opt)
-        if self.clock.backwards - before >= 2 and index not in self._reevaluating:
+        if evaluations >= 2 and index not in self._reevaluating:
             self._reevaluating.add(index)
             try:  # a measurement, like the sampled snapshot's: it must not stop the bookkeeping
                 self.emit(self.model.optimizer_event(opt, index, reevaluates=True))

@@ -49,18 +49,12 @@ class Patcher:
         self._handles: list[Any] = []
         self._backward_patched = False
         self._local = _Busy()
-        # The user's backward calls so far (not a probe's own): counted here, where every
-        # backward passes, so that a probe needs no callback of its own on unsampled steps.
-        self.backwards = 0
         # Whether the backward now running keeps its graph (retain_graph=True): several terms
         # of one loss backpropagated in turn, not micro-batches.
         self.retain_graph = False
         # Op-level signals (torch.where, F.cross_entropy ...) through a TorchFunctionMode, on
         # the windows probes hold; the "train" window is the sampled steps'.
         self.ops = OpsWatch(session, self.guard)
-        # A sampled step handed a closure (LBFGS) is running: its first forward is watched op
-        # by op, not the re-evaluations of its line search (the same batch, other weights).
-        self.closure_step = False
         self.clips = ClipEntry(session)  # every gradient clipping, through one dispatcher
         self._train_window = False
 
@@ -156,7 +150,9 @@ class Patcher:
                 return orig(tensors, *args, **kwargs)
             _ops.shield_from_dynamo()
             if patcher.ops.active:  # the forward is over: backward and the step run without the mode
-                patcher.ops.pause(rearm=not patcher.closure_step)
+                # In a step handed a closure, the first forward only is watched op by op, not
+                # the re-evaluations of its line search (the same batch, other weights).
+                patcher.ops.pause(rearm=session.clock.closure is None)
             loss = tensors if isinstance(tensors, Tensor) else (
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1
                 and isinstance(tensors[0], Tensor) else None)
@@ -181,7 +177,7 @@ class Patcher:
                         session.fail(probe, exc)
             # Counted once the before callbacks ran: a round they end (a hand-written update
             # found at this backward) ends before it.
-            patcher.backwards += 1
+            session.clock.backwards += 1
             local.busy = True
             try:
                 out = orig(tensors, *args, **kwargs)
@@ -232,7 +228,8 @@ class Patcher:
         self.ops.settle()  # the step and its measurements run without the mode of the backward
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
-        self.closure_step = closure
+        clock = self.session.clock
+        clock.closure = (id(opt), clock.backwards) if closure else None
         call_each(self._step_pre, self.session, opt, closure)  # sampled rounds only: off the hot path
 
     def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
@@ -255,8 +252,8 @@ class Patcher:
         an unsampled step calls nothing before its update."""
         session = self.session
         self.ops.settle()
-        if self.closure_step:
-            self.closure_step = False
+        if session.clock.closure is not None:
+            session.clock.closure = None
             self.ops.rearm()
         if not session.compiled and dynamo_compiled():  # a compiled function ran this step
             self.ops.close()

@@ -139,7 +139,7 @@ class AccumulationProbe(Probe):
             iv = self._last_iv
         else:
             iv = self._intervals.get(opt)
-        backwards = self._patcher.backwards
+        backwards = self.s.clock.backwards
         unmeasured = backwards - self._measured
         if iv is not None and backwards > iv.backwards and unmeasured == iv.unmeasured:
             self._guard("accumulation", self._close_interval, opt, iv)
@@ -234,7 +234,7 @@ class AccumulationProbe(Probe):
         s = self.s
         index = s.optimizer_index(opt)
         step = s.clock.step
-        backwards = self._patcher.backwards - iv.backwards
+        backwards = self.s.clock.backwards - iv.backwards
         batches = self._batches - iv.batches
         interleaved = iv.first_stamp != self._last_bwd_stamp
         factors = iv.factors
