@@ -24,7 +24,8 @@ with OMP_NUM_THREADS=1 (bit-reproducible on CPU). Judged:
   run ``longer`` times as long (3 unless the manifest says; the ``{60n}`` arguments), the cost
   of the extra steps, ``(observed_n - observed_1) / (bare_n - bare_1)``, which leaves the fixed
   costs out. A case whose steps take milliseconds needs a long extra stretch for this to be
-  steadier than the machine's noise (nanoGPT's tiny model: 10 times).
+  steadier than the machine's noise (nanoGPT's tiny model: 10 times). A script whose length is
+  written in it (no ``{60n}`` argument: ``longer = 1``) is timed as a whole only by ``--repeat``.
 
 The data each script reads is made here (``prepare``): a word corpus drawn from a small
 random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
@@ -179,8 +180,25 @@ def _citations(folder: Path, nodes: int = 1600, features: int = 300, classes: in
     (folder / "cora.cites").write_text("".join(f"{a}\t{b}\n" for a, b in sorted(links)), encoding="utf-8")
 
 
+def _names(where: Path) -> None:
+    """live_real_names.txt, one made-up name a line (makemore's names.txt is 32,000 of them):
+    syllables drawn with a bias, so that a character model has a distribution to learn."""
+    rng = random.Random(4)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "de", "po", "an", "el", "ja", "ys"]
+    names = ["".join(rng.choices(syllables, range(len(syllables), 0, -1), k=rng.choice([1, 2, 2, 3, 3, 4])))
+             for _ in range(5000)]
+    (where / "live_real_names.txt").write_text("\n".join(names) + "\n", encoding="utf-8")
+
+
+def _text(where: Path) -> None:
+    """input.txt, the text a script with its data path written in reads (ng-video-lecture's
+    Shakespeare, 1 MB there): the grammar's corpus, 250 kB."""
+    (where / "input.txt").write_text(_corpus(3000), encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
+    "names": _names, "text": _text,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
@@ -316,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes += _differences(case, root, bare, seen)
                 alarms.update(_alarms(case, seen))
                 expected.update(f["id"] for f in (seen.report or {}).get("findings", []) if f["id"] in case.expect)
-                if args.timing:
+                if args.timing and case.longer > 1:
                     long = {observed: _run(case, root, observed, scratch, n=case.longer) for observed in order}
                     whole.append(long[True].cpu / long[False].cpu)
                     per_step.append((long[True].cpu - seen.cpu) / (long[False].cpu - bare.cpu))

@@ -104,3 +104,24 @@ def test_points_on_the_bar_one_at_a_time() -> None:
     values, spikes = on_the_bar(3_000, seed=7, scale=lambda k: 0.5 + math.exp(-k / 500))
     check(judge(values, list(range(len(values)))), spikes)
     check(judge(values, list(range(0, len(values), 256)), resume_at=1024), spikes)
+
+
+def policy_gradient_surrogate(n: int = 300, offset: float = 0.0) -> list[float]:
+    """The loss of REINFORCE as pytorch/examples' reinforce.py computes it: the sum over an
+    episode of -log_prob * normalized return, which changes sign from episode to episode and
+    grows with the episode's length; every 40th episode a long one. ``offset`` lifts it above
+    zero (a loss that is a size: the same jumps are spikes)."""
+    rng = random.Random(5)
+    values = []
+    for k in range(n):
+        length = 150 if k % 40 == 39 else rng.randint(15, 40)
+        values.append(offset + sum(rng.gauss(0.0, 0.15) for _ in range(length)) / 3 + (6.0 if length == 150 else 0.0))
+    return values
+
+
+def test_a_loss_that_changes_sign_has_no_ratio_to_its_average() -> None:
+    values = policy_gradient_surrogate()
+    assert min(values) < 0 < max(values)
+    assert judge(values, []) == [] and judge(values, list(range(len(values)))) == []
+    lifted = judge(policy_gradient_surrogate(offset=2.0), [])
+    assert lifted and lifted[-1].evidence["spikes"] >= 3

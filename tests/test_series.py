@@ -450,3 +450,14 @@ def test_random_runs(cls: type, cols: list[Series], config: int, cuts: list[int]
     all_configs = configs(cls)
     with np.errstate(all="ignore"):
         check(cls, all_configs[min(config, len(all_configs) - 1)], cols, cuts, flush_every)
+
+
+def test_two_signals_of_one_step_read_in_either_order() -> None:
+    """The loss and the gradient norm both NaN at one step: the columns whole name them in the
+    columns' order, the points one at a time in the stream's; the finding is the same. (Found
+    by a random draw of test_random_runs.)"""
+    nan = math.nan
+    cols = [Series("grad_norm", list(range(6)), [1.0, 1.0, nan, 1.0, 1.0, 1.0]),
+            Series("loss", list(range(6)), [1.0, 1.0, nan, 1.0, 1.0, 1.0])]
+    (found,) = check(Nonfinite, None, cols, [], flush_every=3)
+    assert found.evidence["signals"] == ["grad_norm", "loss"]

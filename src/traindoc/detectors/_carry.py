@@ -6,7 +6,7 @@ run, counts towards a threshold, bounded windows of them) in its ``carry``, whic
 else carries over: object ids, iterator counts and timestamps belong to the old process (a
 generic "save every attribute" made a resumed run report a repeated batch).
 
-The helpers of ``_maths`` (``Thinned``, ``Head``, ``Ema``), deques (with their ``maxlen``),
+The helpers of ``_maths`` (``Thinned``, ``Head``, ``Ema``, ``Rollouts``), deques (with their ``maxlen``),
 sets, Counters and events are written as small tagged dicts of plain data, so a checkpoint
 holding them loads with ``torch.load(weights_only=True)`` and the detector gets its own
 types back.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Any, Iterable, Mapping
 
-from traindoc.detectors._maths import Ema, Head, Thinned
+from traindoc.detectors._maths import Ema, Head, Rollouts, Thinned
 from traindoc.events import EVENT_TYPES, from_dict, to_dict
 
 _TAG = "__carry__"
@@ -50,6 +50,8 @@ def encode(x: object) -> object:
         return {_TAG: "head", "v": [x.keep, x.count, encode(list(x.items))]}
     if isinstance(x, Ema):
         return {_TAG: "ema", "v": [x.alpha, x.state_dict()]}
+    if isinstance(x, Rollouts):
+        return {_TAG: "rollouts", "v": x.state_dict()}
     if isinstance(x, deque):
         return {_TAG: "deque", "v": [x.maxlen, encode(list(x))]}
     if isinstance(x, Counter):
@@ -106,6 +108,10 @@ def decode(x: Any, classes: Iterable[type] = ()) -> Any:
         e.alpha = float(v[0])
         e.load_state_dict(v[1])
         return e
+    if tag == "rollouts":
+        r = Rollouts()
+        r.load_state_dict(v)
+        return r
     if tag == "deque":
         return deque(decode(v[1], classes), maxlen=v[0])
     if tag == "counter":

@@ -108,3 +108,32 @@ class Ema:
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         self._avg, self._weight = state["avg"], state["weight"]
+
+
+class Rollouts:
+    """Whether each backward sums a varying number of a model's calls (the steps of an RL
+    episode, a variable-length rollout): then the loss's size follows the rollout's length, and
+    its ratio to its own past (a spike, a divergence) says nothing about the training. Fed the
+    model calls before each sampled backward (``Backward.forwards``): at least 4 different
+    counts, the largest at least twice the smallest; a GAN's fixed 3 calls before D's backward
+    and 1 before G's is not. ``since``: the step from which the loss is such a sum."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []  # the first 4 different counts
+        self.low = self.high = 0
+        self.since: int | None = None
+
+    def see(self, step: int, calls: int) -> None:
+        if self.since is not None or calls < 1:
+            return
+        if calls not in self.counts and len(self.counts) < 4:
+            self.counts.append(calls)
+        self.low, self.high = min(self.low or calls, calls), max(self.high, calls)
+        if len(self.counts) >= 4 and self.high >= 2 * self.low:
+            self.since = step
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"counts": list(self.counts), "low": self.low, "high": self.high, "since": self.since}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.counts, self.low, self.high, self.since = list(state["counts"]), state["low"], state["high"], state["since"]

@@ -22,11 +22,12 @@ class DeadRelu(Detector):
         Example("zoo/dead_relu.py", -1),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_cnn_bn.py", None),
+        Example("zoo/healthy_rl_reinforce_per_step.py", None),
     )
 
-    # Carried over a resume: each module's latest measurement and the step where it fired (the
-    # evidence at the end).
-    carry = ("_latest", "_first")
+    # Carried over a resume: each module's latest measurement, the step where it fired and the
+    # windows that made it fire (the evidence at the end).
+    carry = ("_latest", "_first", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -42,6 +43,7 @@ class DeadRelu(Detector):
         self.config = config or self.Config()
         self._latest: dict[str, Activation] = {}
         self._first: int | None = None
+        self._fired: list[Activation] = []
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Activation)
@@ -52,26 +54,41 @@ class DeadRelu(Detector):
         if event.batches >= cfg.min_batches and event.units >= cfg.min_units and event.dead >= cfg.share:
             if self._first is None:
                 self._first = event.step
-                yield self._finding()
+                self._fired = self._bad()
+                yield self._finding(self._fired)
 
     def finish(self) -> Iterator[Finding]:
-        if self._first is not None:
-            yield self._finding()
+        if self._first is None:
+            return
+        bad = self._bad()
+        if bad:
+            yield self._finding(bad)
+            return
+        # Every module's last window had fewer dead units: the evidence stays the windows that
+        # fired, and says that the units fired again (dead units get no gradient: they were
+        # silent on that window's inputs, not dead for good).
+        latest = max(self._latest.values(), key=lambda a: a.step)
+        most = max((a.dead or 0.0 for a in self._latest.values() if a.module in {f.module for f in self._fired}),
+                   default=0.0)
+        yield self._finding(self._fired, later=f" By step {latest.step} it was {most:.0%} at most, under the "
+                                               "threshold: units that were silent fired again.")
 
-    def _finding(self) -> Finding:
+    def _bad(self) -> list[Activation]:
         cfg = self.config
-        bad = sorted((a for a in self._latest.values()
-                      if a.dead is not None and a.dead >= cfg.share and a.units >= cfg.min_units),
-                     key=lambda a: -(a.dead or 0))
+        return sorted((a for a in self._latest.values()
+                       if a.dead is not None and a.dead >= cfg.share and a.units >= cfg.min_units),
+                      key=lambda a: -(a.dead or 0))
+
+    def _finding(self, bad: list[Activation], later: str = "") -> Finding:
         desc = ", ".join(f"`{a.module}` {a.dead:.0%} of {a.units}" for a in bad[:5])
-        batches = max(a.batches for a in bad) if bad else 0
+        batches = max(a.batches for a in bad)
+        rows = max(a.rows for a in bad)
+        over = f"{batches} sampled batches" + (f" ({rows:,} rows)" if rows else "")
         return finding(
             self.id, step=self._first,
-            message=(
-                f"ReLU units never active over {batches} sampled batches: {desc} "
-                f"(threshold {cfg.share:.0%})."
-            ),
+            message=f"ReLU units never active over {over}: {desc} (threshold {self.config.share:.0%}).{later}",
             evidence={"modules": {a.module: a.dead for a in bad[:20] if a.dead is not None},
-                      "batches": batches, "threshold": cfg.share},
+                      "batches": batches, "rows": rows, "threshold": self.config.share,
+                      "recovered": bool(later)},
             where=[a.module for a in bad[:10]],
         )

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
-from traindoc.events import Event, Series, Phase
+from traindoc.detectors._maths import Rollouts
+from traindoc.events import Backward, Event, Series, Phase
 from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
@@ -29,7 +30,9 @@ class Divergence(Detector):
     between two objectives does not: live, each optimizer's step of a GAN is a step of its own,
     so D's loss (~0.7) and G's (~100 with pix2pix's L1 weight of 100) alternate, and the median
     of five flips between the two levels at every step. A rise that holds for one smoothed point
-    only is no divergence; one at the last point of the run is not judged.
+    only is no divergence; one at the last point of the run is not judged. Nor is a loss once
+    each backward sums a varying number of the model's calls (``Rollouts``: an RL episode's
+    steps): its size grows with the episodes as the policy gets better.
 
     Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
     columns the engine delivers; the same findings however a column is cut.
@@ -37,9 +40,10 @@ class Divergence(Detector):
 
     id = "divergence"
     needs = frozenset({"loss"})
-    uses = frozenset({"phase"})  # the loss starts over at a new phase
+    uses = frozenset({"phase", "backward"})  # the loss starts over at a new phase; rollouts
     examples = (
         Example("zoo/divergence.py", -1),
+        Example("zoo/healthy_rl_actor_critic.py", None),
         Example("golden/diverging_loss.jsonl", 18),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("fixtures/logs/tensorboard/diverging", 144),
@@ -48,7 +52,8 @@ class Divergence(Detector):
 
     # Carried over a resume: the smoothing window, the initial, best, latest and peak levels, and
     # where it fired.
-    carry = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_rising", "_phase")
+    carry = ("_tail", "_initial", "_best", "_best_step", "_last", "_peak", "_fired", "_rising", "_phase",
+             "_rollouts")
 
     @dataclass(frozen=True)
     class Config:
@@ -75,8 +80,12 @@ class Divergence(Detector):
         # (step, smoothed loss): the rise at the last smoothed point so far, which the next one
         # (or a non-finite value before it) confirms; the state is the one at that point.
         self._rising: tuple[int, float] | None = None
+        self._rollouts = Rollouts()
 
     def observe(self, event: Event) -> list[Finding]:
+        if isinstance(event, Backward):
+            self._rollouts.see(event.step, event.forwards)
+            return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)
 
@@ -88,6 +97,9 @@ class Divergence(Detector):
 
         col = columns.get("loss")
         if col is None or not len(col):
+            return []
+        if self._rollouts.since is not None and not self._fired:  # a rollout's sum: no scale
+            self._rising = None
             return []
         with np.errstate(all="ignore"):  # values near the float limit overflow to inf, as in Python
             return self._judge(col)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
-from traindoc.detectors._maths import Ema, robust_z
-from traindoc.events import Event, Series, Phase
+from traindoc.detectors._maths import Ema, Rollouts, robust_z
+from traindoc.events import Backward, Event, Series, Phase
 from traindoc.findings import Finding
 
 SHOWN = 20  # spikes kept for the evidence (the rest are counted)
@@ -26,8 +26,12 @@ class LossSpike(Detector):
     A spike must clear three bars, so that ordinary minibatch noise never fires: the ratio to
     the moving average, a robust z-score against the recent window (noise-aware), and an
     absolute rise that matters against the run's initial loss (so a loss of 0.01 jumping to
-    0.04 near convergence is not a spike). And it must be a spike: within ``recover`` steps the
-    loss comes back under the bar. A loss that stays up is a new regime (divergence, a new
+    0.04 near convergence is not a spike). The ratio needs a loss that is a size: one that was
+    negative within the window (a policy-gradient surrogate, a Gaussian log-likelihood) has no
+    scale its average could give, and is not judged there. And it must be a spike: within
+    ``recover`` steps the loss comes back under the bar. Nor is a loss judged once each
+    backward sums a varying number of the model's calls (``Rollouts``: an RL episode's steps),
+    whose size follows the rollout's length. A loss that stays up is a new regime (divergence, a new
     task head) and is left to the detectors of those.
 
     Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
@@ -37,18 +41,19 @@ class LossSpike(Detector):
 
     id = "loss-spike"
     needs = frozenset({"loss"})
-    uses = frozenset({"phase"})  # the loss starts over at a new phase
+    uses = frozenset({"phase", "backward"})  # the loss starts over at a new phase; rollouts
     examples = (
         Example("golden/loss_spike.jsonl", 30),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("zoo/loss_spike.py", -1),
+        Example("zoo/healthy_rl_reinforce_per_step.py", None),
         Example("fixtures/logs/csv/loss_spike.csv", 170),
         Example("fixtures/logs/csv/healthy.csv", None),
     )
 
     # Carried over a resume: the moving average, its window and the spikes so far (the first loss
     # sets the rise that counts).
-    carry = ("_ema", "_recent", "_first", "_seen", "_spikes", "_count", "_pending", "_phase")
+    carry = ("_ema", "_recent", "_first", "_seen", "_spikes", "_count", "_pending", "_phase", "_rollouts")
 
     @dataclass(frozen=True)
     class Config:
@@ -74,8 +79,12 @@ class LossSpike(Detector):
         self._spikes: list[tuple[int, float, float]] = []  # the first SHOWN spikes ...
         self._count = 0  # ... of this many
         self._pending: tuple[int, float, float] | None = None  # a jump awaiting recovery
+        self._rollouts = Rollouts()
 
     def observe(self, event: Event) -> list[Finding]:
+        if isinstance(event, Backward):
+            self._rollouts.see(event.step, event.forwards)
+            return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)
 
@@ -93,6 +102,9 @@ class LossSpike(Detector):
 
         col = columns.get("loss")
         if col is None:
+            return []
+        if self._rollouts.since is not None:  # a rollout's sum from here on: no scale to judge
+            self._pending = None
             return []
         x, out = vec.floats(col.values), list[Finding]()
         pos, span = 0, len(x)  # a healthy column is one scan
@@ -130,8 +142,8 @@ class LossSpike(Detector):
         ks = ks[(value[ks] > 0) & (f[ks] - value[ks] >= cfg.min_rise * self._first)]
         taken = len(f)  # the index in f of the jump taken, if any
         for k in ks.tolist():
-            recent = [*self._recent, *vec.items(col.values, at[max(0, k - cfg.window):k])]
-            if robust_z(vec.item(col.values, at[k]), recent[-cfg.window:]) >= cfg.z:
+            recent = [*self._recent, *vec.items(col.values, at[max(0, k - cfg.window):k])][-cfg.window:]
+            if min(recent, default=0.0) >= 0 and robust_z(vec.item(col.values, at[k]), recent) >= cfg.z:
                 taken = k
                 break
         self._ema.load_state_dict({"avg": avg[taken].item(), "weight": weight[taken].item()})

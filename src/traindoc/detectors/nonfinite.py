@@ -167,7 +167,9 @@ class Nonfinite(Detector):
         if self._step is None:
             self._step = step
         if what not in self._what:
-            self._what.append(what)
+            # In name order: two signals of one step come in either order (a log's columns
+            # whole, or the live stream's points), and the report must not depend on it.
+            self._what = sorted([*self._what, what])
         module = self._module.get(step)
         where = ([f"module {module}"] if module else []) + self._grads[:5] + self._params[:5]
         parts = []

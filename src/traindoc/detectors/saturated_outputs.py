@@ -14,7 +14,8 @@ from traindoc.findings import Finding
 
 
 class SaturatedOutputs(Detector):
-    """On most sampled steps an output hardly varies across the batch: probabilities (values in
+    """On most sampled steps an output hardly varies across the batch (or, for a model run on
+    one row a call, across the rows of the step's calls): probabilities (values in
     [0, 1]) with a spread below ``spread`` (e.g. all about 0.5), or any output whose spread
     across the batch is below ``relative`` of its overall spread. Judged over the run, for each
     output on its own: the model's output, and the probabilities a BCE loss sees (the sigmoid of
@@ -38,6 +39,8 @@ class SaturatedOutputs(Detector):
     needs = frozenset({"activations"})
     examples = (
         Example("zoo/saturated_dag_scale.py", 0),
+        Example("zoo/rl_actor_critic_collapse.py", -1),
+        Example("zoo/healthy_rl_actor_critic.py", None),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_dcgan_normal_init.py", None),
     )
@@ -119,14 +122,23 @@ class SaturatedOutputs(Detector):
     def _finding(self, out: _Output) -> Finding:
         lo, hi = median(list(out.lo)), median(list(out.hi))
         spread = median(list(out.spreads))
+        pinned = lo <= 0.01 and hi >= 0.99  # probabilities at 0 and 1, not squashed in the middle
         return finding(
             self.id, step=out.first,
             message=(
-                f"{out.what} {'vary' if out.what.startswith('the probabilities') else 'varies'} across the batch by a median {fmt(spread)} (std over "
-                f"inputs; threshold {fmt(self.config.spread)}) on {out.saturated} of {out.seen} "
+                f"{out.what} {'vary' if out.what.startswith('the probabilities') else 'varies'} across inputs by a median {fmt(spread)} (std over "
+                f"the batch, or a step's one-row calls; threshold {fmt(self.config.spread)}) on {out.saturated} of {out.seen} "
                 f"sampled steps ({out.saturated_span} of the {out.span} steps they stand for); "
                 f"its values sit in [{fmt(lo)}, {fmt(hi)}]."
             ),
+            cause=(f"{out.what[0].upper()}{out.what[1:]} sit at 0 and 1 whatever the input: the "
+                   "logits grew so large that the softmax/sigmoid saturated, and its gradient "
+                   "vanishes (a policy that collapsed to one action in every state)."
+                   if pinned else None),
+            fix=("Keep the logits bounded: an entropy bonus for a policy (subtract beta * "
+                 "entropy from the loss, beta ~0.01), a lower LR or gradient clipping, label "
+                 "smoothing or a temperature for a classifier; watch the outputs' entropy."
+                 if pinned else None),
             evidence={"module": out.module, "median_spread": spread, "low": lo, "high": hi,
                       "saturated_steps": out.saturated, "sampled_steps": out.seen,
                       "saturated_span": out.saturated_span, "span": out.span},

@@ -138,6 +138,9 @@ class Backward:
     constant: bool
     micro: int = 0  # index of this backward among those of the same optimizer step
     where: str = ""  # file:line of the backward() call in the user's code
+    # Training forwards of a model since the previous backward (sampled steps; 0: not counted):
+    # one per micro-batch in supervised training, an episode's length in a policy-gradient loop.
+    forwards: int = 0
     signal: ClassVar[str] = "backward"
 
 @dataclass(frozen=True)
@@ -185,7 +188,8 @@ class Activation:
     """A module's output on a sampled forward pass.
 
     ``nan``: the output held NaN. ``dead``: for ReLU-like modules, the share of units that were
-    never positive over all sampled batches so far (``batches`` of them). ``spread``: for the
+    never positive over a window of sampled batches (``batches`` of them, ``rows`` rows: samples,
+    tokens or pixels; 0 where the source does not count them). ``spread``: for the
     model's output, the mean over features of the standard deviation across the batch;
     ``scale`` the standard deviation of all its values; ``lo``/``hi`` its range.
     """
@@ -197,6 +201,7 @@ class Activation:
     dead: float | None = None
     units: int = 0
     batches: int = 0
+    rows: int = 0
     spread: float | None = None
     scale: float | None = None
     lo: float | None = None

@@ -56,6 +56,7 @@ class StepClock:
         # stepped in this round, else ``sampled``: a plain attribute, read many times a step)
         self.measuring = self.sampled
         self.micro = 0  # backward() calls in this round
+        self.forwards = 0  # a model's training forwards since the last backward (sampled steps)
         # The user's backward calls in the run, counted where every one passes (the session's
         # backward entry, before it runs: from several tensors too, unlike ``backward``).
         self.backwards = 0

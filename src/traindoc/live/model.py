@@ -20,7 +20,15 @@ from traindoc.live.ranks import is_shard, local_part  # traindoc-ranks
 if TYPE_CHECKING:
     from traindoc.live.session import Session
 
-RELU_WINDOW = 8  # sampled batches per dead-ReLU window
+# A dead-ReLU window: at least this many sampled batches, and rows (samples, tokens, pixels)
+# among them. Rows, because a window of 8 single observations (a policy stepping through one
+# episode, dropout zeroing 60% of the units at each) leaves a live unit silent by chance.
+RELU_WINDOW = 8
+RELU_ROWS = 256
+# A model run on one row a call (a policy stepping through an episode) has no spread within a
+# call: its output's rows are gathered over the step's measured calls, when they are this small.
+ROW_NUMEL = 1024
+MIN_ROWS = 4
 _UNIT_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
@@ -35,9 +43,10 @@ class ModelWatch:
         self._roots = ObjectMap()  # model -> the step of its latest training forward
         self._mnames = ObjectMap()  # module -> name
         # ReLU module, or a layer whose input is judged -> (name, type, ever-active units,
-        # batches, ever-negative flag or None)
+        # batches, ever-negative flag or None, rows)
         self._relu = ObjectMap()
         self._relu_outputs: set[int] = set()  # ids of nn.ReLU outputs in this forward
+        self._rows: dict[tuple[str, str], list[torch.Tensor]] = {}  # one-row outputs of this step
         self.nan_flags: list[tuple[str, str, torch.Tensor]] = []
         self._stray_step = -1
 
@@ -216,13 +225,16 @@ class ModelWatch:
                 self._pnames[p] = name
             named.add(id(p))
 
-    def on_root_forward(self, module: Any, output: Any) -> None:
+    def on_root_forward(self, module: Any, output: Any, unbatched: bool = False) -> None:
+        """A model's forward returned. ``unbatched``: it ran on one vector (``policy(state)``
+        with ``state`` of shape (4,)), so its output is one row, not a batch of its features."""
         self.adopt_model(module)
         outs = measure.first_float_tensors(output, limit=1)
         if not outs:
             return
+        out = outs[0].reshape(1, -1) if unbatched else outs[0]
         self._defer_output(self._mnames.get(module, type(module).__name__), type(module).__name__,
-                           outs[0], nan_alone=True)
+                           out, nan_alone=True)
 
     def on_loss_input(self, fn: str, probs: torch.Tensor) -> None:
         """The probabilities a BCE loss sees, judged like a model output (saturated-outputs)."""
@@ -231,7 +243,12 @@ class ModelWatch:
 
     def _defer_output(self, name: str, type_: str, out: torch.Tensor, *, nan_alone: bool) -> None:
         """An output's spread across the batch as an ``Activation(is_output=True)``; a
-        one-row batch has no spread: its NaN flag alone goes out when ``nan_alone``."""
+        one-row batch has no spread: its NaN flag alone goes out when ``nan_alone``, and the
+        row is kept for the spread over the step's calls (``pack_activations``)."""
+        if out.ndim and out.shape[0] == 1 and out.numel() <= ROW_NUMEL:
+            rows = self._rows.setdefault((name, type_), [])
+            if not rows or rows[0].shape[1] == out.numel():
+                rows.append(out.detach().float().reshape(1, -1).clone())  # the script may reuse it
         spread = measure.output_spread(out)
         step = self.s.clock.current_step
 
@@ -277,31 +294,36 @@ class ModelWatch:
         active = measure.unit_activity(out) if negative is None else (out != 0).reshape(-1, out.shape[-1]).any(0)
         if active is None:
             return
+        rows = out.numel() // max(active.numel(), 1)
         prev = self._relu.get(key)
         if prev is not None and prev[2].shape == active.shape:
             active = active | prev[2]
-            batches = prev[3] + 1
+            batches, rows = prev[3] + 1, prev[5] + rows
             if negative is not None and prev[4] is not None:
                 negative = negative | prev[4]
         else:
             batches = 1
-        self._relu[key] = (name, type_, active, min(batches, RELU_WINDOW), negative)
+        self._relu[key] = (name, type_, active, batches, negative, rows)
 
     def pack_activations(self) -> None:
         """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
         flags, self.nan_flags = self.nan_flags, []
         self._relu_outputs.clear()
+        if self._rows:
+            rows, self._rows = self._rows, {}
+            for (name, type_), xs in rows.items():
+                if len(xs) >= MIN_ROWS:
+                    self._defer_output(name, type_, torch.cat(xs), nan_alone=False)
         # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
         # the start" would count units that died later as alive.
-        relus = [r for r in self._relu.values() if r[3] >= RELU_WINDOW]
-        for module in [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW]:
-            self._relu.pop(module)
+        full = [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW and r[5] >= RELU_ROWS]
+        relus = [self._relu.pop(m) for m in full]
         if not flags and not relus:
             return
         step = self.s.clock.step
         with torch.no_grad():
             parts = [torch.stack([f for _, _, f in flags]).float()] if flags else []
-            for _, _, active, _, negative in relus:  # [dead share, ever negative]
+            for _, _, active, _, negative, _ in relus:  # [dead share, ever negative]
                 neg = negative.float().reshape(1) if negative is not None else torch.zeros(1)
                 parts += [1.0 - active.float().mean().reshape(1), neg.to(active.device)]
             dev = parts[0].device
@@ -314,9 +336,9 @@ class ModelWatch:
                     yield Activation(step=step, module=name, type=type_, nan=True)
                     break
             rest = vals[nflags:]
-            for (name, type_, active, batches, _), dead, neg in zip(relus, rest[::2], rest[1::2]):
+            for (name, type_, active, batches, _, rows), dead, neg in zip(relus, rest[::2], rest[1::2]):
                 if not neg:  # a negative value: not a ReLU-family output, nothing to judge
                     yield Activation(step=step, module=name, type=type_, dead=dead,
-                                     units=active.numel(), batches=batches)
+                                     units=active.numel(), batches=batches, rows=rows)
 
         self.s.defer(packed, decode)

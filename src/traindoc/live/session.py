@@ -284,6 +284,7 @@ class Session:
             return
         clock = self.clock
         micro = clock.backward()  # closes the round a step ended (or the script dropped)
+        forwards, clock.forwards = clock.forwards, 0
         self.setup_step = False
         if loss.numel() != 1:
             return
@@ -301,7 +302,7 @@ class Session:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:
                 value = value / scale
-        self.stream.backward(value, clock.step, micro, constant, where)
+        self.stream.backward(value, clock.step, micro, constant, where, forwards)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)

@@ -48,6 +48,7 @@ class CoreProbes(Probe):
         self._guard = patcher.guard
         self._forward: list[Any] = []
         self._depth = 0
+        self._unbatched = False  # the latest root forward ran on one unbatched vector
         self._calls = FirstCalls()  # the calls of each module a sampled step measures
         self._ops = patcher.ops
         self._iterators = 0
@@ -231,6 +232,7 @@ class CoreProbes(Probe):
             self.clock.in_forward = True  # until this module returns
             self.s.next_step_begins()
             if torch.is_grad_enabled():
+                self.clock.forwards += 1
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled() and self._calls.take(module):
             self._measure(self._on_input, module, args)
@@ -244,6 +246,9 @@ class CoreProbes(Probe):
             self.clock.in_forward = False
         if not torch.is_grad_enabled() or not self._calls.taken(module):
             return
+        if self._depth == 0:  # a model run on one unbatched vector: its output has no batch dim
+            x = args[0] if args else None
+            self._unbatched = isinstance(x, torch.Tensor) and x.ndim == 1 and x.is_floating_point()
         self._measure(self._on_output, module, output)
 
     def _on_input(self, module: Any, args: Any) -> None:
@@ -254,7 +259,7 @@ class CoreProbes(Probe):
         for listener in self.s.output_listeners:
             listener(module, output)
         if self._depth == 0 and next(module.parameters(), None) is not None:
-            self._guard("forward", self.s.model.on_root_forward, module, output)
+            self._guard("forward", self.s.model.on_root_forward, module, output, self._unbatched)
 
     def _measure(self, fn: Any, module: Any, value: Any) -> None:
         """Our measurements of a module call: without autograd, and with the op-level mode

@@ -1,0 +1,73 @@
+"""A loss summed over a varying number of model calls (an RL episode's steps) has no scale of
+its own: loss-spike and divergence stop judging it. Seen live as the model's training forwards
+before each backward (``Backward.forwards``); a GAN's fixed counts are not rollouts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+import torch.nn as nn
+
+import traindoc
+from traindoc.detectors.divergence import Divergence
+from traindoc.detectors.loss_spike import LossSpike
+from traindoc.detectors._maths import Rollouts
+from traindoc.events import Backward, Series
+
+
+def test_episode_lengths_are_rollouts_and_a_gans_fixed_calls_are_not() -> None:
+    gan, episodes = Rollouts(), Rollouts()
+    for step in range(40):
+        gan.see(step, 3 if step % 2 == 0 else 1)  # D's backward after 3 calls, G's after 1
+        episodes.see(step, [12, 30, 9, 55, 14, 200][step % 6])
+    assert gan.since is None
+    assert episodes.since == 3  # the fourth different length, the longest over twice the shortest
+    again = Rollouts()
+    again.load_state_dict(json.loads(json.dumps(episodes.state_dict())))
+    assert again.since == 3
+
+
+def episode_sums(n: int = 120) -> tuple[list[Backward], list[float]]:
+    """Each step a backward after one call per environment step; the loss a sum over them that
+    grows with the episode, as a policy-gradient loss does when the policy gets better."""
+    lengths = [10 + (k * 7) % 13 if k < 60 else 150 + (k * 11) % 40 for k in range(n)]
+    backwards = [Backward(step=k, value=0.0, constant=False, forwards=length) for k, length in enumerate(lengths)]
+    loss = [0.3 * length * (1.0 + 0.1 * math.sin(k)) for k, length in enumerate(lengths)]
+    return backwards, loss
+
+
+def judge(det: LossSpike | Divergence, backwards: list[Backward], loss: list[float]) -> list[str]:
+    found = []
+    for b, value in zip(backwards, loss):  # a step's backward comes before its loss, as live
+        det.observe(b)
+        found += [f.id for f in det.observe_series({"loss": Series("loss", [b.step], [value])}) or ()]
+    found += [f.id for f in det.finish() or ()]
+    return found
+
+
+def test_a_loss_that_follows_the_episode_length_is_not_judged() -> None:
+    backwards, loss = episode_sums()
+    counted = [Backward(step=b.step, value=0.0, constant=False, forwards=0) for b in backwards]  # not counted
+    assert "divergence" in judge(Divergence(), counted, loss)  # the check can fail: same numbers
+    assert judge(Divergence(), backwards, loss) == []
+    jumps = [v * (6.0 if k % 30 == 29 else 1.0) for k, v in enumerate(loss)]
+    assert "loss-spike" in judge(LossSpike(), counted, jumps)
+    assert judge(LossSpike(), backwards, jumps) == []
+
+
+def test_the_live_backward_counts_the_models_calls_before_it() -> None:
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    lengths = [5, 9, 3, 12, 7, 20]
+    recorded: list[object] = []
+    with traindoc.watch(announce=False, level="thorough") as doc:  # every step sampled
+        doc.session._sink = recorded.append
+        for length in lengths:
+            loss = sum(policy(torch.randn(4)).logsumexp(0) for _ in range(length))
+            opt.zero_grad()
+            loss.backward()  # type: ignore[union-attr]
+            opt.step()
+    assert [e.forwards for e in recorded if isinstance(e, Backward)] == lengths
