@@ -27,7 +27,8 @@ with OMP_NUM_THREADS=1 (bit-reproducible on CPU). Judged:
   steadier than the machine's noise (nanoGPT's tiny model: 10 times). A script whose length is
   written in it (no ``{60n}`` argument: ``longer = 1``) is timed as a whole only by ``--repeat``.
 
-The data each script reads is made here (``prepare``): a word corpus drawn from a small
+The reinforcement-learning cases need gymnasium (``pip install gymnasium``; CartPole is pure
+Python). The data each script reads is made here (``prepare``): a word corpus drawn from a small
 random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
 sized so that a run takes seconds. Exit status 1 when a case is not identical, raises a false
 alarm or fails; 2 when a checkout is missing or the manifest is malformed.

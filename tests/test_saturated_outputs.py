@@ -74,3 +74,16 @@ def test_the_early_verdict_covers_the_run_not_only_its_first_samples() -> None:
 def test_saturated_all_along_fires_at_step_0_on_every_sampling() -> None:
     for sampled in (standard, lambda s: True):
         assert fired(stream(300, lambda s: [(0.002, 0.499, 0.501)], sampled)) == {ID: 0}
+
+
+def test_a_collapse_mid_run_fires_from_where_it_began() -> None:
+    """A policy that learned for 300 steps, then put probability ~1 on one action in every
+    state for the 600 after (pytorch/examples' actor-critic): two thirds of the run, under the
+    80% the whole-run verdict needs, but a stretch of 25 sampled steps in a row over half the
+    run. Reported at the stretch's start, not at the init's first steps."""
+    collapse = stream(900, lambda s: [(0.05, 0.2, 0.8)] if s < 300 else [(1e-4, 0.0, 1.0)])
+    assert fired(collapse) == {ID: 300}
+    finding = analyze(collapse, select=[ID]).findings[0]
+    assert finding.evidence["longest_from"] == 300 and "sit at 0 and 1" in finding.cause
+    brief = stream(900, lambda s: [(0.05, 0.2, 0.8)] if not 300 <= s < 600 else [(1e-4, 0.0, 1.0)])
+    assert ID not in fired(brief)  # a third of the run: not a collapse that lasted

@@ -75,3 +75,27 @@ def test_units_dead_in_every_context_are_found() -> None:
     found, dead = _watched(bias=-30.0)
     assert "dead-relu" in found
     assert min(e.dead for e in dead if e.dead is not None) > 0.9
+
+
+def test_units_that_fire_again_keep_the_evidence_of_the_window_that_fired() -> None:
+    """The report at the end: the windows that fired, and that later ones were under the
+    threshold (before, the final finding listed no module at all)."""
+    from traindoc.detectors.dead_relu import DeadRelu
+
+    def window(step: int, dead: float) -> Activation:
+        return Activation(step=step, module="input of fc2", type="relu-like", dead=dead,
+                          units=128, batches=8, rows=512)
+
+    det = DeadRelu()
+    fired = list(det.observe(window(100, 0.6)))
+    assert [f.evidence["modules"] for f in fired] == [{"input of fc2": 0.6}]
+    list(det.observe(window(200, 0.1)))
+    (final,) = det.finish()
+    assert final.evidence["modules"] == {"input of fc2": 0.6} and final.evidence["recovered"] is True
+    assert final.step == 100 and "By step 200 it was 10% at most" in final.message
+
+    still = DeadRelu()
+    list(still.observe(window(100, 0.6)))
+    list(still.observe(window(200, 0.7)))
+    (final,) = still.finish()
+    assert final.evidence["modules"] == {"input of fc2": 0.7} and final.evidence["recovered"] is False

@@ -32,8 +32,10 @@ class SaturatedOutputs(Detector):
     Each step's verdict counts for the steps of the run it stands for (those since the output's
     previous sampled step): the first steps are all sampled, and where they are an init's
     transient (a DCGAN's N(0, 0.02) weights start a discriminator's logits within 0.002 of 0)
-    they would otherwise outvote the rest of a short run. The early verdict, fired as soon as it holds, needs every
-    one of ``2 * min_steps`` sampled steps saturated over at least ``min_span`` steps."""
+    they would otherwise outvote the rest of a short run. The early verdict, fired as soon as it
+    holds, needs a stretch of ``2 * min_steps`` sampled steps in a row saturated, over at least
+    ``min_span`` steps and at least half of the run so far: from the start (a head squashed from
+    its init), or mid-run (a policy that collapsed to one action)."""
 
     id = "saturated-outputs"
     needs = frozenset({"activations"})
@@ -92,9 +94,10 @@ class SaturatedOutputs(Detector):
         """Judge ``out``'s step from its forwards; True when that makes the early verdict (every
         sampled step so far saturated, enough of them over enough of the run)."""
         cfg = self.config
-        if not out.close() or self._fired is not None:
+        if not out.close() or self._fired is not None or out.stretch is None:
             return False
-        if out.seen >= 2 * cfg.min_steps and out.saturated == out.seen and out.span >= cfg.min_span:
+        _, span, count = out.stretch
+        if count >= 2 * cfg.min_steps and span >= cfg.min_span and 2 * span >= out.span:
             self._fired = out
             return True
         return False
@@ -123,13 +126,14 @@ class SaturatedOutputs(Detector):
         lo, hi = median(list(out.lo)), median(list(out.hi))
         spread = median(list(out.spreads))
         pinned = lo <= 0.01 and hi >= 0.99  # probabilities at 0 and 1, not squashed in the middle
+        start, span, _ = out.longest or (out.first, 0, 0)
         return finding(
-            self.id, step=out.first,
+            self.id, step=start,
             message=(
                 f"{out.what} {'vary' if out.what.startswith('the probabilities') else 'varies'} across inputs by a median {fmt(spread)} (std over "
                 f"the batch, or a step's one-row calls; threshold {fmt(self.config.spread)}) on {out.saturated} of {out.seen} "
-                f"sampled steps ({out.saturated_span} of the {out.span} steps they stand for); "
-                f"its values sit in [{fmt(lo)}, {fmt(hi)}]."
+                f"sampled steps ({out.saturated_span} of the {out.span} steps they stand for; "
+                f"the longest stretch {span} steps from step {start}); its values sit in [{fmt(lo)}, {fmt(hi)}]."
             ),
             cause=(f"{out.what[0].upper()}{out.what[1:]} sit at 0 and 1 whatever the input: the "
                    "logits grew so large that the softmax/sigmoid saturated, and its gradient "
@@ -141,7 +145,8 @@ class SaturatedOutputs(Detector):
                  if pinned else None),
             evidence={"module": out.module, "median_spread": spread, "low": lo, "high": hi,
                       "saturated_steps": out.saturated, "sampled_steps": out.seen,
-                      "saturated_span": out.saturated_span, "span": out.span},
+                      "saturated_span": out.saturated_span, "span": out.span,
+                      "longest_from": start, "longest_span": span},
             where=[out.module],
         )
 
@@ -162,6 +167,10 @@ class _Output:
         self.saturated_span = 0
         self.step: int | None = None
         self.forwards: list[tuple[bool, float, float | None, float | None]] = []
+        # The saturated stretch going on (first step, steps it stands for, sampled steps) and
+        # the longest one: where a collapse mid-run began, not the init's first steps.
+        self.stretch: tuple[int, int, int] | None = None
+        self.longest: tuple[int, int, int] | None = None
         self.spreads: deque[float] = deque(maxlen=64)
         self.lo: deque[float] = deque(maxlen=64)
         self.hi: deque[float] = deque(maxlen=64)
@@ -180,11 +189,16 @@ class _Output:
         ranges = [(lo, hi) for _, _, lo, hi in forwards if lo is not None and hi is not None]
         apart = bool(ranges) and min(hi for _, hi in ranges) < max(lo for lo, _ in ranges)
         if apart or not all(sat for sat, _, _, _ in forwards):
+            self.stretch = None
             return True
         self.saturated += 1
         self.saturated_span += weight
         if self.first is None:
             self.first = step
+        start, span, count = self.stretch or (step, 0, 0)
+        self.stretch = (start, span + weight, count + 1)
+        if self.longest is None or self.stretch[1] > self.longest[1]:
+            self.longest = self.stretch
         for _, spread, lo, hi in forwards:
             self.spreads.append(spread)
             if lo is not None and hi is not None:
