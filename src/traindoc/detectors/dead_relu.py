@@ -68,8 +68,8 @@ class DeadRelu(Detector):
         # fired, and says that the units fired again (dead units get no gradient: they were
         # silent on that window's inputs, not dead for good).
         latest = max(self._latest.values(), key=lambda a: a.step)
-        most = max((a.dead or 0.0 for a in self._latest.values() if a.module in {f.module for f in self._fired}),
-                   default=0.0)
+        fired = {a.module for a in self._fired}
+        most = max((a.dead or 0.0 for a in self._latest.values() if a.module in fired), default=0.0)
         yield self._finding(self._fired, later=f" By step {latest.step} it was {most:.0%} at most, under the "
                                                "threshold: units that were silent fired again.")
 

@@ -29,10 +29,10 @@ class LossSpike(Detector):
     0.04 near convergence is not a spike). The ratio needs a loss that is a size: one that was
     negative within the window (a policy-gradient surrogate, a Gaussian log-likelihood) has no
     scale its average could give, and is not judged there. And it must be a spike: within
-    ``recover`` steps the loss comes back under the bar. Nor is a loss judged once each
-    backward sums a varying number of the model's calls (``Rollouts``: an RL episode's steps),
-    whose size follows the rollout's length. A loss that stays up is a new regime (divergence, a new
-    task head) and is left to the detectors of those.
+    ``recover`` steps the loss comes back under the bar. A loss that stays up is a new regime
+    (divergence, a new task head) and is left to the detectors of those. Nor is a loss judged
+    once each backward sums a varying number of the model's calls (``Rollouts``: an RL
+    episode's steps): its size follows the rollout's length.
 
     Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
     columns the engine delivers, the rollback guard's one point at a time; one judgement, on

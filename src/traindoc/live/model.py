@@ -314,8 +314,8 @@ class ModelWatch:
             for (name, type_), xs in rows.items():
                 if len(xs) >= MIN_ROWS:
                     self._defer_output(name, type_, torch.cat(xs), nan_alone=False)
-        # A ReLU unit is judged over windows of RELU_WINDOW sampled batches: "ever active since
-        # the start" would count units that died later as alive.
+        # A ReLU unit is judged over windows of RELU_WINDOW sampled batches and RELU_ROWS rows:
+        # "ever active since the start" would count units that died later as alive.
         full = [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW and r[5] >= RELU_ROWS]
         relus = [self._relu.pop(m) for m in full]
         if not flags and not relus:
