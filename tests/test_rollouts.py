@@ -1,6 +1,7 @@
 """A loss summed over a varying number of model calls (an RL episode's steps) has no scale of
 its own: loss-spike and divergence stop judging it. Seen live as the model's training forwards
-before each backward (``Backward.forwards``); a GAN's fixed counts are not rollouts."""
+before each backward (``Forwards``, sent when the count changes); a GAN's fixed counts are not
+rollouts."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import traindoc
 from traindoc.detectors.divergence import Divergence
 from traindoc.detectors.loss_spike import LossSpike
 from traindoc.detectors._maths import Rollouts
-from traindoc.events import Backward, Series
+from traindoc.events import Forwards, Series
 
 
 def test_episode_lengths_are_rollouts_and_a_gans_fixed_calls_are_not() -> None:
@@ -29,35 +30,35 @@ def test_episode_lengths_are_rollouts_and_a_gans_fixed_calls_are_not() -> None:
     assert again.since == 3
 
 
-def episode_sums(n: int = 120) -> tuple[list[Backward], list[float]]:
+def episode_sums(n: int = 120) -> tuple[list[Forwards], list[float]]:
     """Each step a backward after one call per environment step; the loss a sum over them that
     grows with the episode, as a policy-gradient loss does when the policy gets better."""
     lengths = [10 + (k * 7) % 13 if k < 60 else 150 + (k * 11) % 40 for k in range(n)]
-    backwards = [Backward(step=k, value=0.0, constant=False, forwards=length) for k, length in enumerate(lengths)]
+    backwards = [Forwards(step=k, count=length) for k, length in enumerate(lengths)]
     loss = [0.3 * length * (1.0 + 0.1 * math.sin(k)) for k, length in enumerate(lengths)]
     return backwards, loss
 
 
-def judge(det: LossSpike | Divergence, backwards: list[Backward], loss: list[float]) -> list[str]:
+def judge(det: LossSpike | Divergence, backwards: list[Forwards] | None, loss: list[float]) -> list[str]:
     found = []
-    for b, value in zip(backwards, loss):  # a step's backward comes before its loss, as live
-        det.observe(b)
-        found += [f.id for f in det.observe_series({"loss": Series("loss", [b.step], [value])}) or ()]
+    for step, value in enumerate(loss):  # a step's count comes before its loss, as live
+        if backwards is not None:
+            det.observe(backwards[step])
+        found += [f.id for f in det.observe_series({"loss": Series("loss", [step], [value])}) or ()]
     found += [f.id for f in det.finish() or ()]
     return found
 
 
 def test_a_loss_that_follows_the_episode_length_is_not_judged() -> None:
     backwards, loss = episode_sums()
-    counted = [Backward(step=b.step, value=0.0, constant=False, forwards=0) for b in backwards]  # not counted
-    assert "divergence" in judge(Divergence(), counted, loss)  # the check can fail: same numbers
+    assert "divergence" in judge(Divergence(), None, loss)  # the check can fail: same numbers, no counts
     assert judge(Divergence(), backwards, loss) == []
     jumps = [v * (6.0 if k % 30 == 29 else 1.0) for k, v in enumerate(loss)]
-    assert "loss-spike" in judge(LossSpike(), counted, jumps)
+    assert "loss-spike" in judge(LossSpike(), None, jumps)
     assert judge(LossSpike(), backwards, jumps) == []
 
 
-def test_the_live_backward_counts_the_models_calls_before_it() -> None:
+def test_the_live_run_counts_the_models_calls_before_each_backward() -> None:
     torch.manual_seed(0)
     policy = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 2))
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
@@ -70,4 +71,5 @@ def test_the_live_backward_counts_the_models_calls_before_it() -> None:
             opt.zero_grad()
             loss.backward()  # type: ignore[union-attr]
             opt.step()
-    assert [e.forwards for e in recorded if isinstance(e, Backward)] == lengths
+    assert [e.count for e in recorded if isinstance(e, Forwards)] == lengths  # each a change
+    assert [e.step for e in recorded if isinstance(e, Forwards)] == list(range(len(lengths)))

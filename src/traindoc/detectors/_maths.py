@@ -114,7 +114,7 @@ class Rollouts:
     """Whether each backward sums a varying number of a model's calls (the steps of an RL
     episode, a variable-length rollout): then the loss's size follows the rollout's length, and
     its ratio to its own past (a spike, a divergence) says nothing about the training. Fed the
-    model calls before each sampled backward (``Backward.forwards``): at least 4 different
+    model calls before each sampled backward (``events.Forwards``): at least 4 different
     counts, the largest at least twice the smallest; a GAN's fixed 3 calls before D's backward
     and 1 before G's is not. ``since``: the step from which the loss is such a sum."""
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import Rollouts
-from traindoc.events import Backward, Event, Series, Phase
+from traindoc.events import Event, Forwards, Series, Phase
 from traindoc.findings import Finding
 
 if TYPE_CHECKING:  # numpy is imported where a column is judged: the live face starts without it
@@ -40,7 +40,7 @@ class Divergence(Detector):
 
     id = "divergence"
     needs = frozenset({"loss"})
-    uses = frozenset({"phase", "backward"})  # the loss starts over at a new phase; rollouts
+    uses = frozenset({"phase", "forwards"})  # the loss starts over at a new phase; rollouts
     examples = (
         Example("zoo/divergence.py", -1),
         Example("zoo/healthy_rl_actor_critic.py", None),
@@ -83,8 +83,8 @@ class Divergence(Detector):
         self._rollouts = Rollouts()
 
     def observe(self, event: Event) -> list[Finding]:
-        if isinstance(event, Backward):
-            self._rollouts.see(event.step, event.forwards)
+        if isinstance(event, Forwards):
+            self._rollouts.see(event.step, event.count)
             return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)

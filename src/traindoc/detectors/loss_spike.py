@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
 from traindoc.detectors._maths import Ema, Rollouts, robust_z
-from traindoc.events import Backward, Event, Series, Phase
+from traindoc.events import Event, Forwards, Series, Phase
 from traindoc.findings import Finding
 
 SHOWN = 20  # spikes kept for the evidence (the rest are counted)
@@ -41,7 +41,7 @@ class LossSpike(Detector):
 
     id = "loss-spike"
     needs = frozenset({"loss"})
-    uses = frozenset({"phase", "backward"})  # the loss starts over at a new phase; rollouts
+    uses = frozenset({"phase", "forwards"})  # the loss starts over at a new phase; rollouts
     examples = (
         Example("golden/loss_spike.jsonl", 30),
         Example("golden/healthy_noisy_loss.jsonl", None),
@@ -82,8 +82,8 @@ class LossSpike(Detector):
         self._rollouts = Rollouts()
 
     def observe(self, event: Event) -> list[Finding]:
-        if isinstance(event, Backward):
-            self._rollouts.see(event.step, event.forwards)
+        if isinstance(event, Forwards):
+            self._rollouts.see(event.step, event.count)
             return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)

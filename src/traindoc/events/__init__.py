@@ -29,7 +29,7 @@ from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankPara
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
-    Batch, Cast, Classification, Clip, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
+    Batch, Cast, Classification, Clip, Forwards, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
     Scalar, Series, StepBegin, StepEnd,
 )
 
@@ -37,6 +37,7 @@ from traindoc.events.steps import (
 SIGNALS: dict[str, str] = {
     "loss": "the training loss per step",
     "backward": "the value handed to backward() (live only)",
+    "forwards": "how many times the model ran with gradients before each backward, when that changes (live, sampled steps)",
     "params": "per-parameter gradient and update statistics on sampled steps",
     "optimizer": "the optimizers, their classes, parameter groups and LRs",
     "activations": "module outputs on sampled forward passes",
@@ -76,7 +77,7 @@ SIGNALS: dict[str, str] = {
 
 
 Event = Union[
-    RunStart, Optimizer, Scalar, Series, Backward, ParamStats, Activation, Clip, Batch,
+    RunStart, Optimizer, Scalar, Series, Backward, Forwards, ParamStats, Activation, Clip, Batch,
     Classification, Cast, RunEnd, Checkpoint, BatchNormState, LossTerm,
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
@@ -90,6 +91,7 @@ EVENT_TYPES: dict[str, type] = {
     "scalar": Scalar,
     "series": Series,
     "backward": Backward,
+    "forwards": Forwards,
     "param_stats": ParamStats,
     "activation": Activation,
     "clip": Clip,

@@ -138,10 +138,18 @@ class Backward:
     constant: bool
     micro: int = 0  # index of this backward among those of the same optimizer step
     where: str = ""  # file:line of the backward() call in the user's code
-    # Training forwards of a model since the previous backward (sampled steps; 0: not counted):
-    # one per micro-batch in supervised training, an episode's length in a policy-gradient loop.
-    forwards: int = 0
     signal: ClassVar[str] = "backward"
+
+
+@dataclass(frozen=True)
+class Forwards:
+    """How many times a model ran with gradients before the backward of ``step`` (counted on
+    sampled steps, sent when the number changes): one per micro-batch in supervised training,
+    an episode's length in a policy-gradient loop."""
+
+    step: int
+    count: int
+    signal: ClassVar[str] = "forwards"
 
 @dataclass(frozen=True)
 class ParamStats:

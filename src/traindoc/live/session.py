@@ -23,7 +23,7 @@ import torch
 
 from traindoc import config, detectors
 from traindoc.engine import Engine, Report
-from traindoc.events import Event, Phase, RunEnd, RunStart, StepBegin
+from traindoc.events import Event, Forwards, Phase, RunEnd, RunStart, StepBegin
 from traindoc.findings import Finding
 from traindoc.live import measure
 from traindoc.live.clock import StepClock
@@ -66,6 +66,7 @@ class Session:
         # its optimizer's state (deepspeed.initialize does), not training. Skipped whole.
         self.setup_step = False
         self._phase = 0
+        self._forwards_sent = 0  # the last count of model calls before a backward sent (Forwards)
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
@@ -284,7 +285,11 @@ class Session:
             return
         clock = self.clock
         micro = clock.backward()  # closes the round a step ended (or the script dropped)
-        forwards, clock.forwards = clock.forwards, 0
+        if clock.forwards:
+            if clock.forwards != self._forwards_sent:  # in order with the values still pending
+                self._forwards_sent = clock.forwards
+                self.stream.pending.append(Forwards(step=clock.step, count=clock.forwards))
+            clock.forwards = 0
         self.setup_step = False
         if loss.numel() != 1:
             return
@@ -302,7 +307,7 @@ class Session:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:
                 value = value / scale
-        self.stream.backward(value, clock.step, micro, constant, where, forwards)
+        self.stream.backward(value, clock.step, micro, constant, where)
 
     def _fresh_constant(self, loss: torch.Tensor) -> bool:
         """A scalar the script made (``torch.tensor(3.0, requires_grad=True)``, maybe scaled)

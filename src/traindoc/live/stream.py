@@ -49,10 +49,9 @@ class Stream:
             tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
         self.pending.append((tensor, decode, args))
 
-    def backward(self, value: torch.Tensor, step: int, micro: int, constant: bool, where: str,
-                 forwards: int = 0) -> None:
+    def backward(self, value: torch.Tensor, step: int, micro: int, constant: bool, where: str) -> None:
         """The value a backward of ``step`` started from (summed into the step's loss)."""
-        self.defer(value, _decode_backward, self.loss_sum, step, micro, constant, where, forwards)
+        self.defer(value, _decode_backward, self.loss_sum, step, micro, constant, where)
 
     def clip(self, norm: torch.Tensor, step: int, max_norm: float, where: str, via: str) -> None:
         """A clipping of ``step``: its norm is the step's gradient norm."""
@@ -114,9 +113,9 @@ class Stream:
 
 
 def _decode_backward(vals: list[float], sums: dict[int, float], step: int, micro: int, constant: bool,
-                     where: str, forwards: int) -> tuple[Event, ...]:
+                     where: str) -> tuple[Event, ...]:
     sums[step] = sums.get(step, 0.0) + vals[0]  # the step's loss, emitted at its end
-    return (Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where, forwards=forwards),)
+    return (Backward(step=step, value=vals[0], constant=constant, micro=micro, where=where),)
 
 
 def _decode_clip(vals: list[float], step: int, max_norm: float, where: str, via: str) -> tuple[Event, ...]:
