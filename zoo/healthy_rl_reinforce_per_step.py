@@ -8,7 +8,7 @@ discounted returns (gamma 0.99) are normalized and one Adam step (lr 1e-2) is ta
 sum(-log_prob * return). Each forward sees a single row, and the dropout zeroes 60% of the
 hidden units on each, so over a handful of forwards from one episode many live units are
 silent by chance: a dead-ReLU judgement needs many rows, not many calls. The episode length
-climbs from about 10 to 150-200 steps by episode 100. Its loss changes sign from episode to
+climbs from about 10 to 100-200 steps by episodes 100-120. Its loss changes sign from episode to
 episode (the returns are normalized to mean 0) and grows with the episode's length: a long
 episode after short ones is not a loss spike.
 
