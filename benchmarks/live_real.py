@@ -30,7 +30,8 @@ with OMP_NUM_THREADS=1 (bit-reproducible on CPU). Judged:
 The reinforcement-learning cases need gymnasium (``pip install gymnasium``; CartPole is pure
 Python). The data each script reads is made here (``prepare``): a word corpus drawn from a small
 random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
-sized so that a run takes seconds. Exit status 1 when a case is not identical, raises a false
+sized so that a run takes seconds; a script that never seeds torch is seeded at start-up
+(``torch_seed``: a sitecustomize on its PYTHONPATH). Exit status 1 when a case is not identical, raises a false
 alarm or fails; 2 when a checkout is missing or the manifest is malformed.
 """
 
@@ -197,9 +198,18 @@ def _text(where: Path) -> None:
     (where / "input.txt").write_text(_corpus(3000), encoding="utf-8")
 
 
+def _torch_seed(where: Path) -> None:
+    """live_real_seed/sitecustomize.py, which seeds torch at start-up, for a script that never
+    seeds it (each process would draw other data): the case's PYTHONPATH names the folder, so
+    that the bare and the watched run see the same numbers."""
+    folder = where / "live_real_seed"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text("import torch\n\ntorch.manual_seed(0)\n", encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
-    "names": _names, "text": _text,
+    "names": _names, "text": _text, "torch_seed": _torch_seed,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),

@@ -21,19 +21,6 @@ def median(xs: Sequence[float]) -> float:
     return ys[mid] if len(ys) % 2 else 0.5 * (ys[mid - 1] + ys[mid])
 
 
-def mad(xs: Sequence[float]) -> float:
-    """Median absolute deviation (unscaled)."""
-    m = median(xs)
-    return median([abs(x - m) for x in finite(xs)])
-
-
-def robust_z(x: float, window: Sequence[float]) -> float:
-    """How many (MAD-scaled) deviations ``x`` lies above the window's median."""
-    m, d = median(window), mad(window)
-    scale = 1.4826 * d if d > 0 else max(abs(m) * 1e-3, 1e-12)
-    return (x - m) / scale
-
-
 class Column(Protocol):
     """What ``Thinned`` reads: a list of floats or a numpy array of them."""
 

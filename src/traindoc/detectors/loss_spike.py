@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
-from traindoc.detectors._maths import Ema, Rollouts, robust_z
+from traindoc.detectors._maths import Ema, Rollouts
 from traindoc.events import Event, Forwards, Series, Phase
 from traindoc.findings import Finding
 
@@ -24,11 +24,13 @@ class LossSpike(Detector):
     """The loss jumps to several times its moving average in one step.
 
     A spike must clear three bars, so that ordinary minibatch noise never fires: the ratio to
-    the moving average, a robust z-score against the recent window (noise-aware), and an
-    absolute rise that matters against the run's initial loss (so a loss of 0.01 jumping to
-    0.04 near convergence is not a spike). The ratio needs a loss that is a size: one that was
-    negative within the window (a policy-gradient surrogate, a Gaussian log-likelihood) has no
-    scale its average could give, and is not judged there. And it must be a spike: within
+    the moving average; a z-score of that ratio's log against the last ``history`` points' own
+    excursions above their averages (``_tail_z``), so that a loss whose batches stray far by
+    construction (a heavy tail: features x^4 of Gaussian inputs) is judged by its own
+    excursions; and an absolute rise that matters against the run's initial loss (so a loss of
+    0.01 jumping to 0.04 near convergence is not a spike). The ratio needs a loss that is a
+    size: one that was negative within the window (a policy-gradient surrogate, a Gaussian
+    log-likelihood) has no scale its average could give, and is not judged there. And it must be a spike: within
     ``recover`` steps the loss comes back under the bar. A loss that stays up is a new regime
     (divergence, a new task head) and is left to the detectors of those. Nor is a loss judged
     once each backward sums a varying number of the model's calls (``Rollouts``: an RL
@@ -47,18 +49,21 @@ class LossSpike(Detector):
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("zoo/loss_spike.py", -1),
         Example("zoo/healthy_rl_reinforce_per_step.py", None),
+        Example("zoo/healthy_heavy_tailed_claims.py", None),
         Example("fixtures/logs/csv/loss_spike.csv", 170),
         Example("fixtures/logs/csv/healthy.csv", None),
     )
 
     # Carried over a resume: the moving average, its window and the spikes so far (the first loss
     # sets the rise that counts).
-    carry = ("_ema", "_recent", "_first", "_seen", "_spikes", "_count", "_pending", "_phase", "_rollouts")
+    carry = ("_ema", "_recent", "_ratios", "_first", "_seen", "_spikes", "_count", "_pending", "_phase",
+             "_rollouts")
 
     @dataclass(frozen=True)
     class Config:
         factor: float = 3.0  # loss / moving average
-        z: float = 8.0  # robust z-score against the window
+        z: float = 8.0  # z-score of the jump's log ratio against the history's (_tail_z)
+        history: int = 200  # points whose ratios to their average give the noise (_tail_z)
         min_rise: float = 0.1  # rise as a share of the first loss
         window: int = 20
         warmup: int = 10  # steps before spikes are judged
@@ -69,11 +74,15 @@ class LossSpike(Detector):
                 raise ValueError(f"factor must be > 1, got {self.factor}")
             if self.window < 5:
                 raise ValueError(f"window must be >= 5, got {self.window}")
+            if self.history < self.window:
+                raise ValueError(f"history must be >= window ({self.window}), got {self.history}")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._ema = Ema(self.config.window)  # of the points taken in (jumps stay out)
         self._recent: deque[float] = deque(maxlen=self.config.window)  # the last points taken in
+        # ... and the logs of the last ``history`` ones' ratios to the average before them
+        self._ratios: deque[float] = deque(maxlen=self.config.history)
         self._first: float | None = None
         self._seen = 0  # points taken in
         self._spikes: list[tuple[int, float, float]] = []  # the first SHOWN spikes ...
@@ -143,17 +152,27 @@ class LossSpike(Detector):
         taken = len(f)  # the index in f of the jump taken, if any
         for k in ks.tolist():
             recent = [*self._recent, *vec.items(col.values, at[max(0, k - cfg.window):k])][-cfg.window:]
-            if min(recent, default=0.0) >= 0 and robust_z(vec.item(col.values, at[k]), recent) >= cfg.z:
+            if min(recent, default=0.0) >= 0 and _tail_z(math.log(f[k] / value[k]), self._noise(f, value, k)) >= cfg.z:
                 taken = k
                 break
         self._ema.load_state_dict({"avg": avg[taken].item(), "weight": weight[taken].item()})
         self._seen += taken
         self._recent.extend(vec.items(col.values, at[max(0, taken - cfg.window):taken]))
+        self._ratios.extend(_logs(f, value, max(0, taken - cfg.history), taken).tolist())
         if taken == len(f):
             return stop
         # A jump stays out of the average it is judged against, as do the points until it resolves.
         self._pending = (vec.item(col.steps, at[taken]), vec.item(col.values, at[taken]), value[taken].item())
         return int(at[taken]) + 1
+
+    def _noise(self, f: np.ndarray, value: np.ndarray, k: int) -> np.ndarray:
+        """The log ratios of the last ``history`` points taken in before point ``k`` of the scan
+        (``f``, with the averages before its points in ``value``)."""
+        import numpy as np
+
+        here = _logs(f, value, max(0, k - self.config.history), k)
+        past = np.fromiter(self._ratios, np.float64, len(self._ratios))
+        return np.concatenate((past, here))[-self.config.history:]
 
     def _averages(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``Ema``'s state ``(avg, weight)`` before each point of ``f`` and after the last, by
@@ -216,6 +235,36 @@ class LossSpike(Detector):
                 "spikes": self._count, "spike_steps": [s for s, _, _ in self._spikes],
             },
         )
+
+
+def _tail_z(log_ratio: float, history: np.ndarray) -> float:
+    """How many spreads of the loss's own upward excursions ``log_ratio`` (a point's log ratio
+    to the moving average before it) lies above its average. The spread is read from the
+    history's excursions above their averages at their 90th percentile: a Gaussian's sigma
+    (1.645 sigma there) when the batches' noise is, wider when it is heavy-tailed, so that
+    such a loss's frequent far excursions count as its noise. (A median absolute deviation
+    reads the 50th percentile and calls a heavy tail's ordinary excursions outliers; points
+    below their average, a loss falling fast, say nothing of how far it strays up.)"""
+    import numpy as np
+
+    ups = history[history > 0]
+    if not len(ups):
+        return math.inf
+    at = 0.9 * (len(ups) - 1)  # np.quantile's (linear) 90th percentile, by a partial sort
+    lo = int(at)
+    hi = min(lo + 1, len(ups) - 1)
+    part = np.partition(ups, (lo, hi))
+    spread = float(part[lo] + (at - lo) * (part[hi] - part[lo])) / 1.645
+    return log_ratio / spread if spread > 0 else math.inf
+
+
+def _logs(f: np.ndarray, value: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The logs of the ratios of points ``start:stop`` to their averages, where both are
+    positive (a first point has no average; a loss at zero no log)."""
+    import numpy as np
+
+    logs = np.log(f[start:stop] / value[start:stop])
+    return logs[np.isfinite(logs)]
 
 
 def _updates(avg: float, ax: np.ndarray, c: float) -> np.ndarray:
