@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from dataclasses import dataclass
 from typing import Iterator
@@ -159,7 +160,7 @@ class ConstantLoss(Detector):
         step = next(iter(self._recent))
         value, where, _, flagged = self._recent.pop(step)
         if flagged:
-            key = round(value, 6)
+            key = _key(value)
             if key in self._values or len(self._values) < _VALUES:
                 self._values[key] += 1
             if where and len(self._sites) < _VALUES:
@@ -170,7 +171,7 @@ class ConstantLoss(Detector):
         values, sites = Counter(self._values), set(self._sites)
         for v, site, _, flagged in self._recent.values():  # in step order, as the counts
             if flagged:
-                values[round(v, 6)] += 1
+                values[_key(v)] += 1
                 if site:
                     sites.add(site)
         common = values.most_common(1)[0] if values else None
@@ -184,11 +185,14 @@ class ConstantLoss(Detector):
                 f"on {self._dry} sampled optimizer steps every backward() left the parameters of every "
                 "optimizer without a gradient (gradient norm 0 right after it), and no parameter got "
                 "one on any sampled step: the loss's graph reaches no parameter")
+        nan = common is not None and math.isnan(common[0]) and not self._dry_fired
         value = f"; the value handed to backward was {fmt(common[0])} on {common[1]} of them" if common else ""
         return finding(
             self.id, step=first,
             message="; ".join(parts) + value + f" (first at step {first}).",
-            cause=_UNREACHED if self._dry_fired and not (self._constant or self._zero_grad) else None,
+            cause=(_UNREACHED if self._dry_fired and not (self._constant or self._zero_grad)
+                   else _NAN_CAUSE if nan else None),
+            fix="Fix the NaN where `nonfinite` says it was born: a loss that is NaN trains nothing." if nan else None,
             evidence={"constant_steps": self._constant, "zero_gradient_steps": self._zero_grad,
                       "unreached_steps": self._dry,
                       "steps_observed": self._steps, "first_steps": list(self._first),
@@ -203,5 +207,15 @@ _UNREACHED = (
     "`torch.tensor(pred, requires_grad=True)` made a new leaf; backward() fills that leaf's "
     "gradient and stops there. The `requires_grad=True` was likely added to silence \"element 0 "
     "of tensors does not require grad\".")
+_NAN_CAUSE = (
+    "The value handed to backward was NaN, so its steps learned nothing: the root cause is where "
+    "that NaN was born, which `nonfinite` names (an empty batch, an op outside its domain).")
+_NAN = math.nan  # one NaN key for the counts: NaN != NaN would count each NaN apart
+
+
+def _key(value: float) -> float:
+    return _NAN if math.isnan(value) else round(value, 6)
+
+
 _RECENT = 64  # steps whose backward() is kept until they leave (a sampled step is judged sooner)
 _VALUES = 1024  # distinct values counted (and call sites kept): a constant repeats one value

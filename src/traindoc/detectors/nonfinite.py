@@ -48,7 +48,8 @@ class Nonfinite(Detector):
         self._what: list[str] = []
         # Per step, the first module whose forward output held NaN: only for the steps whose
         # verdict may still come (see _forget), not one entry per step of a long NaN run.
-        self._module: dict[int, str] = {}
+        self._module: dict[int, str] = {}  # a loss function's name ends in "()"
+        self._empty: set[int] = set()  # steps whose first NaN module had an empty input
         self._latest: int | None = None  # the latest step the stream reached
         self._grads: list[str] = []
         self._params: list[str] = []
@@ -95,7 +96,9 @@ class Nonfinite(Detector):
     def _observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
             if event.nan and not event.is_output and event.step not in self._module:
-                self._module[event.step] = event.module
+                self._module[event.step] = event.module + ("()" if event.type == "function" else "")
+                if event.empty:
+                    self._empty.add(event.step)
                 self._forget()
             return
         if isinstance(event, ParamStats):
@@ -158,6 +161,7 @@ class Nonfinite(Detector):
         else:
             return
         self._module = {s: m for s, m in self._module.items() if s == floor or (later and s > floor)}
+        self._empty &= set(self._module)
 
     def finish(self) -> Iterator[Finding]:
         if self._held is not None:  # a last step that never ended (the run stopped in it)
@@ -171,12 +175,15 @@ class Nonfinite(Detector):
             # whole, or the live stream's points), and the report must not depend on it.
             self._what = sorted([*self._what, what])
         module = self._module.get(step)
-        where = ([f"module {module}"] if module else []) + self._grads[:5] + self._params[:5]
+        empty = module is not None and step in self._empty
+        what = "" if module is None else f"`{module}`" if module.endswith("()") else f"module `{module}`"
+        where = ([what.replace("`", "")] if module else []) + self._grads[:5] + self._params[:5]
         parts = []
         if self._loss is not None:
             parts.append(f"the loss is {self._loss}")
         if module:
-            parts.append(f"module `{module}` output NaN in the forward pass")
+            parts.append(f"{what} output NaN in the forward pass"
+                         + (" on an input with no element (0 rows): a mean over nothing is NaN" if empty else ""))
         if self._grads:
             parts.append(f"{len(self._grads)} parameter(s) have non-finite gradients ({names(self._grads, 3)})")
         if self._params:
@@ -187,11 +194,20 @@ class Nonfinite(Detector):
             self.id, step=self._step,
             message=f"first non-finite value at step {self._step}: " + "; ".join(parts) + ".",
             cause=(
+                f"`{module}` was given an empty batch: the index or mask that selects its rows "
+                "selected none (a split or slice past the end of the data, a filter that matched "
+                "nothing), and the mean of no elements is NaN." if empty else
                 "An op outside its domain (log/sqrt/div of 0 or a negative, exp overflow), an LR "
                 "too high, fp16 overflow, or bad input data."
                 + (f" The forward pass first produced NaN in `{module}`." if module else "")
             ),
-            evidence={"signals": list(self._what), "module": module or "", "loss": self._loss,
+            fix=(
+                "Print the size of the selection handed to the loss and check the split or filter "
+                "that makes it against the data's length; a loss over a batch that can be empty "
+                "needs a guard (skip the step when it holds no row)." if empty else None
+            ),
+            evidence={"signals": list(self._what), "module": module or "", "empty_input": empty,
+                      "loss": self._loss,
                       "nonfinite_grads": self._grads[:20], "nonfinite_params": self._params[:20]},
             where=where,
         )

@@ -195,7 +195,8 @@ LOSS_INPUT = "loss input"  # Activation.type: the probabilities a loss function 
 class Activation:
     """A module's output on a sampled forward pass.
 
-    ``nan``: the output held NaN. ``dead``: for ReLU-like modules, the share of units that were
+    ``nan``: the output held NaN; ``empty``: its input held no element (a loss over an empty
+    selection, whose mean is NaN). ``dead``: for ReLU-like modules, the share of units that were
     never positive over a window of sampled batches (``batches`` of them, ``rows`` rows: samples,
     tokens or pixels; 0 where the source does not count them). ``spread``: for the
     model's output, the mean over features of the standard deviation across the batch;
@@ -206,6 +207,7 @@ class Activation:
     module: str
     type: str
     nan: bool = False
+    empty: bool = False
     dead: float | None = None
     units: int = 0
     batches: int = 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import torch
@@ -245,6 +246,32 @@ def _saved_multiplier(node: Any, name: str, i: int) -> torch.Tensor | None:
     with torch.no_grad():
         x = saved.detach().float().reshape(())
         return 1.0 / x if name == "DivBackward0" else x
+
+
+_MEANS = re.compile(r"(Mean|Loss|Std|Var)\w*Backward\d*$")  # a reduction that makes NaN of nothing
+
+
+def empty_mean(grad_fn: Any, budget: int = 16) -> str | None:
+    """The op near the top of a loss's graph (its first ``budget`` autograd nodes) that took a
+    mean of an input with no element, a loss over an empty selection, by the op's name
+    (``nll_loss``, ``mean``); None when there is none. Reads the nodes' saved sizes: no sync."""
+    todo, seen = [grad_fn], 0
+    while todo and seen < budget:
+        node = todo.pop(0)
+        if node is None:
+            continue
+        seen += 1
+        name = type(node).__name__
+        if _MEANS.search(name):
+            try:
+                numel = getattr(node, "_saved_self_sym_numel", None)
+                saved = getattr(node, "_saved_self", None) if numel is None else None
+            except RuntimeError:  # a saved tensor already freed
+                numel = saved = None
+            if numel == 0 or (isinstance(saved, torch.Tensor) and saved.numel() == 0):
+                return re.sub(r"(?<!^)(?=[A-Z])", "_", re.sub(r"Backward\d*$", "", name)).lower()
+        todo.extend(n for n, _ in node.next_functions)
+    return None
 
 
 def read_back(tensors: list[torch.Tensor]) -> list[list[float]]:

@@ -47,7 +47,7 @@ class ModelWatch:
         self._relu = ObjectMap()
         self._relu_outputs: set[int] = set()  # ids of nn.ReLU outputs in this forward
         self._rows: dict[tuple[str, str], list[torch.Tensor]] = {}  # one-row outputs of this step
-        self.nan_flags: list[tuple[str, str, torch.Tensor]] = []
+        self.nan_flags: list[tuple[str, str, torch.Tensor, bool]] = []  # name, type, NaN, empty input
         self._stray_step = -1
 
     def models(self) -> list[Any]:
@@ -262,13 +262,14 @@ class ModelWatch:
 
         self.s.defer(spread, decode)
 
-    def on_module_output(self, module: Any, output: Any) -> None:
+    def on_module_output(self, module: Any, output: Any, empty: bool = False) -> None:
+        """``empty``: the module's input held no element."""
         outs = measure.first_float_tensors(output, limit=2)
         if not outs:
             return
         name = self._mnames.get(module, type(module).__name__)
         flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
-        self.nan_flags.append((name, type(module).__name__, flag))
+        self.nan_flags.append((name, type(module).__name__, flag, empty))
         if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
             self._relu_outputs.add(id(outs[0]))
             self._track_units(module, name, type(module).__name__, outs[0], None)
@@ -305,6 +306,20 @@ class ModelWatch:
             batches = 1
         self._relu[key] = (name, type_, active, batches, negative, rows)
 
+    def on_sampled_loss(self, loss: torch.Tensor) -> None:
+        """A sampled step's loss: where a mean near its top had no element to average (a loss
+        over an empty selection), whether the loss came out NaN, read at the flush."""
+        op = measure.empty_mean(loss.grad_fn)
+        if op is None:
+            return
+        step = self.s.clock.step
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            if vals[0]:
+                yield Activation(step=step, module=op, type="function", nan=True, empty=True)
+
+        self.s.defer(torch.isnan(loss.detach()).reshape(1).float(), decode)
+
     def pack_activations(self) -> None:
         """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""
         flags, self.nan_flags = self.nan_flags, []
@@ -322,7 +337,7 @@ class ModelWatch:
             return
         step = self.s.clock.step
         with torch.no_grad():
-            parts = [torch.stack([f for _, _, f in flags]).float()] if flags else []
+            parts = [torch.stack([f for _, _, f, _ in flags]).float()] if flags else []
             for _, _, active, _, negative, _ in relus:  # [dead share, ever negative]
                 neg = negative.float().reshape(1) if negative is not None else torch.zeros(1)
                 parts += [1.0 - active.float().mean().reshape(1), neg.to(active.device)]
@@ -331,9 +346,9 @@ class ModelWatch:
 
         def decode(vals: list[float]) -> Iterable[Event]:
             nflags = len(flags)
-            for (name, type_, _), v in zip(flags, vals[:nflags]):
+            for (name, type_, _, empty), v in zip(flags, vals[:nflags]):
                 if v:
-                    yield Activation(step=step, module=name, type=type_, nan=True)
+                    yield Activation(step=step, module=name, type=type_, nan=True, empty=empty)
                     break
             rest = vals[nflags:]
             for (name, type_, active, batches, _, rows), dead, neg in zip(relus, rest[::2], rest[1::2]):

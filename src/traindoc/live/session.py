@@ -300,6 +300,7 @@ class Session:
         if clock.sampled:
             where = user_site(1)
             self.model.pack_activations()
+            self.model.on_sampled_loss(loss)
         elif self.model.nan_flags:  # forward flags are only taken on sampled steps
             self.model.pack_activations()
         value = loss.detach()  # no copy, no sync: read at the flush

@@ -49,6 +49,7 @@ class CoreProbes(Probe):
         self._forward: list[Any] = []
         self._depth = 0
         self._unbatched = False  # the latest root forward ran on one unbatched vector
+        self._empty = False  # the module whose output is measured got an input with no element
         self._calls = FirstCalls()  # the calls of each module a sampled step measures
         self._ops = patcher.ops
         self._iterators = 0
@@ -246,16 +247,17 @@ class CoreProbes(Probe):
             self.clock.in_forward = False
         if not torch.is_grad_enabled() or not self._calls.taken(module):
             return
+        x = args[0] if args else None
         if self._depth == 0:  # a model run on one unbatched vector: its output has no batch dim
-            x = args[0] if args else None
             self._unbatched = isinstance(x, torch.Tensor) and x.ndim == 1 and x.is_floating_point()
+        self._empty = isinstance(x, torch.Tensor) and x.numel() == 0  # its shape: no sync
         self._measure(self._on_output, module, output)
 
     def _on_input(self, module: Any, args: Any) -> None:
         self._guard("forward", self.s.model.on_module_input, module, args)
 
     def _on_output(self, module: Any, output: Any) -> None:
-        self._guard("forward", self.s.model.on_module_output, module, output)
+        self._guard("forward", self.s.model.on_module_output, module, output, self._empty)
         for listener in self.s.output_listeners:
             listener(module, output)
         if self._depth == 0 and next(module.parameters(), None) is not None:
