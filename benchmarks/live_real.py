@@ -213,6 +213,9 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
+    # pytorch/examples' gat reads ./cora/ and splits 1200 test and 400 validation nodes off first
+    "citations_gat": lambda where: _citations(where / "cora", nodes=2000),
+    "citations_gat_small": lambda where: _citations(where / "cora", nodes=1500),
 }
 
 
