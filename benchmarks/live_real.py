@@ -198,6 +198,12 @@ def _text(where: Path) -> None:
     (where / "input.txt").write_text(_corpus(3000), encoding="utf-8")
 
 
+def _chargpt_text(where: Path) -> None:
+    """input.txt for minGPT's chargpt, whose sampling every 500 iterations starts from the
+    context "O God, O God!": its characters must be in the text's vocabulary."""
+    (where / "input.txt").write_text("O God, O God!\n" + _corpus(2000), encoding="utf-8")
+
+
 def _torch_seed(where: Path) -> None:
     """live_real_seed/sitecustomize.py, which seeds torch at start-up, for a script that never
     seeds it (each process would draw other data): the case's PYTHONPATH names the folder, so
@@ -209,7 +215,7 @@ def _torch_seed(where: Path) -> None:
 
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
-    "names": _names, "text": _text, "torch_seed": _torch_seed,
+    "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
