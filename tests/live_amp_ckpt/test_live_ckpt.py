@@ -91,6 +91,21 @@ def test_overwriting_the_latest_checkpoint_in_place_fires(tmp_path: Path) -> Non
     f = next(f for f in doc.findings if f.id == "checkpoint-not-atomic")
     assert f.step == 4 and f.evidence["steps"] == [2, 4, 6] and f.evidence["path"] == str(path)
     assert "os.replace" in f.fix and any("test_live_ckpt.py" in w for w in f.where)
+    assert "resume reads" in f.cause  # a training checkpoint: the catalog's cause
+
+
+def test_weights_rewritten_in_place_are_the_model_the_run_keeps(tmp_path: Path) -> None:
+    """minGPT's chargpt rewrites model.pt (its state_dict) every 500 iterations: no resume reads
+    it, so the cause speaks of the model kept there, not of a resume point."""
+    model, opt, sched = setup()
+    path = tmp_path / "model.pt"
+    with traindoc.watch(announce=False) as doc:
+        for _ in range(2):
+            train(model, opt, sched, 2)
+            torch.save(model.state_dict(), path)
+    f = next(f for f in doc.findings if f.id == "checkpoint-not-atomic")
+    assert f.evidence["training_checkpoint"] is False
+    assert f.cause.startswith(f"{path} holds the model (no optimizer state)") and "resume reads" not in f.cause
 
 
 def test_new_paths_and_final_weights_stay_quiet_but_an_old_file_overwritten_fires(tmp_path: Path) -> None:

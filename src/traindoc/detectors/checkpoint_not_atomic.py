@@ -96,6 +96,11 @@ class CheckpointNotAtomic(Detector):
         return finding(
             self.id, step=first.step,
             message=what + also + ".",
+            cause=None if first.training else (
+                f"{first.path} holds the model (no optimizer state) and each save writes it in place: "
+                "a crash, preemption or full disk during a write leaves a truncated file where the "
+                "last good model was, and whatever reads it next (a resume, a sampling or evaluation "
+                "script) fails on it."),
             evidence={"path": first.path, "saves_in_place": saves, "steps": list(steps),
                       "training_checkpoint": first.training, "where": first.where,
                       "overwrote_existing_file": self._overwrote_existing, "other_paths": others[:10]},
