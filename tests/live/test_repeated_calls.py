@@ -97,10 +97,10 @@ def measured(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
     for owner, name in ((ModelWatch, "on_module_output"), (AutocastCoverage, "_record")):
         orig = getattr(owner, name)
 
-        def counting(self: Any, module: Any, output: Any, _orig: Any = orig, _name: str = name) -> None:
+        def counting(self: Any, module: Any, output: Any, *rest: Any, _orig: Any = orig, _name: str = name) -> None:
             n = order.setdefault(id(module), len(order))
             counts[f"{_name}:{type(module).__name__}#{n}"] += 1
-            _orig(self, module, output)
+            _orig(self, module, output, *rest)
 
         monkeypatch.setattr(owner, name, counting)
     yield counts
