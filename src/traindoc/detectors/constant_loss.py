@@ -192,7 +192,7 @@ class ConstantLoss(Detector):
             message="; ".join(parts) + value + f" (first at step {first}).",
             cause=(_UNREACHED if self._dry_fired and not (self._constant or self._zero_grad)
                    else _NAN_CAUSE if nan else None),
-            fix="Fix the NaN where `nonfinite` says it was born: a loss that is NaN trains nothing." if nan else None,
+            fix=_NAN_FIX if nan else None,
             evidence={"constant_steps": self._constant, "zero_gradient_steps": self._zero_grad,
                       "unreached_steps": self._dry,
                       "steps_observed": self._steps, "first_steps": list(self._first),
@@ -210,6 +210,7 @@ _UNREACHED = (
 _NAN_CAUSE = (
     "The value handed to backward was NaN, so its steps learned nothing: the root cause is where "
     "that NaN was born, which `nonfinite` names (an empty batch, an op outside its domain).")
+_NAN_FIX = "Fix the NaN where `nonfinite` says it was born: a loss that is NaN trains nothing."
 _NAN = math.nan  # one NaN key for the counts: NaN != NaN would count each NaN apart
 
 

@@ -30,11 +30,11 @@ class LossSpike(Detector):
     excursions; and an absolute rise that matters against the run's initial loss (so a loss of
     0.01 jumping to 0.04 near convergence is not a spike). The ratio needs a loss that is a
     size: one that was negative within the window (a policy-gradient surrogate, a Gaussian
-    log-likelihood) has no scale its average could give, and is not judged there. And it must be a spike: within
-    ``recover`` steps the loss comes back under the bar. A loss that stays up is a new regime
-    (divergence, a new task head) and is left to the detectors of those. Nor is a loss judged
-    once each backward sums a varying number of the model's calls (``Rollouts``: an RL
-    episode's steps): its size follows the rollout's length.
+    log-likelihood) has no scale its average could give, and is not judged there. And it must
+    be a spike: within ``recover`` steps the loss comes back under the bar. A loss that stays up
+    is a new regime (divergence, a new task head) and is left to the detectors of those. Nor is
+    a loss judged once each backward sums a varying number of the model's calls (``Rollouts``:
+    an RL episode's steps): its size follows the rollout's length.
 
     Judged on columns (``observe_series``): a log's column whole, live Scalars in the small
     columns the engine delivers, the rollback guard's one point at a time; one judgement, on
@@ -152,7 +152,9 @@ class LossSpike(Detector):
         taken = len(f)  # the index in f of the jump taken, if any
         for k in ks.tolist():
             recent = [*self._recent, *vec.items(col.values, at[max(0, k - cfg.window):k])][-cfg.window:]
-            if min(recent, default=0.0) >= 0 and _tail_z(math.log(f[k] / value[k]), self._noise(f, value, k)) >= cfg.z:
+            if min(recent, default=0.0) < 0:
+                continue  # a loss that changes sign: no ratio to judge
+            if _tail_z(math.log(f[k] / value[k]), self._noise(f, value, k)) >= cfg.z:
                 taken = k
                 break
         self._ema.load_state_dict({"avg": avg[taken].item(), "weight": weight[taken].item()})
@@ -241,8 +243,8 @@ def _tail_z(log_ratio: float, history: np.ndarray) -> float:
     """How many spreads of the loss's own upward excursions ``log_ratio`` (a point's log ratio
     to the moving average before it) lies above its average. The spread is read from the
     history's excursions above their averages at their 90th percentile: a Gaussian's sigma
-    (1.645 sigma there) when the batches' noise is, wider when it is heavy-tailed, so that
-    such a loss's frequent far excursions count as its noise. (A median absolute deviation
+    (1.645 sigma there) when the batches' noise is Gaussian, wider when it is heavy-tailed, so
+    that such a loss's frequent far excursions count as its noise. (A median absolute deviation
     reads the 50th percentile and calls a heavy tail's ordinary excursions outliers; points
     below their average, a loss falling fast, say nothing of how far it strays up.)"""
     import numpy as np

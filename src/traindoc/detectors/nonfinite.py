@@ -182,8 +182,8 @@ class Nonfinite(Detector):
         if self._loss is not None:
             parts.append(f"the loss is {self._loss}")
         if module:
-            parts.append(f"{what} output NaN in the forward pass"
-                         + (" on an input with no element (0 rows): a mean over nothing is NaN" if empty else ""))
+            on_empty = " on an input with no element (0 rows): a mean over nothing is NaN"
+            parts.append(f"{what} output NaN in the forward pass" + (on_empty if empty else ""))
         if self._grads:
             parts.append(f"{len(self._grads)} parameter(s) have non-finite gradients ({names(self._grads, 3)})")
         if self._params:
