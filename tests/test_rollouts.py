@@ -74,3 +74,46 @@ def test_the_live_run_counts_the_models_calls_before_each_backward() -> None:
             opt.step()
     assert [e.count for e in recorded if isinstance(e, Forwards)] == lengths  # each a change
     assert [e.step for e in recorded if isinstance(e, Forwards)] == list(range(len(lengths)))
+    assert {e.rows for e in recorded if isinstance(e, Forwards)} == {1}  # one unbatched state a call
+
+
+def td_losses(n: int = 400) -> list[float]:
+    """One transition's loss a step, as a one-step actor-critic's: a squared TD error around 1,
+    and at each episode's end (every 15th step, no bootstrap) one many times the rest."""
+    return [(30.0 if k % 15 == 14 else 1.0) * (1.0 + 0.2 * math.sin(k)) for k in range(n)]
+
+
+def test_a_loss_of_one_sample_is_not_judged() -> None:
+    """Each backward's calls saw one row (rows 1): the loss is one sample's, with no scale; the
+    same numbers from batches (rows 32) are judged, and a batch of one at the end of an epoch
+    (rows back to 32 at the next sampled step) pauses the judgement only while it lasts."""
+    loss = td_losses()
+    one = [Forwards(step=k, count=2, rows=1) for k in range(len(loss))]
+    batched = [Forwards(step=k, count=1, rows=32) for k in range(len(loss))]
+    assert "loss-spike" in judge(LossSpike(), batched, loss)  # the check can fail
+    assert judge(LossSpike(), one, loss) == [] and judge(Divergence(), one, loss) == []
+    rollouts = Rollouts()
+    for step, rows in enumerate([32, 32, 1, 32]):
+        rollouts.see(step, 1, rows)
+        assert rollouts.judged is (rows != 1)
+    again = Rollouts()
+    rollouts.see(4, 1, 1)
+    again.load_state_dict(json.loads(json.dumps(rollouts.state_dict())))
+    assert again.one_row and not again.judged
+
+
+def test_the_live_run_counts_the_rows_a_call_sees() -> None:
+    torch.manual_seed(0)
+    actor, critic = nn.Linear(4, 2), nn.Linear(4, 1)
+    opt = torch.optim.SGD([*actor.parameters(), *critic.parameters()], lr=1e-3)
+    recorded: list[object] = []
+    with traindoc.watch(announce=False, level="thorough") as doc:
+        doc.session._sink = recorded.append
+        for batch in (1, 1, 8, 8):
+            state = torch.randn(4) if batch == 1 else torch.randn(batch, 4)  # one state, or a batch
+            loss = actor(state).logsumexp(-1).sum() + critic(state).pow(2).sum()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    sent = [(e.step, e.count, e.rows) for e in recorded if isinstance(e, Forwards)]
+    assert sent == [(0, 2, 1), (2, 2, 8)]  # sent when the calls or their rows change

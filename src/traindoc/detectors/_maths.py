@@ -103,14 +103,24 @@ class Rollouts:
     its ratio to its own past (a spike, a divergence) says nothing about the training. Fed the
     model calls before each sampled backward (``events.Forwards``): at least 4 different
     counts, the largest at least twice the smallest; a GAN's fixed 3 calls before D's backward
-    and 1 before G's is not. ``since``: the step from which the loss is such a sum."""
+    and 1 before G's is not. ``since``: the step from which the loss is such a sum.
+
+    Nor has a loss of one sample a scale (a TD update at each environment step, SGD on batches
+    of one): ``one_row`` while the latest backward's calls each saw one row; its size is that
+    sample's, a terminal transition's TD error many times the others'. ``judged``: neither."""
 
     def __init__(self) -> None:
         self.counts: list[int] = []  # the first 4 different counts
         self.low = self.high = 0
         self.since: int | None = None
+        self.one_row = False
 
-    def see(self, step: int, calls: int) -> None:
+    @property
+    def judged(self) -> bool:
+        return self.since is None and not self.one_row
+
+    def see(self, step: int, calls: int, rows: int = 0) -> None:
+        self.one_row = rows == 1
         if self.since is not None or calls < 1:
             return
         if calls not in self.counts and len(self.counts) < 4:
@@ -120,7 +130,9 @@ class Rollouts:
             self.since = step
 
     def state_dict(self) -> dict[str, Any]:
-        return {"counts": list(self.counts), "low": self.low, "high": self.high, "since": self.since}
+        return {"counts": list(self.counts), "low": self.low, "high": self.high, "since": self.since,
+                "one_row": self.one_row}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.counts, self.low, self.high, self.since = list(state["counts"]), state["low"], state["high"], state["since"]
+        self.one_row = bool(state.get("one_row", False))

@@ -44,6 +44,7 @@ class Divergence(Detector):
     examples = (
         Example("zoo/divergence.py", -1),
         Example("zoo/healthy_rl_actor_critic.py", None),
+        Example("zoo/healthy_rl_td_actor_critic.py", None),
         Example("golden/diverging_loss.jsonl", 18),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("fixtures/logs/tensorboard/diverging", 144),
@@ -84,7 +85,7 @@ class Divergence(Detector):
 
     def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, Forwards):
-            self._rollouts.see(event.step, event.count)
+            self._rollouts.see(event.step, event.count, event.rows)
             return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)
@@ -98,7 +99,7 @@ class Divergence(Detector):
         col = columns.get("loss")
         if col is None or not len(col):
             return []
-        if self._rollouts.since is not None and not self._fired:  # a rollout's sum: no scale
+        if not self._rollouts.judged and not self._fired:  # a rollout's sum, one sample: no scale
             self._rising = None
             return []
         with np.errstate(all="ignore"):  # values near the float limit overflow to inf, as in Python

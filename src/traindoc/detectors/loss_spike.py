@@ -50,6 +50,7 @@ class LossSpike(Detector):
         Example("zoo/loss_spike.py", -1),
         Example("zoo/healthy_rl_reinforce_per_step.py", None),
         Example("zoo/healthy_heavy_tailed_claims.py", None),
+        Example("zoo/healthy_rl_td_actor_critic.py", None),
         Example("fixtures/logs/csv/loss_spike.csv", 170),
         Example("fixtures/logs/csv/healthy.csv", None),
     )
@@ -92,7 +93,7 @@ class LossSpike(Detector):
 
     def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, Forwards):
-            self._rollouts.see(event.step, event.count)
+            self._rollouts.see(event.step, event.count, event.rows)
             return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)
@@ -112,7 +113,7 @@ class LossSpike(Detector):
         col = columns.get("loss")
         if col is None:
             return []
-        if self._rollouts.since is not None:  # a rollout's sum from here on: no scale to judge
+        if not self._rollouts.judged:  # a rollout's sum, one sample's loss: no scale to judge
             self._pending = None
             return []
         x, out = vec.floats(col.values), list[Finding]()

@@ -42,6 +42,8 @@ class SaturatedOutputs(Detector):
     examples = (
         Example("zoo/saturated_dag_scale.py", 0),
         Example("zoo/rl_actor_critic_collapse.py", -1),
+        Example("zoo/rl_td_actor_critic_collapse.py", -1),
+        Example("zoo/healthy_rl_td_actor_critic.py", None),
         Example("zoo/healthy_rl_actor_critic.py", None),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_dcgan_normal_init.py", None),

@@ -144,11 +144,13 @@ class Backward:
 @dataclass(frozen=True)
 class Forwards:
     """How many times a model ran with gradients before the backward of ``step`` (counted on
-    sampled steps, sent when the number changes): one per micro-batch in supervised training,
-    an episode's length in a policy-gradient loop."""
+    sampled steps, sent when it or ``rows`` changes): one per micro-batch in supervised
+    training, an episode's length in a policy-gradient loop. ``rows``: the most samples one of
+    those calls saw (1: one sample, an unbatched vector or a batch of one; 0: not known)."""
 
     step: int
     count: int
+    rows: int = 0
     signal: ClassVar[str] = "forwards"
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ class ModelWatch:
         # batches, ever-negative flag or None, rows)
         self._relu = ObjectMap()
         self._relu_outputs: set[int] = set()  # ids of nn.ReLU outputs in this forward
-        self._rows: dict[tuple[str, str], list[torch.Tensor]] = {}  # one-row outputs of this step
+        # one-row outputs of this step (and of earlier sampled steps, while fewer than MIN_ROWS)
+        self._rows: dict[tuple[str, str], list[torch.Tensor]] = {}
         self.nan_flags: list[tuple[str, str, torch.Tensor, bool]] = []  # name, type, NaN, empty input
         self._stray_step = -1
 
@@ -329,6 +330,8 @@ class ModelWatch:
             for (name, type_), xs in rows.items():
                 if len(xs) >= MIN_ROWS:
                     self._defer_output(name, type_, torch.cat(xs), nan_alone=False)
+                else:  # a step of one call (a TD update per environment step): pooled with the
+                    self._rows[(name, type_)] = xs  # next sampled steps' rows until there are enough
         # A ReLU unit is judged over windows of RELU_WINDOW sampled batches and RELU_ROWS rows:
         # "ever active since the start" would count units that died later as alive.
         full = [m for m, r in self._relu.items() if r[3] >= RELU_WINDOW and r[5] >= RELU_ROWS]

@@ -66,7 +66,7 @@ class Session:
         # its optimizer's state (deepspeed.initialize does), not training. Skipped whole.
         self.setup_step = False
         self._phase = 0
-        self._forwards_sent = 0  # the last count of model calls before a backward sent (Forwards)
+        self._forwards_sent = (0, 0)  # the last model calls and rows before a backward sent (Forwards)
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
@@ -286,10 +286,10 @@ class Session:
         clock = self.clock
         micro = clock.backward()  # closes the round a step ended (or the script dropped)
         if clock.forwards:
-            if clock.forwards != self._forwards_sent:  # in order with the values still pending
-                self._forwards_sent = clock.forwards
-                self.stream.pending.append(Forwards(step=clock.step, count=clock.forwards))
-            clock.forwards = 0
+            if (clock.forwards, clock.rows) != self._forwards_sent:  # in order with pending values
+                self._forwards_sent = (clock.forwards, clock.rows)
+                self.stream.pending.append(Forwards(step=clock.step, count=clock.forwards, rows=clock.rows))
+            clock.forwards = clock.rows = 0
         self.setup_step = False
         if loss.numel() != 1:
             return

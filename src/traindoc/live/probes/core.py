@@ -234,6 +234,7 @@ class CoreProbes(Probe):
             self.s.next_step_begins()
             if torch.is_grad_enabled():
                 self.clock.forwards += 1
+                self.clock.rows = max(self.clock.rows, _rows(args[0] if args else None))
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled() and self._calls.take(module):
             self._measure(self._on_input, module, args)
@@ -304,3 +305,13 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     if isinstance(batch, dict):
         return [t for b in batch.values() for t in _tensors(b)][:4]
     return []
+
+
+def _rows(x: Any) -> int:
+    """The samples a model's first argument holds: 1 for one unbatched float vector (as
+    ``_unbatched`` reads it), its first dimension otherwise; 0 when it is not a tensor."""
+    if not isinstance(x, torch.Tensor):
+        return 0
+    if x.ndim == 0 or (x.ndim == 1 and x.is_floating_point()):
+        return 1
+    return int(x.shape[0])
