@@ -24,13 +24,10 @@ import torch.nn as nn
 from torch.distributions import Categorical
 
 
-LR = 3e-2
-
-
-def get_args() -> argparse.Namespace:
+def get_args(lr: float) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=3000, help="environment steps, one update each")
-    p.add_argument("--lr", type=float, default=LR, help="the actor's learning rate")
+    p.add_argument("--lr", type=float, default=lr, help="the actor's learning rate")
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--save", type=str, default=None, help="write the actor's state_dict() here")
     return p.parse_args()
@@ -60,8 +57,8 @@ class CartPole:
         return list(self.state), abs(x) > 2.4 or abs(theta) > 12 * 2 * math.pi / 360
 
 
-def main() -> None:
-    args = get_args()
+def main(lr: float = 3e-2) -> None:
+    args = get_args(lr)
     torch.manual_seed(0)
     env = CartPole(random.Random(0))
     actor = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2), nn.Softmax(dim=-1))
