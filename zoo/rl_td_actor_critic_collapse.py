@@ -16,12 +16,13 @@ traindoc-expect: saturated-outputs tiny-updates@0
 """
 
 import argparse
-import math
 import random
 
 import torch
 import torch.nn as nn
 from torch.distributions import Categorical
+
+from rl_actor_critic_collapse import CartPole  # gym's CartPole-v1, simulated in plain Python
 
 
 def get_args(lr: float) -> argparse.Namespace:
@@ -31,30 +32,6 @@ def get_args(lr: float) -> argparse.Namespace:
     p.add_argument("--gamma", type=float, default=0.99)
     p.add_argument("--save", type=str, default=None, help="write the actor's state_dict() here")
     return p.parse_args()
-
-
-class CartPole:
-    """One cart-pole (the constants of gym's CartPole-v1)."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.state = [0.0] * 4
-
-    def reset(self) -> list[float]:
-        self.state = [self.rng.uniform(-0.05, 0.05) for _ in range(4)]
-        return list(self.state)
-
-    def step(self, action: int) -> tuple[list[float], bool]:
-        x, x_dot, theta, theta_dot = self.state
-        force = 10.0 if action == 1 else -10.0
-        cos, sin = math.cos(theta), math.sin(theta)
-        temp = (force + 0.05 * theta_dot ** 2 * sin) / 1.1
-        theta_acc = (9.8 * sin - cos * temp) / (0.5 * (4.0 / 3.0 - 0.1 * cos ** 2 / 1.1))
-        x_acc = temp - 0.05 * theta_acc * cos / 1.1
-        x, x_dot = x + 0.02 * x_dot, x_dot + 0.02 * x_acc
-        theta, theta_dot = theta + 0.02 * theta_dot, theta_dot + 0.02 * theta_acc
-        self.state = [x, x_dot, theta, theta_dot]
-        return list(self.state), abs(x) > 2.4 or abs(theta) > 12 * 2 * math.pi / 360
 
 
 def main(lr: float = 3e-2) -> None:

@@ -12,11 +12,14 @@ passes makes the sum NaN (a mean deeper in the loss's graph, a function, no modu
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import traindoc
+from traindoc.findings import Finding
 
 
 def node_classifier(nodes: int, steps: int = 12) -> list[float]:
@@ -62,13 +65,13 @@ def pseudo_labels(threshold: float, steps: int = 12) -> list[float]:
     return losses
 
 
-def findings(run) -> dict:  # type: ignore[no-untyped-def]
+def findings(run: Callable[[], object]) -> dict[str, Finding]:
     with traindoc.watch(announce=False, level="thorough") as doc:
         run()
     return {f.id: f for f in doc.report().findings}
 
 
-def nonfinite(run) -> dict | None:  # type: ignore[no-untyped-def]
+def nonfinite(run: Callable[[], object]) -> Finding | None:
     return findings(run).get("nonfinite")
 
 

@@ -250,7 +250,7 @@ class CoreProbes(Probe):
             return
         x = args[0] if args else None
         if self._depth == 0:  # a model run on one unbatched vector: its output has no batch dim
-            self._unbatched = isinstance(x, torch.Tensor) and x.ndim == 1 and x.is_floating_point()
+            self._unbatched = _one_vector(x)
         self._empty = isinstance(x, torch.Tensor) and x.numel() == 0  # its shape: no sync
         self._measure(self._on_output, module, output)
 
@@ -307,11 +307,15 @@ def _tensors(batch: Any) -> list[torch.Tensor]:
     return []
 
 
+def _one_vector(x: Any) -> bool:
+    """A model's first argument is one unbatched observation (``policy(state)``, ``state`` of
+    shape (4,)), not a batch: a 1-D float tensor (1-D integers are a batch of token ids)."""
+    return isinstance(x, torch.Tensor) and x.ndim == 1 and x.is_floating_point()
+
+
 def _rows(x: Any) -> int:
-    """The samples a model's first argument holds: 1 for one unbatched float vector (as
-    ``_unbatched`` reads it), its first dimension otherwise; 0 when it is not a tensor."""
+    """The samples a model's first argument holds: 1 for a scalar or one unbatched vector, its
+    first dimension otherwise; 0 when it is not a tensor."""
     if not isinstance(x, torch.Tensor):
         return 0
-    if x.ndim == 0 or (x.ndim == 1 and x.is_floating_point()):
-        return 1
-    return int(x.shape[0])
+    return 1 if x.ndim == 0 or _one_vector(x) else int(x.shape[0])
