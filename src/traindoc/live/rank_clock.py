@@ -17,6 +17,8 @@ import os
 import threading
 from typing import Any
 
+from traindoc.live import warning_site
+
 
 class RunQueue:
     """Seconds the calling thread has waited in the run queue, from
@@ -100,7 +102,7 @@ class JoinCounter:
                     counter.offsets.append((counter.s.clock.current_step, counter.offset + asked[0] - 1))
 
         self._saved = (Join, original)
-        setattr(Join, "__exit__", __exit__)
+        setattr(Join, "__exit__", warning_site.entry(__exit__))
 
     def uninstall(self) -> None:
         if self._saved is not None:

@@ -53,6 +53,7 @@ import torch
 from traindoc.engine import Report
 from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scalar
 from traindoc.findings import Finding
+from traindoc.live import warning_site
 from traindoc.live.collectives import Collectives
 from traindoc.live.objects import ObjectMap
 from traindoc.live.rank_clock import JoinCounter, RunQueue
@@ -193,7 +194,7 @@ class Ranks:
                 ranks._data += max(time.perf_counter() - t0 - (ranks._queue.seconds() - q0), 0.0)
 
         self._next_saved, self._next_wrapper = original, __next__
-        setattr(dataloader._BaseDataLoaderIter, "__next__", __next__)
+        setattr(dataloader._BaseDataLoaderIter, "__next__", warning_site.entry(__next__))
 
     def _unwrap_loader(self) -> None:
         """Put back what we wrapped, unless a probe that wrapped it before us has already put

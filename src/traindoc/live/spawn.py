@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from traindoc.engine import Report
+from traindoc.live import warning_site
 
 _REPORT = "report.pkl"
 
@@ -48,7 +49,7 @@ class SpawnFollower:
 
         for owner in (module, tmp):
             self._saved.append((owner, "start_processes", getattr(owner, "start_processes")))
-            setattr(owner, "start_processes", start_processes)
+            setattr(owner, "start_processes", warning_site.entry(start_processes))
 
     def uninstall(self) -> None:
         for owner, name, value in reversed(self._saved):

@@ -9,6 +9,7 @@ comments say which)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterable
 
 from traindoc.events import SIGNALS
@@ -33,6 +34,7 @@ from traindoc.live.probes.order import OrderProbe
 from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.probes.schedule import ScheduleProbe
 from traindoc.live.session import Session
+from traindoc.live.warning_site import attributed
 
 PROBES: tuple[type[Probe], ...] = (
     CoreProbes,
@@ -88,6 +90,7 @@ class Probes:
 
     def install(self) -> None:
         session = self.session
+        self.patcher.patch(warnings, "showwarning", attributed)
         for probe in self._probes:
             probe.install()
             session.clock.subscribe(probe)

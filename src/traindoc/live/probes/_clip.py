@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from traindoc.live import warning_site
 from traindoc.live.session import Session
 
 is_compiling = torch.compiler.is_compiling
@@ -131,7 +132,7 @@ class ClipEntry:
                         session.fail(probe, exc)
             return call.out
 
-        return clip
+        return warning_site.entry(clip)
 
 
 def _func_cell(outer: Any) -> Any:

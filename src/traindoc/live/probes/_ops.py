@@ -35,6 +35,7 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.overrides import TorchFunctionMode
 
 from traindoc.live.session import Session
+from traindoc.live.warning_site import entry
 
 is_compiling = torch.compiler.is_compiling
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
@@ -265,6 +266,9 @@ class _Mode(TorchFunctionMode):
         out = _through(func)(*args, **kwargs)
         watch._call(watch._table, func, args, kwargs, out)
         return out
+
+
+entry(_Mode.__torch_function__)  # a warning torch raises in the call names the user's line
 
 
 # Watches whose mode may be up: a process forked now (DataLoader workers) takes its copy of the

@@ -27,6 +27,7 @@ from traindoc.live.probes import _ops
 from traindoc.live.probes._clip import ClipEntry
 from traindoc.live.probes._ops import OpsWatch, dynamo_compiled
 from traindoc.live.session import Session
+from traindoc.live.warning_site import entry
 
 is_compiling = torch.compiler.is_compiling
 
@@ -61,7 +62,7 @@ class Patcher:
     def patch(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
         """Replace ``owner.name`` by ``make(original)``; ``restore`` puts the original back."""
         orig = getattr(owner, name)
-        new = make(orig)
+        new = entry(make(orig))
         # An inherited method (Tensor.fill_ is TensorBase's) is deleted again on restore, not
         # left as a copy in the subclass's own namespace.
         own = not isinstance(owner, type) or name in owner.__dict__
@@ -72,7 +73,7 @@ class Patcher:
         """Like ``patch`` for an attribute whose descriptor matters (a classmethod): the raw
         ``owner.__dict__`` entry is handed to ``make`` and put back by ``restore``."""
         orig = owner.__dict__[name]
-        new = make(orig)
+        new = entry(make(orig))
         self._patched.append((owner, name, orig, new))
         setattr(owner, name, new)
 

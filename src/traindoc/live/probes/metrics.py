@@ -32,6 +32,7 @@ from traindoc.live.objects import is_user_file
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.publisher import publisher
+from traindoc.live.warning_site import entry
 from traindoc.live.session import Session
 
 class MetricsProbe(Probe):
@@ -108,7 +109,7 @@ class MetricsProbe(Probe):
             probe._guard(probe.name, probe._collect, collect, channel, args, kwargs)
             return out
 
-        setattr(wrapper, "__traindoc__", True)
+        setattr(entry(wrapper), "__traindoc__", True)
         self._mine.append((owner, attr, orig, wrapper))
         setattr(owner, attr, wrapper)
 
