@@ -28,7 +28,8 @@ with OMP_NUM_THREADS=1 (bit-reproducible on CPU). Judged:
   written in it (no ``{60n}`` argument: ``longer = 1``) is timed on its judged runs, whole only.
 
 The reinforcement-learning cases need gymnasium (``pip install gymnasium``; CartPole is pure
-Python). The data each script reads is made here (``prepare``): a word corpus drawn from a small
+Python); code written against gym 0.26 gets gymnasium under gym's name, its episodes capped
+(``gym``). The data each script reads is made here (``prepare``): a word corpus drawn from a small
 random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
 sized so that a run takes seconds; a script that never seeds torch is seeded at start-up
 (``torch_seed``: a sitecustomize on its PYTHONPATH). Exit status 1 when a case is not identical, raises a false
@@ -213,9 +214,51 @@ def _torch_seed(where: Path) -> None:
     (folder / "sitecustomize.py").write_text("import torch\n\ntorch.manual_seed(0)\n", encoding="utf-8")
 
 
+_GYM = '''"""gym for scripts written against gym 0.26: gymnasium's environments (the same API),
+the first reset seeded, and the process ended (status 0) when LIVE_REAL_EPISODES episodes
+have run, for a script whose episode count is written in it."""
+import os
+import sys
+
+import gymnasium
+from gymnasium import *  # noqa: F401,F403
+
+_LIMIT = int(os.environ.get("LIVE_REAL_EPISODES", "300"))
+_episodes = 0
+
+
+class _Capped(gymnasium.Wrapper):
+    def reset(self, **kwargs):
+        global _episodes
+        if _episodes >= _LIMIT:
+            sys.stdout.flush()
+            sys.exit(0)
+        if _episodes == 0:
+            kwargs.setdefault("seed", 0)
+        _episodes += 1
+        return self.env.reset(**kwargs)
+
+
+def make(*args, **kwargs):
+    return _Capped(gymnasium.make(*args, **kwargs))
+'''
+
+
+def _gym(where: Path) -> None:
+    """live_real_gym/: ``gym.py`` (gymnasium under gym's name, its first reset seeded, the
+    process ended after LIVE_REAL_EPISODES episodes) and a sitecustomize seeding ``random`` and
+    torch, for code written against gym 0.26 that seeds nothing (seungeunrho/minimalRL)."""
+    folder = where / "live_real_gym"
+    folder.mkdir(exist_ok=True)
+    (folder / "gym.py").write_text(_GYM, encoding="utf-8")
+    (folder / "sitecustomize.py").write_text(
+        "import random\n\nimport torch\n\nrandom.seed(0)\ntorch.manual_seed(0)\n", encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
+    "gym": _gym,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),

@@ -27,8 +27,10 @@ class UnscaledGradAccumulation(Detector):
     first's or more: N micro-batches give sqrt(N) to N times). Not accumulation, not judged: backward() calls from different lines on one
     batch (a multi-term loss, a GAN's real and fake terms), calls that keep the graph
     (``retain_graph=True``: terms of one loss), calls each made on cleared gradients (LBFGS's
-    closure evaluations: none accumulates) and steps where another optimizer stepped in
-    between. Needs sampled steps (live)."""
+    closure evaluations: none accumulates), steps where another optimizer stepped in
+    between, and calls with no forward of the model between them after a first that had them
+    (a rollout's per-time-step terms of one objective, summed on purpose: REINFORCE's
+    return-weighted log-probabilities backpropagated one by one). Needs sampled steps (live)."""
 
     id = "unscaled-grad-accumulation"
     needs = frozenset({"accumulation"})
@@ -36,6 +38,7 @@ class UnscaledGradAccumulation(Detector):
         Example("zoo/unscaled_accumulation.py", 0),
         Example("zoo/healthy_accumulation.py", None),
         Example("zoo/healthy_gpt.py", None),
+        Example("zoo/healthy_reinforce_per_step.py", None),
         Example("live/golden/unscaled_accumulation.jsonl", 0),
         Example("live/golden/healthy_accumulation.jsonl", None),
     )
@@ -69,7 +72,7 @@ class UnscaledGradAccumulation(Detector):
         # micro-batch's): an LBFGS closure clears them on each call and they do not.
         grows = len(e.norms) >= 2 and e.norms[0] > 0 and e.norms[-1] >= self.config.growth * e.norms[0]
         one_loop = e.sites == 1 and not e.retained and grows
-        if e.interleaved or e.restarted or e.backwards < 2 or not math.isfinite(e.scale) \
+        if e.interleaved or e.restarted or e.rollout or e.backwards < 2 or not math.isfinite(e.scale) \
                 or not (e.batches == e.backwards or one_loop):
             return
         self._judged += 1

@@ -21,7 +21,7 @@ from typing import Union
 # The classes live in small modules by theme; everyone imports them from here.
 from traindoc.events.columns import scalars
 from traindoc.events.invariants import (
-    BatchShape, EvalBeforeTrain, FreezeSkipped, InferenceForward, InitOverwritten, ScheduleEnd,
+    BatchShape, EvalBeforeTrain, FreezeSkipped, InferenceForward, InitOverwritten, ScheduleEnd, UnsteppedModel,
 )
 from traindoc.events.loop import EvalPass, GradAccumulation, LoaderWait, LossTerm, SchedulerStep
 from traindoc.events.precision import AutocastCheck, GradScale, ScaledClip
@@ -73,6 +73,7 @@ SIGNALS: dict[str, str] = {
     "eval_order": "modules evaluated in eval mode before the training-mode forward their state needs (legacy spectral_norm; live)",
     "collective": "torch.distributed collectives called on tensors inside the autograd graph (live)",
     "inference_forward": "trainable modules run under torch.inference_mode() while a training step was built (live, sampled steps)",
+    "unstepped": "models that got gradients though no optimizer holds them, off the trained parameters' path: a target network or teacher run with autograd on (live, sampled steps)",
 }
 
 
@@ -82,7 +83,7 @@ Event = Union[
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
     RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
-    InferenceForward,
+    InferenceForward, UnsteppedModel,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -125,6 +126,7 @@ EVENT_TYPES: dict[str, type] = {
     "init_overwritten": InitOverwritten,
     "freeze_skipped": FreezeSkipped,
     "inference_forward": InferenceForward,
+    "unstepped_model": UnsteppedModel,
 }
 _KIND_OF: dict[type, str] = {cls: kind for kind, cls in EVENT_TYPES.items()}
 
@@ -178,6 +180,6 @@ __all__ = [
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
     "RankParams", "RankTime", "RankEnd", "RankLoss", "CollectiveInGraph", "EvalBeforeTrain", "BatchShape", "ScheduleEnd", "InitOverwritten", "FreezeSkipped",
-    "InferenceForward",
+    "InferenceForward", "UnsteppedModel",
     "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

@@ -111,3 +111,23 @@ class InferenceForward:
     modules: tuple[str, ...]
     where: str
     signal: ClassVar[str] = "inference_forward"
+
+
+@dataclass(frozen=True)
+class UnsteppedModel:
+    """A model ran forward in a training step with autograd on and its parameters got
+    gradients, though no optimizer holds any of them and its output's graph reaches no
+    parameter an optimizer holds: no trained parameter's gradient flows through it (a target
+    network, a teacher). Live, sampled steps. ``model``: the user's name for it (``q_target``,
+    ``self.teacher``; its class when none), ``cls`` its class; ``numel`` and ``params``: the
+    elements and tensors that got gradients; ``grad``: the L2 norm of those gradients at this
+    step; ``where``: the file:line of its first training call seen."""
+
+    step: int
+    model: str
+    cls: str
+    numel: int
+    params: int
+    grad: float
+    where: str = ""
+    signal: ClassVar[str] = "unstepped"

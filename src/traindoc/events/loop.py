@@ -69,7 +69,10 @@ class GradAccumulation:
     a loop over micro-batches; 0: unknown); ``retained``: one of them kept its graph
     (``retain_graph=True``: several terms of one loss, not micro-batches); ``restarted``: the
     gradients were None or zero again before a later call, so each call started over and none
-    accumulated (an optimizer's step evaluating its closure: LBFGS)."""
+    accumulated (an optimizer's step evaluating its closure: LBFGS); ``rollout``: every call
+    after the first came with no forward of the model since the one before, while forwards came
+    before the first (the terms of one objective computed in a rollout and backpropagated one by
+    one, as per-time-step REINFORCE does: not micro-batches)."""
 
     step: int
     optimizer: int
@@ -88,6 +91,7 @@ class GradAccumulation:
     sites: int = 0
     retained: bool = False
     restarted: bool = False
+    rollout: bool = False
     signal: ClassVar[str] = "accumulation"
 
 @dataclass(frozen=True)
@@ -95,7 +99,8 @@ class EvalPass:
     """One evaluation phase (live): forward passes of a model under ``no_grad`` or
     ``inference_mode`` after an optimizer step, until training resumes. ``step`` is the last
     optimizer step before it; ``model`` its class, ``role`` "model" when an optimizer holds its
-    parameters, "copy" otherwise (an EMA or averaged copy). ``duration_s``: wall time from
+    parameters, "copy" when it has the parameter shapes of such a model (an EMA or averaged
+    copy, a target network), "other" otherwise (a distillation teacher, a reference model). ``duration_s``: wall time from
     entering its first no_grad region to leaving its last (traindoc's own re-run excluded);
     ``elapsed_s``: the run's wall time at its end. ``train_modules``: mode-dependent
     submodules (BatchNorm, Dropout ...) found in train mode at its first forward, as

@@ -58,6 +58,7 @@ class StepClock:
         self.micro = 0  # backward() calls in this round
         self.forwards = 0  # a model's training forwards since the last backward (sampled steps)
         self.rows = 0  # the most rows one of them saw (1: one sample; 0: not known)
+        self.forward_calls = 0  # the same forwards in the run, never reset
         # The user's backward calls in the run, counted where every one passes (the session's
         # backward entry, before it runs: from several tensors too, unlike ``backward``).
         self.backwards = 0

@@ -16,6 +16,7 @@ from traindoc.events import LOSS_INPUT, Activation, Event, Optimizer, ParamGroup
 from traindoc.live import measure
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container
 from traindoc.live.ranks import is_shard, local_part  # traindoc-ranks
+from traindoc.live.stray import StrayGrads
 
 if TYPE_CHECKING:
     from traindoc.live.session import Session
@@ -49,7 +50,7 @@ class ModelWatch:
         # one-row outputs of this step (and of earlier sampled steps, while fewer than MIN_ROWS)
         self._rows: dict[tuple[str, str], list[torch.Tensor]] = {}
         self.nan_flags: list[tuple[str, str, torch.Tensor, bool]] = []  # name, type, NaN, empty input
-        self._stray_step = -1
+        self.strays = StrayGrads(session)  # gradients no optimizer steps
 
     def models(self) -> list[Any]:
         return [m for m, _ in self._roots.items()]
@@ -136,33 +137,8 @@ class ModelWatch:
                 )
 
         self.s.defer(packed, decode)
-        if self._stray_step != step:  # once per step, whatever the number of optimizers
-            self._stray_step = step
-            self._stray_grads(step)
-
-    def _stray_grads(self, step: int) -> None:
-        """Parameters that get gradients no optimizer holds, in every model whose forward ran
-        (a distillation wrapper's temperature, a loss module's learnable weights)."""
-        held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
-        stray: list[tuple[str, Any]] = []
         # Only models trained in this step: a model of an earlier phase keeps stale gradients.
-        for root in [m for m, at in self._roots.items() if at == step]:
-            for n, p in root.named_parameters():
-                if p.requires_grad and p.grad is not None and id(p) not in held and p not in self.s.framework_held:
-                    held.add(id(p))  # shared by two roots: once
-                    stray.append((self._pnames.get(p) or n, p))
-        if not stray:
-            return
-        with torch.no_grad():
-            gn = measure.grad_norms([p.grad for _, p in stray])
-
-        def decode(vals: list[float]) -> Iterable[Event]:
-            for (n, p), g in zip(stray, vals):
-                yield ParamStats(step=step, name=n, dtype=str(p.dtype), numel=p.numel(),
-                                 requires_grad=p.requires_grad, norm=math.nan, grad=g,
-                                 has_grad=True, optimizer=-1)
-
-        self.s.defer(gn, decode)
+        self.strays.at_step(step, [m for m, at in self._roots.items() if at == step], self._pnames)
 
     def optimizer_event(self, opt: Any, index: int, reevaluates: bool = False) -> Optimizer:
         groups = []
@@ -233,6 +209,7 @@ class ModelWatch:
         outs = measure.first_float_tensors(output, limit=1)
         if not outs:
             return
+        self.strays.on_root_forward(module, outs[0])
         out = outs[0].reshape(1, -1) if unbatched else outs[0]
         self._defer_output(self._mnames.get(module, type(module).__name__), type(module).__name__,
                            out, nan_alone=True)

@@ -67,6 +67,27 @@ def library_caller(depth: int = 2) -> str:
     return ""
 
 
+def variable_name(obj: Any, depth: int = 2, frames: int = 4) -> str:
+    """What the user's code calls ``obj`` in the innermost of their frames that holds it: a
+    local variable (``q_target``) or an attribute of their ``self`` (``self.teacher``, a
+    submodule of a LightningModule included); "" when none of ``frames`` user frames does."""
+    frame: FrameType | None = sys._getframe(depth)
+    while frame is not None and frames > 0:
+        if is_user_file(frame.f_code.co_filename):
+            frames -= 1
+            local = frame.f_locals
+            for key, value in list(local.items()):
+                if value is obj and key != "self":
+                    return str(key)
+            me = local.get("self")
+            for attrs in (getattr(me, "__dict__", None), getattr(me, "_modules", None)):
+                for key, value in list(attrs.items()) if isinstance(attrs, dict) else ():
+                    if value is obj:
+                        return f"self.{key}"
+        frame = frame.f_back
+    return ""
+
+
 _MISSING = object()
 
 

@@ -61,7 +61,8 @@ class _Interval:
     """One optimizer's gradients since its previous step (measured backward calls only)."""
 
     __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
-                 "first_none", "post", "factors", "where", "sites", "retained", "restarted")
+                 "first_none", "post", "factors", "where", "sites", "retained", "restarted", "calls",
+                 "rollout")
 
     def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
         self.reset(backwards, batches, unmeasured)
@@ -80,6 +81,10 @@ class _Interval:
         self.sites: set[str] = set()  # call sites of the measured backward() calls
         self.retained = False
         self.restarted = False  # gradients None again before a later backward()
+        self.calls = -1  # the clock's forward_calls at the last measured backward()
+        # Every backward() after the first came with no model forward since the one before it,
+        # while forwards came before the first: a rollout's terms backpropagated one by one.
+        self.rollout: bool | None = None
 
 
 class AccumulationProbe(Probe):
@@ -202,6 +207,11 @@ class AccumulationProbe(Probe):
             if len(iv.sites) < 8:
                 iv.sites.add(call_site)
             iv.retained |= retained
+            calls, iv.calls = iv.calls, self.s.clock.forward_calls
+            if first:
+                iv.rollout = True if iv.calls else None  # no forward seen (compiled): not known
+            elif iv.rollout and calls != iv.calls:
+                iv.rollout = False
             if iv.none_seen:
                 if not first and not iv.restarted and not any(
                         p.grad is not None for g in opt.param_groups for p in g["params"]):
@@ -248,7 +258,7 @@ class AccumulationProbe(Probe):
         npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
         # Every backward() of the interval measured: their sites say whether it is one loop.
         sites = len(iv.sites) if backwards == len(iv.factors) else 0
-        retained, restarted = iv.retained, iv.restarted
+        retained, restarted, rollout = iv.retained, iv.restarted, bool(iv.rollout)
 
         def event(pre: list[float], post: list[float]) -> GradAccumulation:
             carried = 0.0 if first_none or not pre else pre[0]
@@ -258,7 +268,7 @@ class AccumulationProbe(Probe):
                 step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
                 scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
                 interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
-                sites=sites, retained=retained, restarted=again,
+                sites=sites, retained=retained, restarted=again, rollout=rollout,
             )
 
         parts = iv.pre + iv.post

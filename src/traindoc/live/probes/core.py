@@ -39,7 +39,7 @@ _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global
 
 class CoreProbes(Probe):
     name = "core"
-    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase")
+    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase", "unstepped")
     required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
@@ -234,6 +234,7 @@ class CoreProbes(Probe):
             self.s.next_step_begins()
             if torch.is_grad_enabled():
                 self.clock.forwards += 1
+                self.clock.forward_calls += 1
                 self.clock.rows = max(self.clock.rows, _rows(args[0] if args else None))
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
         if torch.is_grad_enabled() and self._calls.take(module):

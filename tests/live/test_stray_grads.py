@@ -1,0 +1,109 @@
+"""Gradients no optimizer steps, told apart by the data flow, not by how the code is written.
+
+A model that no optimizer holds and whose output's graph reaches no trained parameter (a
+DQN's target network, a teacher: their inputs are data) got gradients that train nothing:
+target-not-detached, named as the code calls it. A module left out of the optimizer whose
+input comes from a trained model (a decoder fed by a trained encoder) is on the trained
+parameters' path: it was meant to train, optimizer-param-mismatch. And a model re-created
+after its optimizer (the optimizer's own parameters get no gradient) stays a mismatch."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import traindoc
+from traindoc.findings import Finding
+
+
+def findings(run: Callable[[], object]) -> dict[str, Finding]:
+    with traindoc.watch(announce=False) as doc:
+        run()
+    return {f.id: f for f in doc.report().findings}
+
+
+def target_network(detach: bool, steps: int = 20) -> None:
+    torch.manual_seed(0)
+    online = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    frozen = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    frozen.load_state_dict(online.state_dict())
+    opt = torch.optim.Adam(online.parameters(), lr=1e-3)
+    for _ in range(steps):
+        s, s2, r = torch.randn(32, 4), torch.randn(32, 4), torch.randn(32)
+        with torch.set_grad_enabled(not detach):
+            target = r + 0.9 * frozen(s2).max(1).values
+        loss = F.smooth_l1_loss(online(s).max(1).values, target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def keyword_teacher(steps: int = 20) -> None:
+    """The teacher called with keyword arguments only (the forward pre-hook sees no input)."""
+
+    class Net(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(8, width), nn.Tanh(), nn.Linear(width, 3))
+
+        def forward(self, features: torch.Tensor) -> torch.Tensor:
+            return self.body(features)
+
+    class Distiller:
+        def __init__(self) -> None:
+            torch.manual_seed(1)
+            self.student, self.teacher = Net(8), Net(32)
+            self.opt = torch.optim.SGD(self.student.parameters(), lr=0.1)
+
+        def step(self, x: torch.Tensor) -> None:
+            soft = F.softmax(self.teacher(features=x), -1)
+            loss = F.kl_div(F.log_softmax(self.student(features=x), -1), soft, reduction="batchmean")
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+    d = Distiller()
+    for _ in range(steps):
+        d.step(torch.randn(16, 8))
+
+
+def decoder_left_out(steps: int = 20) -> None:
+    torch.manual_seed(2)
+    encoder, decoder = nn.Linear(8, 4), nn.Linear(4, 8)
+    opt = torch.optim.Adam(encoder.parameters(), lr=1e-3)  # the decoder is forgotten
+    for _ in range(steps):
+        x = torch.randn(32, 8)
+        loss = F.mse_loss(decoder(encoder(x)), x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_a_target_network_with_autograd_on_is_named_as_the_code_calls_it() -> None:
+    found = findings(lambda: target_network(detach=False))
+    f = found["target-not-detached"]
+    assert f.evidence["model"] == "frozen" and f.evidence["class"] == "Sequential"
+    assert f.evidence["elements"] == sum(p.numel() for p in nn.Sequential(
+        nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2)).parameters())
+    assert "test_stray_grads.py:" in f.where[0]  # the call site of the target's forward
+    assert f.evidence["grad_norm_last"] > f.evidence["grad_norm_first"]  # never cleared: it grows
+    assert "optimizer-param-mismatch" not in found
+
+
+def test_the_same_target_under_no_grad_is_quiet() -> None:
+    found = findings(lambda: target_network(detach=True))
+    assert "target-not-detached" not in found and "optimizer-param-mismatch" not in found
+
+
+def test_a_teacher_called_with_keywords_is_judged_by_its_graph() -> None:
+    f = findings(keyword_teacher)["target-not-detached"]
+    assert f.evidence["model"] == "self.teacher" and f.evidence["class"] == "Net"
+
+
+def test_a_module_fed_by_a_trained_model_is_a_mismatch() -> None:
+    found = findings(decoder_left_out)
+    assert "target-not-detached" not in found
+    assert found["optimizer-param-mismatch"].evidence["parameters"] == ["weight", "bias"]
