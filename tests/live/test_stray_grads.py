@@ -107,3 +107,20 @@ def test_a_module_fed_by_a_trained_model_is_a_mismatch() -> None:
     found = findings(decoder_left_out)
     assert "target-not-detached" not in found
     assert found["optimizer-param-mismatch"].evidence["parameters"] == ["weight", "bias"]
+
+
+def targets_in_a_list(steps: int = 20) -> None:
+    torch.manual_seed(3)
+    nets = [nn.Linear(4, 2), nn.Linear(4, 2)]  # online, target: no variable holds either
+    opt = torch.optim.SGD(nets[0].parameters(), lr=0.01)
+    for _ in range(steps):
+        loss = F.mse_loss(nets[0](torch.randn(8, 4)), nets[1](torch.randn(8, 4)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_a_target_no_variable_holds_is_named_by_its_class() -> None:
+    f = findings(targets_in_a_list)["target-not-detached"]
+    assert f.evidence["model"] == "Linear" and f.message.startswith("the Linear model (10 elements")
+    assert "`model.requires_grad_(False)`" in f.fix

@@ -52,16 +52,22 @@ class TargetNotDetached(Detector):
         call = f" ({first.where})" if first.where else ""
         grown = (f"; its gradient norm went from {fmt(first.grad)} at step {first.step} to "
                  f"{fmt(last.grad)} at step {last.step}" if last.step != first.step else "")
+        # Named as the code calls it (q_target, self.teacher), or by its class when no
+        # variable of the user's held it.
+        named = model != first.cls
+        who = model if named else f"the {first.cls} model"
+        obj = model if named else "model"
+        size = f"{first.cls}, " if named else ""
         return finding(
             self.id, step=first.step,
-            message=(f"{model} ({first.cls}, {first.numel:,} elements in {first.params} tensors) got "
+            message=(f"{who} ({size}{first.numel:,} elements in {first.params} tensors) got "
                      f"gradients at step {first.step}{call}, though no optimizer holds its "
                      f"parameters and no trained parameter's gradient flows through it{grown}."),
-            cause=(f"{model}'s output was computed with autograd on: every backward also runs "
-                   f"through {model} and fills its .grad, which no optimizer uses or clears."),
+            cause=(f"{who}'s output was computed with autograd on: every backward also runs "
+                   f"through it and fills its .grad, which no optimizer uses or clears."),
             fix=((f"At {first.where}, c" if first.where else "C")
-                 + f"ompute {model}'s output under `with torch.no_grad():` (or `.detach()` it) and "
-                 f"call `{model}.requires_grad_(False)`; if {model} is meant to train, add its "
+                 + f"ompute {who}'s output under `with torch.no_grad():` (or `.detach()` it) and "
+                 f"call `{obj}.requires_grad_(False)`; if it is meant to train, add its "
                  f"parameters to the optimizer."),
             evidence={"model": model, "class": first.cls, "elements": first.numel,
                       "tensors": first.params, "first_step": first.step, "grad_norm_first": first.grad,
