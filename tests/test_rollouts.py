@@ -117,3 +117,44 @@ def test_the_live_run_counts_the_rows_a_call_sees() -> None:
             opt.step()
     sent = [(e.step, e.count, e.rows) for e in recorded if isinstance(e, Forwards)]
     assert sent == [(0, 2, 1), (2, 2, 8)]  # sent when the calls or their rows change
+
+
+def test_a_loss_whose_targets_the_model_computes_is_not_judged() -> None:
+    """A DQN's TD loss grows as the values it bootstraps from grow: from the first Forwards that
+    says the model (or a copy) also ran without gradients in each step, the loss has no scale of
+    its own; the same numbers from a supervised loop are judged, and it carries over a resume."""
+    growing = [0.05 * (1.0 + 0.3 * math.sin(k)) * (1.0 + k / 20) for k in range(400)]  # x20
+    plain = [Forwards(step=k, count=1, rows=16) for k in range(len(growing))]
+    boot = [Forwards(step=k, count=1, rows=16, bootstrap=k >= 4) for k in range(len(growing))]
+    assert "divergence" in judge(Divergence(), plain, growing)  # the check can fail
+    assert judge(Divergence(), boot, growing) == []
+    rollouts, again = Rollouts(), Rollouts()
+    rollouts.see(4, 1, 16, bootstrap=True)
+    rollouts.see(5, 1, 16)  # a step without it later: still the same loss
+    again.load_state_dict(json.loads(json.dumps(rollouts.state_dict())))
+    assert not rollouts.judged and again.bootstrapped == 4 and not again.judged
+
+
+def test_the_live_run_sees_a_target_network_run_without_gradients() -> None:
+    torch.manual_seed(0)
+    online, target = nn.Linear(4, 2), nn.Linear(4, 2)
+    teacher = nn.Linear(4, 8)  # another model's shapes: a teacher, no bootstrap
+    opt = torch.optim.SGD(online.parameters(), lr=1e-3)
+
+    def run(net: nn.Module) -> list[Forwards]:
+        recorded: list[object] = []
+        with traindoc.watch(announce=False, level="thorough") as doc:
+            doc.session._sink = recorded.append
+            for _ in range(8):
+                s, s2 = torch.randn(16, 4), torch.randn(16, 4)
+                with torch.no_grad():
+                    best = net(s2).max(1).values
+                loss = (online(s).max(1).values - best).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        return [e for e in recorded if isinstance(e, Forwards)]
+
+    sent = run(target)
+    assert [(e.step, e.bootstrap) for e in sent] == [(0, False), (4, True)]  # the 4th in a row
+    assert [e.bootstrap for e in run(teacher)] == [False]

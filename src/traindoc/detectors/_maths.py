@@ -107,20 +107,28 @@ class Rollouts:
 
     Nor has a loss of one sample a scale (a TD update at each environment step, SGD on batches
     of one): ``one_row`` while the latest backward's calls each saw one row; its size is that
-    sample's, a terminal transition's TD error many times the others'. ``judged``: neither."""
+    sample's, a terminal transition's TD error many times the others'.
+
+    Nor has a loss whose targets the model computes itself (``bootstrapped``, from the first
+    backward whose ``Forwards`` says so): a DQN's TD loss grows as its value estimates grow,
+    and falls and rises again with each refresh of the target network, in a run that learns.
+    ``judged``: none of these."""
 
     def __init__(self) -> None:
         self.counts: list[int] = []  # the first 4 different counts
         self.low = self.high = 0
         self.since: int | None = None
         self.one_row = False
+        self.bootstrapped: int | None = None  # the step from which the targets are the model's
 
     @property
     def judged(self) -> bool:
-        return self.since is None and not self.one_row
+        return self.since is None and not self.one_row and self.bootstrapped is None
 
-    def see(self, step: int, calls: int, rows: int = 0) -> None:
+    def see(self, step: int, calls: int, rows: int = 0, bootstrap: bool = False) -> None:
         self.one_row = rows == 1
+        if bootstrap and self.bootstrapped is None:
+            self.bootstrapped = step
         if self.since is not None or calls < 1:
             return
         if calls not in self.counts and len(self.counts) < 4:
@@ -131,8 +139,9 @@ class Rollouts:
 
     def state_dict(self) -> dict[str, Any]:
         return {"counts": list(self.counts), "low": self.low, "high": self.high, "since": self.since,
-                "one_row": self.one_row}
+                "one_row": self.one_row, "bootstrapped": self.bootstrapped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.counts, self.low, self.high, self.since = list(state["counts"]), state["low"], state["high"], state["since"]
         self.one_row = bool(state.get("one_row", False))
+        self.bootstrapped = state.get("bootstrapped")

@@ -45,6 +45,7 @@ class Divergence(Detector):
         Example("zoo/divergence.py", -1),
         Example("zoo/healthy_rl_actor_critic.py", None),
         Example("zoo/healthy_rl_td_actor_critic.py", None),
+        Example("zoo/healthy_rl_lightning_dqn.py", None),
         Example("golden/diverging_loss.jsonl", 18),
         Example("golden/healthy_noisy_loss.jsonl", None),
         Example("fixtures/logs/tensorboard/diverging", 144),
@@ -85,7 +86,7 @@ class Divergence(Detector):
 
     def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, Forwards):
-            self._rollouts.see(event.step, event.count, event.rows)
+            self._rollouts.see(event.step, event.count, event.rows, event.bootstrap)
             return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)

@@ -51,6 +51,7 @@ class LossSpike(Detector):
         Example("zoo/healthy_rl_reinforce_per_step.py", None),
         Example("zoo/healthy_heavy_tailed_claims.py", None),
         Example("zoo/healthy_rl_td_actor_critic.py", None),
+        Example("zoo/healthy_rl_lightning_dqn.py", None),
         Example("fixtures/logs/csv/loss_spike.csv", 170),
         Example("fixtures/logs/csv/healthy.csv", None),
     )
@@ -93,7 +94,7 @@ class LossSpike(Detector):
 
     def observe(self, event: Event) -> list[Finding]:
         if isinstance(event, Forwards):
-            self._rollouts.see(event.step, event.count, event.rows)
+            self._rollouts.see(event.step, event.count, event.rows, event.bootstrap)
             return []
         assert isinstance(event, Phase)  # its numbers come as columns
         return new_phase(self, event)

@@ -20,9 +20,9 @@ class TargetNotDetached(Detector):
     id = "target-not-detached"
     needs = frozenset({"unstepped"})
     examples = (
-        Example("zoo/dqn_target_with_grad.py", 0),
+        Example("zoo/rl_dqn_target_with_grad.py", 0),
         Example("zoo/distill_teacher_with_grad.py", 75),
-        Example("zoo/healthy_dqn.py", None),
+        Example("zoo/healthy_rl_dqn.py", None),
         Example("zoo/healthy_distillation.py", None),
         Example("zoo/optimizer_mismatch.py", None),  # a model re-created after its optimizer
     )

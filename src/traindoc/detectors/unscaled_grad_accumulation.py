@@ -38,7 +38,7 @@ class UnscaledGradAccumulation(Detector):
         Example("zoo/unscaled_accumulation.py", 0),
         Example("zoo/healthy_accumulation.py", None),
         Example("zoo/healthy_gpt.py", None),
-        Example("zoo/healthy_reinforce_per_step.py", None),
+        Example("zoo/healthy_rl_reinforce_term_backwards.py", None),
         Example("live/golden/unscaled_accumulation.jsonl", 0),
         Example("live/golden/healthy_accumulation.jsonl", None),
     )

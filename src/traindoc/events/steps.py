@@ -146,11 +146,16 @@ class Forwards:
     """How many times a model ran with gradients before the backward of ``step`` (counted on
     sampled steps, sent when it or ``rows`` changes): one per micro-batch in supervised
     training, an episode's length in a policy-gradient loop. ``rows``: the most samples one of
-    those calls saw (1: one sample, an unbatched vector or a batch of one; 0: not known)."""
+    those calls saw (1: one sample, an unbatched vector or a batch of one; 0: not known).
+    ``bootstrap``: on the last 4 sampled steps or more, the model (or a copy of it, with its
+    parameter shapes: a target network) also ran in train mode without gradients between the
+    optimizer step and the backward: the step computes its targets or its data with the model
+    itself (a TD target, acting in an environment, pseudo-labels)."""
 
     step: int
     count: int
     rows: int = 0
+    bootstrap: bool = False
     signal: ClassVar[str] = "forwards"
 
 @dataclass(frozen=True)

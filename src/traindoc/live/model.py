@@ -51,9 +51,25 @@ class ModelWatch:
         self._rows: dict[tuple[str, str], list[torch.Tensor]] = {}
         self.nan_flags: list[tuple[str, str, torch.Tensor, bool]] = []  # name, type, NaN, empty input
         self.strays = StrayGrads(session)  # gradients no optimizer steps
+        self._copies = ObjectMap()  # module -> has the parameter shapes of a trained model
 
     def models(self) -> list[Any]:
         return [m for m, _ in self._roots.items()]
+
+    def is_trained(self, module: Any) -> bool:
+        """Is ``module`` a model that trains, or a copy of one (its parameter shapes: a target
+        network, an EMA)? Decided once per copy, after a model has trained."""
+        if module in self._roots:
+            return True
+        known = self._copies.get(module)
+        if known is None:
+            roots = self.models()
+            if not roots:
+                return False
+            shapes = [p.shape for p in module.parameters()]
+            known = any([p.shape for p in m.parameters()] == shapes for m in roots)
+            self._copies[module] = known
+        return bool(known)
 
     def held_bytes(self) -> int:
         """Bytes of tensors kept between steps: sampled elements at init, step snapshots,

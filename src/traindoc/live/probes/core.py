@@ -237,6 +237,8 @@ class CoreProbes(Probe):
                 self.clock.forward_calls += 1
                 self.clock.rows = max(self.clock.rows, _rows(args[0] if args else None))
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
+            elif module.training:
+                self._guard("forward", self._count_inferred, module)
         if torch.is_grad_enabled() and self._calls.take(module):
             self._measure(self._on_input, module, args)
         self._depth += 1
@@ -254,6 +256,12 @@ class CoreProbes(Probe):
             self._unbatched = _one_vector(x)
         self._empty = isinstance(x, torch.Tensor) and x.numel() == 0  # its shape: no sync
         self._measure(self._on_output, module, output)
+
+    def _count_inferred(self, module: Any) -> None:
+        """A model run without gradients in train mode: the step computes targets or data with
+        it when it is the trained model or a copy of it."""
+        if self.s.model.is_trained(module):
+            self.clock.inferred += 1
 
     def _on_input(self, module: Any, args: Any) -> None:
         self._guard("forward", self.s.model.on_module_input, module, args)

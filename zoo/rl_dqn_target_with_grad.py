@@ -10,7 +10,7 @@ each backward also runs through the target network and fills its .grad, which no
 uses and nothing clears (its norm grows for the whole run). The online network's update is
 unchanged (the target depends on none of its parameters): the run learns, at the price of a
 second backward per update. Catalog `target-not-detached`; its twin computes the target under
-`torch.no_grad()` (healthy_dqn.py).
+`torch.no_grad()` (healthy_rl_dqn.py).
 
 traindoc-expect: target-not-detached@0
 """
