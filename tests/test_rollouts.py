@@ -141,14 +141,14 @@ def test_the_live_run_sees_a_target_network_run_without_gradients() -> None:
     teacher = nn.Linear(4, 8)  # another model's shapes: a teacher, no bootstrap
     opt = torch.optim.SGD(online.parameters(), lr=1e-3)
 
-    def run(net: nn.Module) -> list[Forwards]:
+    def run(net: nn.Module, rows: int = 16) -> list[Forwards]:
         recorded: list[object] = []
         with traindoc.watch(announce=False, level="thorough") as doc:
             doc.session._sink = recorded.append
             for _ in range(8):
-                s, s2 = torch.randn(16, 4), torch.randn(16, 4)
+                s, s2 = torch.randn(16, 4), torch.randn(rows, 4)
                 with torch.no_grad():
-                    best = net(s2).max(1).values
+                    best = net(s2).max(1).values.mean()
                 loss = (online(s).max(1).values - best).pow(2).mean()
                 opt.zero_grad()
                 loss.backward()
@@ -158,3 +158,4 @@ def test_the_live_run_sees_a_target_network_run_without_gradients() -> None:
     sent = run(target)
     assert [(e.step, e.bootstrap) for e in sent] == [(0, False), (4, True)]  # the 4th in a row
     assert [e.bootstrap for e in run(teacher)] == [False]
+    assert [e.bootstrap for e in run(online, rows=3)] == [False]  # a prediction on 3 test rows

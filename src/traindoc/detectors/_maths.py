@@ -110,7 +110,8 @@ class Rollouts:
     sample's, a terminal transition's TD error many times the others'.
 
     Nor has a loss whose targets the model computes itself (``bootstrapped``, from the first
-    backward whose ``Forwards`` says so): a DQN's TD loss grows as its value estimates grow,
+    backward whose ``Forwards`` says so: the model or a copy of it ran without gradients on the
+    training batch's size in each step): a DQN's TD loss grows as its value estimates grow,
     and falls and rises again with each refresh of the target network, in a run that learns.
     ``judged``: none of these."""
 

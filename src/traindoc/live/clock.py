@@ -59,9 +59,9 @@ class StepClock:
         self.forwards = 0  # a model's training forwards since the last backward (sampled steps)
         self.rows = 0  # the most rows one of them saw (1: one sample; 0: not known)
         self.forward_calls = 0  # the same forwards in the run, never reset
-        # The model or a copy of it run in train mode without gradients since the last backward
-        # (sampled steps): a TD target, acting, pseudo-labels.
-        self.inferred = 0
+        # The batch sizes the model or a copy of it ran on in train mode without gradients since
+        # the last backward (sampled steps): a TD target when one is the training batch's size.
+        self.inferred_rows: set[int] = set()
         # The user's backward calls in the run, counted where every one passes (the session's
         # backward entry, before it runs: from several tensors too, unlike ``backward``).
         self.backwards = 0

@@ -67,7 +67,7 @@ class Session:
         self.setup_step = False
         self._phase = 0
         self._forwards_sent = (0, 0, False)  # the last model calls, rows, bootstrap sent (Forwards)
-        self._inferring = 0  # sampled backwards in a row whose step ran the model without gradients
+        self._inferring = 0  # sampled backwards in a row whose targets the model computed (Forwards)
         self._started = time.time()
         self._t0 = time.perf_counter()
         self._optimizers = ObjectMap()  # optimizer -> index (weak: never keeps it alive)
@@ -287,12 +287,14 @@ class Session:
         clock = self.clock
         micro = clock.backward()  # closes the round a step ended (or the script dropped)
         if clock.forwards:
-            self._inferring = self._inferring + 1 if clock.inferred else 0
+            self._inferring = self._inferring + 1 if clock.rows > 1 and clock.rows in clock.inferred_rows else 0
             sent = (clock.forwards, clock.rows, self._inferring >= 4)
             if sent != self._forwards_sent:  # in order with pending values
                 self._forwards_sent = sent
                 self.stream.pending.append(Forwards(step=clock.step, count=sent[0], rows=sent[1], bootstrap=sent[2]))
-            clock.forwards = clock.rows = clock.inferred = 0
+            clock.forwards = clock.rows = 0
+            if clock.inferred_rows:
+                clock.inferred_rows.clear()
         self.setup_step = False
         if loss.numel() != 1:
             return

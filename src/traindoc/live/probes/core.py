@@ -238,7 +238,7 @@ class CoreProbes(Probe):
                 self.clock.rows = max(self.clock.rows, _rows(args[0] if args else None))
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
             elif module.training:
-                self._guard("forward", self._count_inferred, module)
+                self._guard("forward", self._count_inferred, module, args)
         if torch.is_grad_enabled() and self._calls.take(module):
             self._measure(self._on_input, module, args)
         self._depth += 1
@@ -257,11 +257,13 @@ class CoreProbes(Probe):
         self._empty = isinstance(x, torch.Tensor) and x.numel() == 0  # its shape: no sync
         self._measure(self._on_output, module, output)
 
-    def _count_inferred(self, module: Any) -> None:
-        """A model run without gradients in train mode: the step computes targets or data with
-        it when it is the trained model or a copy of it."""
-        if self.s.model.is_trained(module):
-            self.clock.inferred += 1
+    def _count_inferred(self, module: Any, args: Any) -> None:
+        """A model run without gradients in train mode: the step computes its targets with it
+        when it is the trained model or a copy of it, on a batch of the training batch's size
+        (compared at the backward; a prediction on a few test rows, acting on one state are not)."""
+        rows = _rows(args[0] if args else None)
+        if rows > 1 and self.s.model.is_trained(module):
+            self.clock.inferred_rows.add(rows)
 
     def _on_input(self, module: Any, args: Any) -> None:
         self._guard("forward", self.s.model.on_module_input, module, args)
