@@ -32,8 +32,8 @@ from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.eval_parts import (
-    Pass, Phase, find_twin, held_params, in_update_bn, is_dropout_entry, mirrors_trained, mode_dependent, rerun_safe,
-    restore_rng, save_rng, unwrap,
+    Pass, Phase, find_twin, held_params, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe, restore_rng,
+    save_rng, unwrap,
 )
 from traindoc.live.probes.inference import InferenceRegions
 from traindoc.live.objects import ObjectMap, user_site
@@ -209,7 +209,8 @@ class EvalProbes(Probe):
         one.where = user_site(4)
         held = held_params(s)
         owned = any(id(p) in held for p in inner.parameters())
-        one.role = "model" if owned else "copy" if mirrors_trained(s, inner, held) else "other"
+        # Not trained: a copy of a trained model (an EMA, a target network) or a model of its own
+        one.role = "model" if owned else "copy" if s.model.is_trained(inner) else "other"
         modes = [(n, m) for n, m in inner.named_modules() if mode_dependent(m)]
         one.mode_modules = len(modes)
         one.train_modules = tuple(f"{n or type(inner).__name__} ({type(m).__name__})"

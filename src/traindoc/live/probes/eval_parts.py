@@ -88,18 +88,6 @@ def held_params(s: Session) -> set[int]:
     return held
 
 
-def mirrors_trained(s: Session, module: nn.Module, held: set[int]) -> bool:
-    """Has ``module`` the parameter shapes of a model being trained (an EMA or averaged copy, a
-    DQN's target network), rather than a model of its own (a distillation teacher)?"""
-    shapes = [p.shape for p in module.parameters()]
-    for model in s.models():
-        inner = unwrap(model)
-        if inner is not module and any(id(p) in held for p in inner.parameters()):
-            if [p.shape for p in inner.parameters()] == shapes:
-                return True
-    return False
-
-
 def find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
     """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
     and that has BatchNorm modules of the same names."""
