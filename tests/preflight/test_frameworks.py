@@ -47,7 +47,8 @@ def _preflight(tmp_path: Path, script: str, only: str = "", *args: str) -> tuple
     data = json.loads(report.read_text())
     failed = any(v["status"] == "fail" for v in data["preflight"]["probes"])  # a gate: exit 3
     assert ran.returncode == (3 if failed else 0), ran.stderr[-3000:]
-    assert data["preflight"]["seconds"] < 60
+    # Its wall time is not asserted: it follows the machine's load (73 s once, with the test suite
+    # and a benchmark sharing two cores); a launch past its budget would change the verdicts.
     return {v["probe"]: v for v in data["preflight"]["probes"]}, ran.stderr
 
 

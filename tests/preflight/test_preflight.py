@@ -173,12 +173,11 @@ def test_a_script_that_does_not_checkpoint_gets_a_reason(tmp_path: Path) -> None
     assert v["status"] == "n/a" and "no checkpoint" in v["summary"]
 
 
-def test_whole_preflight_of_a_healthy_case_passes_within_a_minute(tmp_path: Path) -> None:
+def test_whole_preflight_of_a_healthy_case_passes(tmp_path: Path) -> None:
     ran, data = preflight(tmp_path, PREFLIGHT_ZOO / "healthy_resume.py", "--fail-on", "warning")
     statuses = {v["probe"]: v["status"] for v in data["preflight"]["probes"]}
     assert statuses == dict.fromkeys(("initial-loss", "gradients", "overfit", "eval", "resume", "lr"), "pass")
-    assert data["preflight"]["seconds"] < 60
-    assert data["findings"] == []
+    assert data["findings"] == []  # its time follows the machine's load: not asserted
     assert "pass" in ran.stderr and ran.stdout == ""  # the script's own prints are kept out
 
 
