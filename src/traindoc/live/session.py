@@ -132,6 +132,10 @@ class Session:
         """The optimizers seen so far, still alive, in the order they were first seen."""
         return [opt for opt, _ in sorted(self._optimizers.items(), key=lambda kv: kv[1])]
 
+    def held_ids(self) -> set[int]:
+        """The ids of the parameters the optimizers hold."""
+        return {id(p) for opt in self.optimizers() for g in opt.param_groups for p in g["params"]}
+
     def optimizer_index(self, opt: Any) -> int:
         """``opt``'s index in the stream's events (-1 for one never seen)."""
         index: int = self._optimizers.get(opt, -1)

@@ -37,7 +37,7 @@ class StrayGrads:
     def on_root_forward(self, module: Any, output: torch.Tensor) -> None:
         if module in self._side:
             return
-        held = self._held()
+        held = self.s.held_ids()
         if not held:
             return
         off = not any(id(p) in held for p in module.parameters()) and not _reaches(output, held)
@@ -86,9 +86,6 @@ class StrayGrads:
                                      grad=math.sqrt(sum(g * g for g in mine)), where=where)
 
         self.s.defer(norms, decode)
-
-    def _held(self) -> set[int]:
-        return {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
 
 
 def _reaches(output: torch.Tensor, held: set[int]) -> bool:

@@ -32,7 +32,7 @@ from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.eval_parts import (
-    Pass, Phase, find_twin, held_params, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe, restore_rng,
+    Pass, Phase, find_twin, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe, restore_rng,
     save_rng, unwrap,
 )
 from traindoc.live.probes.inference import InferenceRegions
@@ -207,7 +207,7 @@ class EvalProbes(Probe):
         one.model = type(inner).__name__
         one.training = bool(inner.training)
         one.where = user_site(4)
-        held = held_params(s)
+        held = s.held_ids()
         owned = any(id(p) in held for p in inner.parameters())
         # Not trained: a copy of a trained model (an EMA, a target network) or a model of its own
         one.role = "model" if owned else "copy" if s.model.is_trained(inner) else "other"

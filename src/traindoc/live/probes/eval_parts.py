@@ -81,13 +81,6 @@ def is_dropout_entry(entry: str) -> bool:
     return "Drop" in kind or "Stochastic" in kind
 
 
-def held_params(s: Session) -> set[int]:
-    held: set[int] = set()
-    for opt in s.optimizers():
-        held.update(id(p) for g in opt.param_groups for p in g["params"])
-    return held
-
-
 def find_twin(s: Session, copy: nn.Module, bn_names: set[str], held: set[int]) -> nn.Module | None:
     """The trained model that ``copy`` mirrors: a module whose parameters an optimizer holds
     and that has BatchNorm modules of the same names."""
@@ -150,5 +143,5 @@ def restore_rng(saved: dict[str, Any]) -> None:
         sys.modules["numpy"].random.set_state(saved["numpy"])
 
 
-__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "find_twin", "held_params", "in_update_bn", "is_dropout_entry",
+__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "find_twin", "in_update_bn", "is_dropout_entry",
            "mode_dependent", "rerun_safe", "restore_rng", "save_rng", "unwrap"]

@@ -67,7 +67,7 @@ class InferenceRegions:
     def _report(self, modules: list[Any]) -> None:
         if not modules:
             return
-        held = {id(p) for opt in self.s.optimizers() for g in opt.param_groups for p in g["params"]}
+        held = self.s.held_ids()
         found = [(m, [p for p in m._parameters.values() if p is not None and p.requires_grad and id(p) in held])
                  for m in modules]
         found = [(m, mine) for m, mine in found if mine]
