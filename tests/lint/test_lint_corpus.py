@@ -38,7 +38,10 @@ def test_healthy_zoo_scripts_are_clean():
         pytest.skip("no healthy zoo scripts yet")
     result = lint_paths(healthy, use_config=False)
     assert not result.errors
-    assert [(f.path, f.line, f.finding.id) for f in result.findings] == []
+    # A twin that runs its failing script with the fix on (a flag lint cannot read) is linked to
+    # that script: a finding there is the failing script's, not the twin's.
+    own = {p.resolve() for p in healthy}
+    assert [(f.path, f.line, f.finding.id) for f in result.findings if Path(f.path).resolve() in own] == []
 
 
 # (file, text to replace, replacement, the id that must then fire)
@@ -74,6 +77,9 @@ MUTATIONS = [
     ("distill_kd.py", '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits\n',
      '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits.detach()\n',
      "no-gradient"),
+    ("ddp_torchrun.py", "    loader.sampler.set_epoch(epoch)\n", "", "repeated-batch"),
+    ("bert_finetune_manual.py", "        model.train()\n        tr_loss = 0.0\n",
+     "        model.train()\n        set_seed(cfg.seed)\n        tr_loss = 0.0\n", "repeated-batch"),
 ]
 
 

@@ -177,6 +177,14 @@ class Module(IndexedFile):
             }
         return id(self.scope(node)) in self._looped
 
+    def iterated(self, loop: ast.stmt) -> ast.expr | None:
+        """What a loop draws its items from: a ``for`` loop's iterable, or ``X`` of a ``while``
+        loop's ``item = next(it)`` with ``it = iter(X)`` before it."""
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            return loop.iter
+        drawn = _drawn_from(self, loop) if isinstance(loop, ast.While) else None
+        return drawn[1] if drawn else None
+
     def micro_count(self, loop: ast.AST) -> str | None:
         """How many micro-batches ``loop`` runs, as text (``gradient_accumulation_steps``,
         ``len(micro_batches)``), when it is a loop over the micro-batches of one update (its
