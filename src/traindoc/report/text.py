@@ -72,6 +72,12 @@ def render(report: Report, file: TextIO | None = None, *, width: int | None = No
     out.write("\n".join(lines(report, width=width, color=color, verbose=verbose)) + "\n")
 
 
+# What "no training" means: what traindoc watches, and RPC training, which it does not.
+NO_TRAINING = ("with no backward() through torch.autograd and no step of a torch.optim optimizer, so there "
+               "was nothing to diagnose (RPC training, torch.distributed.autograd with DistributedOptimizer, "
+               "is not watched).")
+
+
 def lines(report: Report, *, width: int | None = None, color: bool = False, verbose: bool = False) -> list[str]:
     page = _Page(width, color)
     run = report.run
@@ -89,7 +95,7 @@ def lines(report: Report, *, width: int | None = None, color: bool = False, verb
     if run.get("trained") is False:
         code = f", exit code {run['exit_code']}" if run.get("exit_code") else ""
         page.add(f"No training was observed: the script ended (status {run.get('status', 'ok')}{code}) "
-                 "before any backward() or optimizer step, so there was nothing to diagnose.")
+                 f"{NO_TRAINING}")
     elif not report.findings and report.disabled:
         page.add(f"No findings from the detectors that ran, but {len(report.disabled)} part(s) were "
                  "disabled after an internal error (below): failures they watch could not be seen.")
