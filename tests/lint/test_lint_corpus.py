@@ -77,6 +77,10 @@ MUTATIONS = [
     ("distill_kd.py", '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits\n',
      '            t_logits = teacher(ids).logits.float()\n        with torch.autocast("cuda", dtype=torch.bfloat16):\n            s_logits = student(ids).logits.detach()\n',
      "no-gradient"),
+    ("distill_kd.py",
+     ("    for p in teacher.parameters():\n        p.requires_grad_(False)\n",
+      "        with torch.no_grad():\n            t_logits = teacher(ids).logits.float()\n"),
+     ("", "        t_logits = teacher(ids).logits.float()\n"), "target-not-detached"),
     ("ddp_torchrun.py", "    loader.sampler.set_epoch(epoch)\n", "", "repeated-batch"),
     ("bert_finetune_manual.py", "        model.train()\n        tr_loss = 0.0\n",
      "        model.train()\n        set_seed(cfg.seed)\n        tr_loss = 0.0\n", "repeated-batch"),
@@ -86,7 +90,10 @@ MUTATIONS = [
 @pytest.mark.parametrize("name, old, new, expected", MUTATIONS, ids=[f"{m[0]}:{m[3]}" for m in MUTATIONS])
 def test_breaking_a_healthy_script_fires_the_rule(name, old, new, expected):
     source = (CORPUS / name).read_text()
-    assert source.count(old) == 1, "the mutation must match the corpus file exactly once"
-    findings, errors = lint_source(source.replace(old, new), name)
+    # one line broken, or several lines of one mistake (a teacher neither frozen nor under no_grad)
+    for before, after in zip(old, new) if isinstance(old, tuple) else [(old, new)]:
+        assert source.count(before) == 1, "the mutation must match the corpus file exactly once"
+        source = source.replace(before, after)
+    findings, errors = lint_source(source, name)
     assert not errors
     assert {f.finding.id for f in findings} == {expected}

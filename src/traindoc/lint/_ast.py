@@ -13,7 +13,10 @@ same file or imported from a sibling module of the same folder (``_siblings``), 
 - what a value is where it is set (``value_of``): a module constant, ``self.x`` set once, a
   dataclass config's field, an argparse default, a dict config's entry, a parameter's argument
   at the file's only call; a run setting the file does not show (``args.max_loss``) is an
-  unknown of its type (``config_read``), not a reason to stay quiet.
+  unknown of its type (``config_read``), not a reason to stay quiet;
+- which model a name is, by the call that built it, and which models the file's optimizers hold
+  (``_models``: ``Models``, ``Held``);
+- which ``DataLoader`` a loop iterates and what its sampler is (``_loaders``).
 
 Nothing here imports torch; it reads source only.
 """
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 from traindoc.lint._flow import Module
 from traindoc.lint._modes import mode_free, sets_train_mode
+from traindoc.lint._loaders import loaders, sampler_of, truth, unwrapped
+from traindoc.lint._models import Held, Models, construction, frozen
 from traindoc.lint._nodes import (
     EVAL_WORDS,
     LOOP_TYPES,
@@ -56,8 +61,8 @@ from traindoc.lint._values import (
 
 __all__ = [
     "EVAL_WORDS", "LOOP_TYPES", "LOW_PRECISION", "OPTIMIZER_CLASSES", "SCALER_CLASSES", "TENSOR_FACTORIES",
-    "AssignValue", "Backward", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
-    "dotted", "drops_optimizer", "fixed_filename", "is_constant_value", "is_detached_value", "kwarg", "loss_roots", "method", "mode_free",
-    "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "sets_train_mode", "torch_saves", "unparse",
+    "AssignValue", "Backward", "Held", "Models", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
+    "construction", "dotted", "drops_optimizer", "fixed_filename", "frozen", "is_constant_value", "is_detached_value", "kwarg", "loaders", "loss_roots", "method", "mode_free",
+    "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "sampler_of", "sets_train_mode", "torch_saves", "truth", "unparse", "unwrapped",
     "value_of", "config_read",
 ]
