@@ -11,6 +11,7 @@ from traindoc.lint._ast import (
 from traindoc.lint.rules._common import Hit, Invalid
 
 PARTS = ("model", "optimizer", "scheduler", "scaler", "step")
+UNKNOWN = "<entries the file does not show>"
 STEP_KEYS = ("step", "epoch", "iter", "update", "tokens", "samples_seen")
 EFFECT = {
     "optimizer": "the optimizer's moments from zero",
@@ -90,6 +91,32 @@ class CheckpointIncomplete:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # the scaler stored under a key computed at run time (timm's CheckpointSaver); entries
+        # merged from elsewhere, which the file does not show
+        """
+        import torch
+
+        class Saver:
+            def __init__(self, model, optimizer, amp_scaler=None, extra=None):
+                self.model, self.optimizer, self.amp_scaler, self.extra = model, optimizer, amp_scaler, extra
+
+            def save(self, path, epoch):
+                state = {"epoch": epoch, "state_dict": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+                if self.amp_scaler is not None:
+                    state[self.amp_scaler.state_dict_key] = self.amp_scaler.state_dict()
+                torch.save(state, path)
+
+            def save_with_extra(self, path, epoch):
+                state = {"epoch": epoch, "state_dict": self.model.state_dict()}
+                state.update(self.extra.checkpoint_state())
+                torch.save(state, path)
+
+        scaler = torch.amp.GradScaler("cuda")
+        saver = Saver(model, optimizer, scaler)
+        for epoch in range(90):
+            train_one_epoch(model, optimizer, scaler, loader)
+            saver.save("last.pth", epoch)
+        """,
         """
         import torch
 
@@ -213,6 +240,8 @@ class CheckpointIncomplete:
         if name:
             scope = mod.scope(call)
             for stmt in _subscript_sets(mod, scope, name, call.lineno):
+                if stmt[0] == UNKNOWN:
+                    return None  # entries the file does not show: cannot know what is missing
                 keys.append(stmt[0])
                 receivers.append(stmt[1])
         return node, keys, receivers
@@ -266,13 +295,11 @@ def _subscript_sets(mod: Module, scope: Scope, name: str, before: int) -> Iterat
     for stmt in ast.walk(scope.node):
         if isinstance(stmt, ast.Assign) and stmt.lineno < before:
             for t in stmt.targets:
-                if (
-                    isinstance(t, ast.Subscript)
-                    and dotted(t.value) == name
-                    and isinstance(t.slice, ast.Constant)
-                    and isinstance(t.slice.value, str)
-                ):
-                    yield t.slice.value, dotted(method(stmt.value, "state_dict")) or ""
+                if isinstance(t, ast.Subscript) and dotted(t.value) == name:
+                    # a computed key (timm: ``state[self.amp_scaler.state_dict_key] = ...``) is
+                    # known by the object whose state it stores
+                    key = t.slice.value if isinstance(t.slice, ast.Constant) else mod.text(t.slice)
+                    yield str(key), dotted(method(stmt.value, "state_dict")) or ""
         elif isinstance(stmt, ast.Call) and dotted(method(stmt, "update")) == name and stmt.lineno < before:
             for kw in stmt.keywords:
                 if kw.arg:
@@ -282,3 +309,5 @@ def _subscript_sets(mod: Module, scope: Scope, name: str, before: int) -> Iterat
                     for k, v in zip(a.keys, a.values):
                         if isinstance(k, ast.Constant) and isinstance(k.value, str):
                             yield k.value, dotted(method(v, "state_dict")) or ""
+                else:
+                    yield UNKNOWN, ""  # ``state.update(task.get_checkpoint_state())``: any key
