@@ -154,6 +154,12 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
             params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
             if params and params[0] == "self":
                 params = params[1:]
+            if _passes_through(call, fn):
+                # def save_on_master(*args, **kwargs): torch.save(*args, **kwargs): the caller's
+                # first two arguments are torch.save's (the torchvision-references idiom)
+                helpers[fn.name] = (len(params), len(params) + 1, call, [*params, "obj", "f"])
+                defaults[fn.name] = {}
+                continue
             i_obj = params.index(obj.id) if isinstance(obj, ast.Name) and obj.id in params else None
             i_path = params.index(path.id) if isinstance(path, ast.Name) and path.id in params else None
             if i_obj is not None or i_path is not None:
@@ -164,13 +170,21 @@ def _torch_saves(mod: Module) -> Iterator[tuple[ast.Call, ast.expr | None, ast.e
     for call in mod.named(*helpers):
         owner, _, name = (dotted(call.func) or "").rpartition(".")  # f(...), self.f(...), Steps.f(...)
         classes = {s.cls for s in mod.scopes if s.cls}
-        if name in helpers and (not owner or owner == "self" or owner in classes):
+        sibling = name in mod.sibling_modules.get(owner, ())  # utils.save_on_master(...)
+        if name in helpers and (not owner or owner == "self" or owner in classes or sibling):
             i_obj, i_path, inner, params = helpers[name]
             obj = arg(call, i_obj, params[i_obj]) if i_obj is not None else None
             path = arg(call, i_path, params[i_path]) if i_path is not None else None
             if path is None and i_path is not None:  # save_checkpoint(state, filename="checkpoint.pth.tar")
                 path = defaults[name].get(params[i_path])
             yield call, obj, path, inner
+
+
+def _passes_through(call: ast.Call, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``torch.save(*args, **kwargs)`` with the function's own ``*args``."""
+    first = call.args[0] if call.args else None
+    return (fn.args.vararg is not None and isinstance(first, ast.Starred) and isinstance(first.value, ast.Name)
+            and first.value.id == fn.args.vararg.arg)
 
 
 def _defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, ast.expr]:

@@ -6,7 +6,7 @@ import ast
 from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import (
-    Module, Scope, dotted, drops_optimizer, fixed_filename, kwarg, method, number, resolve, torch_saves,
+    Module, Scope, arg, dotted, drops_optimizer, fixed_filename, kwarg, method, number, resolve, torch_saves,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -91,6 +91,24 @@ class CheckpointIncomplete:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # plain SGD (no momentum) keeps no state for a snapshot to lose
+        """
+        import torch
+        import torch.nn.functional as F
+
+        class Trainer:
+            def __init__(self, model, loader, snapshot_path):
+                self.model, self.loader, self.snapshot_path = model, loader, snapshot_path
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+            def train(self, epochs):
+                for epoch in range(epochs):
+                    for x, y in self.loader:
+                        self.optimizer.zero_grad()
+                        F.cross_entropy(self.model(x), y).backward()
+                        self.optimizer.step()
+                    torch.save({"MODEL_STATE": self.model.state_dict(), "EPOCHS_RUN": epoch}, self.snapshot_path)
+        """,
         # the scaler stored under a key computed at run time (timm's CheckpointSaver); entries
         # merged from elsewhere, which the file does not show
         """
@@ -256,6 +274,8 @@ class CheckpointIncomplete:
                     enabled = kwarg(call, "enabled")
                     if kind == "scaler" and isinstance(enabled, ast.Constant) and enabled.value is False:
                         continue
+                    if kind == "optimizer" and _stateless(mod, call):
+                        continue  # plain SGD keeps no state: a resume without it loses nothing
                     last = kwarg(call, "last_epoch")
                     if kind == "scheduler" and (
                         (last is not None and number(last) != -1) or _repositioned(mod, text)
@@ -263,6 +283,14 @@ class CheckpointIncomplete:
                         continue  # set to the saved epoch on resume (`last_epoch=epoch - 1`)
                     out[kind] = text
         return out
+
+
+def _stateless(mod: Module, call: ast.Call) -> bool:
+    """``torch.optim.SGD(params, lr)`` without momentum: ``state_dict()`` holds no state."""
+    if (mod.callee(call) or "").split(".")[-1] != "SGD":
+        return False
+    momentum = arg(call, 2, "momentum")
+    return momentum is None or number(momentum) == 0
 
 
 def _repositioned(mod: Module, scheduler: str) -> bool:

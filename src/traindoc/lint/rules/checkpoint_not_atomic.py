@@ -26,6 +26,23 @@ class CheckpointNotAtomic:
 
     id: ClassVar[str] = "checkpoint-not-atomic"
     invalid: ClassVar[tuple[Invalid, ...]] = (
+        # through a helper that passes its arguments on (torchvision references, DeiT, DINO)
+        Invalid(
+            """
+            import os
+            import torch
+
+            def save_on_master(*args, **kwargs):
+                if is_main_process():
+                    torch.save(*args, **kwargs)
+
+            for epoch in range(start_epoch, epochs):
+                train_one_epoch(model, optimizer, loader, epoch)
+                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}
+                save_on_master(state, os.path.join(output_dir, "checkpoint.pth"))
+            """,
+            11,
+        ),
         Invalid(
             """
             import os
