@@ -50,6 +50,7 @@ from traindoc.lint._scope import AssignValue, Backward, Scope, ScopeNode
 from traindoc.lint._values import (
     drops_optimizer,
     fixed_filename,
+    in_temporary_dir,
     is_constant_value,
     is_detached_value,
     nonfinite_checked,
@@ -62,7 +63,7 @@ from traindoc.lint._values import (
 __all__ = [
     "EVAL_WORDS", "LOOP_TYPES", "LOW_PRECISION", "OPTIMIZER_CLASSES", "SCALER_CLASSES", "TENSOR_FACTORIES",
     "AssignValue", "Backward", "Held", "Models", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
-    "construction", "dotted", "drops_optimizer", "fixed_filename", "frozen", "is_constant_value", "is_detached_value", "kwarg", "loaders", "loss_roots", "method", "mode_free",
+    "construction", "dotted", "drops_optimizer", "fixed_filename", "frozen", "in_temporary_dir", "is_constant_value", "is_detached_value", "kwarg", "loaders", "loss_roots", "method", "mode_free",
     "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "sampler_of", "sets_train_mode", "torch_saves", "truth", "unparse", "unwrapped",
     "value_of", "config_read",
 ]

@@ -231,6 +231,18 @@ def resolve(mod: Module, node: ast.expr | None, at: ast.AST, depth: int = 2) -> 
     return node
 
 
+# A folder that lives for one run (pytest's tmp_path, tempfile's): nothing there is resumed from.
+TEMP_DIRS = ("tmp_path", "tmpdir", "tempfile", "TemporaryDirectory", "mkdtemp", "gettempdir")
+
+
+def in_temporary_dir(mod: Module, path: ast.expr | None, at: ast.AST) -> bool:
+    """The checkpoint path is in a temporary folder (a test's ``tmp_path / "ckpt.pt"``)."""
+    if path is None:
+        return False
+    shown = unparse(path, 400) + " " + unparse(value_of(mod, path, at) or path, 400)
+    return any(w in shown for w in TEMP_DIRS)
+
+
 def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | None:
     """The file name a path expression always ends in (``ckpt.pt`` for
     ``os.path.join(out_dir, "ckpt.pt")`` or ``f"{out}/last.pt"``), None when it varies

@@ -6,7 +6,7 @@ import ast
 from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import (
-    Module, Scope, arg, dotted, drops_optimizer, fixed_filename, kwarg, method, number, resolve, torch_saves,
+    Module, Scope, arg, dotted, drops_optimizer, fixed_filename, in_temporary_dir, kwarg, method, number, resolve, torch_saves,
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -91,6 +91,17 @@ class CheckpointIncomplete:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # a test's checkpoint in pytest's temporary folder, weights only on purpose
+        """
+        import torch
+
+        def test_loading_weights_without_the_optimizer(tmp_path):
+            model = torch.nn.Linear(4, 2)
+            opt = torch.optim.AdamW(model.parameters())
+            model(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            torch.save({"state_dict": model.state_dict(), "epoch": 7}, tmp_path / "ckpt.pth")
+        """,
         # plain SGD (no momentum) keeps no state for a snapshot to lose
         """
         import torch
@@ -205,8 +216,8 @@ class CheckpointIncomplete:
         uses = self._uses(mod)
         for call, obj, path, _ in saves:
             found = self._dict(mod, obj, call)
-            if found is None or drops_optimizer(mod, obj, call):
-                continue
+            if found is None or drops_optimizer(mod, obj, call) or in_temporary_dir(mod, path, call):
+                continue  # (a checkpoint in a temporary folder is not resumed by a later run)
             node, keys, receivers = found
             have = {part for part in PARTS if _has(part, keys, receivers, mod)}
             if "model" not in have or not ({"optimizer", "step"} & have):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, arg, dotted, drops_optimizer, fixed_filename, method, torch_saves
+from traindoc.lint._ast import (
+    Module, arg, dotted, drops_optimizer, fixed_filename, in_temporary_dir, method, torch_saves,
+)
 from traindoc.lint.rules._common import Hit, Invalid
 
 RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
@@ -157,6 +159,19 @@ class CheckpointNotAtomic:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # a test's checkpoint in pytest's temporary folder: no later run resumes from it
+        """
+        import torch
+
+        def test_resume_from_checkpoint(tmp_path):
+            model = torch.nn.Linear(4, 2)
+            opt = torch.optim.AdamW(model.parameters())
+            model(torch.randn(3, 4)).sum().backward()
+            opt.step()
+            checkpoint_path = tmp_path / "resume_ckpt.pth"
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 1}, checkpoint_path)
+            assert torch.load(checkpoint_path)["step"] == 1
+        """,
         """
         import argparse
         import os
@@ -262,7 +277,7 @@ class CheckpointNotAtomic:
                 continue  # judged where the helper is called, with the caller's path
             path = _opened_path(mod, path, call)
             name = fixed_filename(mod, path, call)
-            if not name or any(w in name.lower() for w in TEMP_WORDS):
+            if not name or any(w in name.lower() for w in TEMP_WORDS) or in_temporary_dir(mod, path, call):
                 continue
             resumed = path is not None and mod.text(path, 400) in loaded
             said = f"{name} {mod.text(path, 400) if path is not None else ''}".lower()  # or args.ckpt
