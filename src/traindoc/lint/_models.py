@@ -35,7 +35,8 @@ class Models:
 
     def __init__(self, mod: Module) -> None:
         self.mod = mod
-        self.classes = module_classes(mod)
+        self.defs = class_defs(mod)
+        self.classes = module_classes(self.defs)
         self.used: set[int] = set()
         for call in mod.named(*self.USES):
             receiver = method(call, *self.USES)
@@ -181,8 +182,8 @@ def trainer_models(models: Models) -> list[ast.Call]:
     """The models given to the file's ``transformers.Trainer`` subclasses (their ``model``)."""
     mod = models.mod
     subclasses = {
-        c.name for c in ast.walk(mod.tree) if isinstance(c, ast.ClassDef)
-        and any((mod.qualname(b) or "").split(".")[0] in ("transformers", "trl") for b in c.bases)
+        c.name for c in models.defs.values()
+        if any((mod.qualname(b) or "").split(".")[0] in ("transformers", "trl") for b in c.bases)
     }
     out = []
     for call in mod.calls:
@@ -194,10 +195,20 @@ def trainer_models(models: Models) -> list[ast.Call]:
     return out
 
 
-def module_classes(mod: Module) -> set[str]:
+def class_defs(mod: Module) -> dict[str, ast.ClassDef]:
+    """The classes of the file that define methods, by name (found from the index's function
+    scopes: a walk of the whole tree per file costs as much as the rest of a rule)."""
+    out: dict[str, ast.ClassDef] = {}
+    for scope in mod.scopes:
+        owner = mod.parent.get(scope.node) if scope.cls else None
+        if isinstance(owner, ast.ClassDef):
+            out.setdefault(owner.name, owner)
+    return out
+
+
+def module_classes(classes: dict[str, ast.ClassDef]) -> set[str]:
     """Classes of this file that are modules: a base ending in ``Module`` (``nn.Module``,
     ``LightningModule``), ``PreTrainedModel``, or another such class of the file."""
-    classes = {c.name: c for c in ast.walk(mod.tree) if isinstance(c, ast.ClassDef)}
     found: set[str] = set()
     for _ in range(3):
         for name, c in classes.items():
