@@ -21,6 +21,7 @@ RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", "half", "bfloat16", "dou
 WRAPPERS = frozenset({"DistributedDataParallel", "DDP", "DataParallel", "FullyShardedDataParallel", "FSDP", "compile"})
 # Functions that build a model (besides class constructors).
 BUILDERS = frozenset({"from_pretrained", "create_model", "deepcopy"})
+# Builders whose model has parameters of its own: not a container of the model they are given.
 COPIES = frozenset({"deepcopy", "AveragedModel"})
 
 
