@@ -240,8 +240,8 @@ class RepeatedBatch:
                 drawn = mod.iterated(loop)
                 if drawn is None or not mod.backwards_in(scope, loop):
                     continue
+                passes = _epoch_loops(mod, scope, loop)
                 for loader in loaders(mod, drawn, loop):
-                    passes = _epoch_loops(mod, scope, loop)
                     sampler = sampler_of(mod, loader, "DistributedSampler")
                     if sampler is not None and not epoch_set and mod.repeated(loop) and _shuffles(mod, sampler):
                         if id(sampler) not in seen:
@@ -261,7 +261,7 @@ class RepeatedBatch:
                      passes: list[ast.stmt]) -> Hit:
         name = _stored_as(mod, sampler)
         epoch = f" (the loop at line {passes[0].lineno})" if passes else ""
-        loader = mod.text(unwrapped(mod, drawn), 40)
+        loader = mod.text(unwrapped(mod, drawn), 60)
         if name and passes and mod.scope(sampler) is mod.scope(passes[0]):
             fix = f"Call `{name}.set_epoch(epoch)` at the start of every epoch{epoch}, before the loader is iterated"
         else:
@@ -270,7 +270,7 @@ class RepeatedBatch:
             sampler,
             f"{'`' + name + '`' if name else 'this DistributedSampler'} (line {sampler.lineno}) shuffles with "
             f"`seed + epoch`, and nothing in this file calls its `set_epoch`: every epoch{epoch} trains on "
-            f"`{mod.text(unwrapped(mod, drawn), 60)}` in the first epoch's order, on every rank",
+            f"`{loader}` in the first epoch's order, on every rank",
             cause="DistributedSampler draws each pass's permutation from `seed + self.epoch`, and its epoch "
             "stays 0 until `set_epoch` is called: the batches, their composition and the gradient noise "
             "repeat every epoch.",
