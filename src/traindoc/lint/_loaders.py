@@ -22,7 +22,7 @@ WRAPPERS = frozenset({"enumerate", "iter", "zip", "list", "tuple", "tqdm", "isli
 
 
 def loaders(mod: Module, node: ast.expr, at: ast.AST, depth: int = 6,
-             index: int | None = None) -> Iterator[ast.Call]:
+            index: int | None = None) -> Iterator[ast.Call]:
     """The ``DataLoader(...)`` calls ``node`` may hold, followed through wrappers, names,
     ``self`` attributes, conditional expressions, dicts of loaders and the returns of this
     file's functions (``index``: the position unpacked from a returned tuple)."""
