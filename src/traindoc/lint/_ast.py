@@ -28,25 +28,17 @@ from traindoc.lint._modes import mode_free, sets_train_mode
 from traindoc.lint._loaders import loaders, sampler_of, truth, unwrapped
 from traindoc.lint._models import Held, Models, construction, frozen
 from traindoc.lint._nodes import (
-    EVAL_WORDS,
     LOOP_TYPES,
-    LOW_PRECISION,
-    OPTIMIZER_CLASSES,
-    SCALER_CLASSES,
-    TENSOR_FACTORIES,
     arg,
     arith_names,
     contains_word,
     dotted,
     kwarg,
-    loss_roots,
     method,
     names_in,
     number,
-    returned_names,
-    unparse,
 )
-from traindoc.lint._scope import AssignValue, Backward, Scope, ScopeNode
+from traindoc.lint._scope import AssignValue, Backward, Scope
 from traindoc.lint._values import (
     drops_optimizer,
     fixed_filename,
@@ -57,13 +49,12 @@ from traindoc.lint._values import (
     resolve,
     torch_saves,
     value_of,
-    config_read,
 )
 
 __all__ = [
-    "EVAL_WORDS", "LOOP_TYPES", "LOW_PRECISION", "OPTIMIZER_CLASSES", "SCALER_CLASSES", "TENSOR_FACTORIES",
-    "AssignValue", "Backward", "Held", "Models", "Module", "Scope", "ScopeNode", "arg", "arith_names", "contains_word",
-    "construction", "dotted", "drops_optimizer", "fixed_filename", "frozen", "in_temporary_dir", "is_constant_value", "is_detached_value", "kwarg", "loaders", "loss_roots", "method", "mode_free",
-    "names_in", "nonfinite_checked", "number", "resolve", "returned_names", "sampler_of", "sets_train_mode", "torch_saves", "truth", "unparse", "unwrapped",
-    "value_of", "config_read",
+    "LOOP_TYPES", "AssignValue", "Backward", "Held", "Models", "Module", "Scope", "arg", "arith_names",
+    "construction", "contains_word", "dotted", "drops_optimizer", "fixed_filename", "frozen", "in_temporary_dir",
+    "is_constant_value", "is_detached_value", "kwarg", "loaders", "method", "mode_free", "names_in",
+    "nonfinite_checked", "number", "resolve", "sampler_of", "sets_train_mode", "torch_saves", "truth", "unwrapped",
+    "value_of",
 ]

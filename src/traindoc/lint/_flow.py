@@ -261,29 +261,11 @@ class Module(IndexedFile):
         return self._loss_names_of[key]
 
     def _loss_names(self, scope: Scope) -> set[str]:
-        out = set(scope.trained)
-        todo = list(out)
-        while todo:
-            name = todo.pop()
-            for _, value in scope.values_of(name):
-                for n in _loss_terms(name, value):
-                    if n not in out:
-                        out.add(n)
-                        todo.append(n)
-        return out
+        return scope.closure(scope.trained, lambda name, _, value: _loss_terms(name, value))
 
     def depends(self, scope: Scope, names: set[str]) -> set[str]:
         """Every name the values of ``names`` are computed from in ``scope`` (any expression)."""
-        out = set(names)
-        todo = list(names)
-        while todo:
-            name = todo.pop()
-            for _, value in scope.values_of(name):
-                for n in names_in(value):
-                    if n not in out:
-                        out.add(n)
-                        todo.append(n)
-        return out
+        return scope.closure(names, lambda _, __, value: names_in(value))
 
     def optimizer_steps(self, scope: Scope) -> list[tuple[ast.Call, str]]:
         """``opt.step()`` and ``scaler.step(opt)`` calls in ``scope``, with the optimizer's name."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from traindoc.lint._nodes import LOOP_TYPES, LOW_PRECISION, OPTIMIZER_CLASSES, SCALER_CLASSES, dotted, number
 from traindoc.lint._scope import AssignValue, Scope
-from traindoc.lint._siblings import Origins, SiblingCache, link
+from traindoc.lint._siblings import Origins, SiblingCache, import_targets, link
 
 # A handler of Module._index: (module, parent, child, scope) -> whether the child opens a scope
 # (scope_of[child] is then set). ``child`` is Any: it is of the node type the handler is filed
@@ -180,19 +180,8 @@ class IndexedFile:
                 scope.assigns.append((text, child, value))
         return False
 
-    def _on_import(self, node: ast.AST, child: ast.Import, scope: Scope) -> bool:
-        for alias in child.names:
-            if alias.asname:
-                self.aliases[alias.asname] = alias.name
-            else:
-                root = alias.name.split(".")[0]
-                self.aliases[root] = root
-        return False
-
-    def _on_import_from(self, node: ast.AST, child: ast.ImportFrom, scope: Scope) -> bool:
-        base = "." * child.level + (child.module or "")
-        for alias in child.names:
-            self.aliases[alias.asname or alias.name] = f"{base}.{alias.name}"
+    def _on_import(self, node: ast.AST, child: ast.Import | ast.ImportFrom, scope: Scope) -> bool:
+        self.aliases.update(import_targets([child]))
         return False
 
     def _statement(self, node: ast.AST, child: ast.AST, scope: Scope) -> bool:
@@ -421,7 +410,7 @@ IndexedFile._handlers = {
     ast.AnnAssign: IndexedFile._on_augassign,
     ast.AugAssign: IndexedFile._on_augassign,
     ast.Import: IndexedFile._on_import,
-    ast.ImportFrom: IndexedFile._on_import_from,
+    ast.ImportFrom: IndexedFile._on_import,
     ast.With: IndexedFile._collect("withs"),
     ast.AsyncWith: IndexedFile._collect("withs"),
     ast.For: IndexedFile._collect("loops"),

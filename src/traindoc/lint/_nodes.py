@@ -21,7 +21,6 @@ TENSOR_FACTORIES = frozenset(
     "tensor as_tensor scalar_tensor zeros ones full empty zeros_like ones_like full_like "
     "empty_like".split()
 )
-EVAL_WORDS = ("val", "eval", "test", "dev")
 LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 from traindoc.lint._nodes import contains_word, unparse
 
@@ -64,6 +64,21 @@ class Scope:
             for target, stmt, value in self.assigns
             if target == name and (before is None or stmt.lineno < before)
         ]
+
+    def closure(self, names: Iterable[str],
+                follow: Callable[[str, ast.stmt, AssignValue], Iterable[str]]) -> set[str]:
+        """``names`` and every name ``follow`` gives for an assignment to one of them, again
+        and again."""
+        out = set(names)
+        todo = list(out)
+        while todo:
+            name = todo.pop()
+            for stmt, value in self.values_of(name):
+                for n in follow(name, stmt, value):
+                    if n not in out:
+                        out.add(n)
+                        todo.append(n)
+        return out
 
     def reaching(self, name: str, line: int, mod: IndexedFile | None = None) -> ast.expr | None:
         """The value of the last plain assignment to ``name`` before ``line``; with ``mod``,

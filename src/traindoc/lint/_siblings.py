@@ -152,7 +152,7 @@ def link(tree: ast.Module, source: str, folder: Path | None, own: Path | None,
     if not wanted:
         return None
     defined = _defined_names(tree, source)
-    aliases = _import_targets(tree.body)
+    aliases = import_targets(tree.body)
     base = len(source.splitlines())
     out = Linked("", {}, {}, Origins(base))
     chunks: list[str] = []
@@ -230,7 +230,7 @@ def _defined_names(tree: ast.Module, source: str) -> set[str]:
     return out
 
 
-def _import_targets(body: list[ast.stmt]) -> dict[str, str]:
+def import_targets(body: list[ast.stmt]) -> dict[str, str]:
     """local name -> what it imports, for the imports of a module body."""
     out: dict[str, str] = {}
     for stmt in body:
@@ -248,7 +248,7 @@ def _compatible(stmt: ast.Import | ast.ImportFrom, script: dict[str, str], defin
     """The sibling's import binds no name the script binds to something else or sets itself."""
     return all(
         script.get(local, target) == target and local not in defined
-        for local, target in _import_targets([stmt]).items()
+        for local, target in import_targets([stmt]).items()
     )
 
 

@@ -230,10 +230,10 @@ def _regular(path: Path) -> bool:
         return True  # opening it says what is wrong
 
 
-def display_path(path: Path) -> str:
-    """The path relative to the working directory when it is below it, else absolute."""
+def display_path(path: Path, base: Path | None = None) -> str:
+    """The path relative to ``base`` (the working directory) when it is below it, else absolute."""
     try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+        return path.resolve().relative_to((base or Path.cwd()).resolve()).as_posix()
     except ValueError:
         return path.resolve().as_posix()
 

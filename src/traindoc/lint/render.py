@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from traindoc import __version__, catalog
-from traindoc.lint.engine import LintResult, summary
+from traindoc.lint.engine import LintResult, display_path, summary
 from traindoc.report import safe
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -43,7 +43,7 @@ def github(result: LintResult, base: Path | None = None) -> str:
         title = f"traindoc {f.finding.id}: {f.finding.title}"
         props = ",".join(
             [
-                f"file={_prop(_relative(f.path, base))}",
+                f"file={_prop(display_path(Path(f.path), base))}",
                 f"line={f.line}",
                 f"col={f.col}",
                 f"title={_prop(title)}",
@@ -52,7 +52,7 @@ def github(result: LintResult, base: Path | None = None) -> str:
         message = f"{f.finding.message}\nFix: {f.finding.fix}"
         out.append(f"::{kind} {props}::{_data(message)}")
     for e in result.errors:
-        props = f"file={_prop(_relative(e.path, base))}" + (f",line={e.line}" if e.line else "")
+        props = f"file={_prop(display_path(Path(e.path), base))}" + (f",line={e.line}" if e.line else "")
         out.append(f"::error {props},title=traindoc::{_data(e.message)}")
     return "\n".join(out) + ("\n" if out else "")
 
@@ -65,8 +65,8 @@ def sarif(result: LintResult, rule_ids: list[str], base: Path | None = None) -> 
     for i, id_ in enumerate(rule_ids):
         entry = catalog.get(id_)
         index[id_] = i
-        detects = _section(entry.body, "What it detects")
-        fix = _section(entry.body, "What to try")
+        detects = entry.section("What it detects")
+        fix = entry.section("What to try")
         rules.append(
             {
                 "id": id_,
@@ -136,14 +136,6 @@ def repo_root(start: Path | None = None) -> Path:
     return here
 
 
-def _relative(path: str, base: Path) -> str:
-    full = Path(path).resolve()
-    try:
-        return full.relative_to(base.resolve()).as_posix()
-    except ValueError:
-        return full.as_posix()
-
-
 def _location(path: str, base: Path, line: int, col: int) -> dict[str, object]:
     full = Path(path).resolve()
     try:
@@ -158,22 +150,6 @@ def _location(path: str, base: Path, line: int, col: int) -> dict[str, object]:
             "region": {"startLine": line, "startColumn": col},
         }
     }
-
-
-def _section(body: str, title: str) -> str:
-    """The text of ``## title`` in a catalog entry's Markdown body."""
-    lines = body.splitlines()
-    out: list[str] = []
-    inside = False
-    for line in lines:
-        if line.startswith("## "):
-            if inside:
-                break
-            inside = line[3:].strip().lower() == title.lower()
-            continue
-        if inside:
-            out.append(line)
-    return "\n".join(out).strip()
 
 
 def _data(text: str) -> str:

@@ -19,10 +19,6 @@ def by_id() -> dict[str, type[Rule]]:
     return {cls.id: cls for cls in RULES}
 
 
-def ids() -> list[str]:
-    return [cls.id for cls in RULES]
-
-
 def rule_docs(id_: str) -> str | None:
     """Markdown for ``traindoc explain ID``: the lint rule's examples, which are also its tests.
     What the rule looks for is on the catalog page, the one place a failure is described; the

@@ -265,7 +265,7 @@ class EvalInTrainMode:
         models = mod.trained_models() - {"self"}  # `self(x)` inside a module is not "the model"
         if not models:
             return
-        switched = _sets_eval_mode(mod)
+        switched = any(_switches_to_eval(mod, c) for c in mod.named("eval", "train"))
         emas = _ema_copies(mod, models)
         for scope in mod.scopes:
             if scope.name in FRAMEWORK_HOOKS:
@@ -368,16 +368,6 @@ def _ema_copies(mod: Module, models: set[str]) -> dict[str, tuple[str, ast.Call]
         if receiver in out and _switches_to_eval(mod, call):
             del out[receiver]
     return out
-
-
-def _sets_eval_mode(mod: Module) -> bool:
-    for call in mod.named("eval"):
-        if method(call, "eval") is not None and not call.args:
-            return True
-    for call in mod.named("train"):
-        if method(call, "train") is not None and (call.args or call.keywords):
-            return True  # .train(False), .train(mode=is_training)
-    return False
 
 
 def _label(mod: Module, expr: ast.AST) -> str:

@@ -187,8 +187,7 @@ class MissingZeroGrad:
         if not judged:
             return
         clears = _clearing_sites(mod)
-        callers = _callers(mod) if clears else {}
-        unseen = {id(s) for _, s in clears if _out_of_sight(mod, s, callers)}
+        unseen = {id(s) for _, s in clears if _out_of_sight(mod, s)}
         reported: set[int] = set()
         for scope, loop in judged:
             if any(s is scope and mod.inside(n, loop) for n, s in clears) or any(
@@ -293,23 +292,13 @@ def _clearing_sites(mod: Module) -> list[tuple[ast.AST, Scope]]:
     return out
 
 
-def _callers(mod: Module) -> dict[int, list[Scope]]:
-    """For each function of this file, the scopes that call it directly."""
-    out: dict[int, list[Scope]] = {}
-    for call in mod.calls:
-        target = mod.callee_scope(call)
-        if target is not None:
-            out.setdefault(id(target), []).append(mod.scope(call))
-    return out
-
-
-def _out_of_sight(mod: Module, scope: Scope, callers: dict[int, list[Scope]], depth: int = 3) -> bool:
+def _out_of_sight(mod: Module, scope: Scope, depth: int = 3) -> bool:
     """``scope`` may run without this file calling it: a function nothing here calls (a hook, a
     closure handed to ``optimizer.step``, a method a framework runs), or one only such
     functions call."""
     if scope is mod.scopes[0]:
         return False
-    found = callers.get(id(scope), [])
+    found = [mod.scope(c) for c in mod.callers_of(scope)]
     if not found:
         return True
-    return depth > 0 and all(c is not scope and _out_of_sight(mod, c, callers, depth - 1) for c in found)
+    return depth > 0 and all(c is not scope and _out_of_sight(mod, c, depth - 1) for c in found)

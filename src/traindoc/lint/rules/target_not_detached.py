@@ -233,18 +233,10 @@ class TargetNotDetached:
 def _live_names(mod: Module, scope: Scope) -> set[str]:
     """Names the loss is computed from with autograd on: followed through assignments made
     outside ``no_grad``, never through ``.detach()``, ``.item()`` or ``.data``."""
-    out = set(scope.trained)
-    todo = list(out)
-    while todo:
-        name = todo.pop()
-        for stmt, value in scope.values_of(name):
-            if mod.grad_mode(stmt) or not isinstance(value, ast.expr):
-                continue
-            for n in _attached_names(value):
-                if n not in out:
-                    out.add(n)
-                    todo.append(n)
-    return out
+    def attached(_: str, stmt: ast.stmt, value: object) -> set[str]:
+        return set() if mod.grad_mode(stmt) or not isinstance(value, ast.expr) else _attached_names(value)
+
+    return scope.closure(scope.trained, attached)
 
 
 def _attached_names(node: ast.AST) -> set[str]:
