@@ -18,6 +18,7 @@ import fnmatch
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from traindoc import config as shared
 from traindoc.errors import UsageError
@@ -68,31 +69,22 @@ def for_path(path: Path) -> Config:
 
 
 def _read(path: Path, table: dict[str, object]) -> Config:
+    """A table ``find_table`` has checked: known keys, values of their types, known ids."""
     lint = table.get("lint", {})
-    if not isinstance(lint, dict):
-        raise ConfigError(f"{path}: [tool.traindoc.lint] must be a table")
+    assert isinstance(lint, dict)
     merged = {**{k: v for k, v in table.items() if k != "lint"}, **lint}
     select = merged.get("select")
     per_file = merged.get("per-file-ignores", {})
-    if not isinstance(per_file, dict):
-        raise ConfigError(f"{path}: per-file-ignores must be a table of pattern = [ids]")
     return Config(
         root=path.parent.resolve(),
-        select=None if select is None else _ids(path, "select", select),
-        ignore=_ids(path, "ignore", merged.get("ignore", [])),
-        per_file_ignores=tuple(
-            (str(pattern).replace(os.sep, "/"), _ids(path, f"per-file-ignores.{pattern}", ids))
-            for pattern, ids in per_file.items()
-        ),
+        select=None if select is None else _ids(select),
+        ignore=_ids(merged.get("ignore", [])),
+        per_file_ignores=tuple((str(pattern).replace(os.sep, "/"), _ids(ids)) for pattern, ids in per_file.items()),
     )
 
 
-def _ids(path: Path, key: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{path}: [tool.traindoc] {key} must be a list of failure ids")
-    return tuple(value)
+def _ids(value: object) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(cast("list[str]", value))
 
 
 def clear_cache() -> None:

@@ -180,8 +180,6 @@ def _lint_file(file: Path, result: LintResult, cli_select: tuple[str, ...] | Non
     """Lint one file into ``result``."""
     shown = display_path(file)
     cfg = config_mod.for_path(file) if use_config else config_mod.Config()
-    _check_ids(cfg.select or (), where=cfg.root)
-    _check_ids(cfg.ignore, where=cfg.root)
     chosen = cli_select if cli_select is not None else cfg.select
     muted = set(cli_ignore) | set(cfg.ignore) | cfg.ignored_for(file)
     if not _regular(file):  # a FIFO or a device: opening it would block, or never end
@@ -255,13 +253,12 @@ def _suppressions(source: str) -> dict[int, set[str]]:
     return out
 
 
-def _check_ids(ids: Iterable[str], where: Path | None = None) -> None:
+def _check_ids(ids: Iterable[str]) -> None:
     for id_ in ids:
         try:
             catalog.get(id_)
         except KeyError as e:
-            origin = f" (in {where / 'pyproject.toml'})" if where else ""
-            raise UsageError(f"{e.args[0]}{origin}") from None
+            raise UsageError(e.args[0]) from None
 
 
 def summary(result: LintResult) -> str:
