@@ -7,7 +7,6 @@ reader, a recorded stream) calls ``feed`` for each event and ``finish`` once; th
 
 from __future__ import annotations
 
-import time
 import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
@@ -38,7 +37,6 @@ class Report:
     ran: list[str]
     not_applicable: list[tuple[str, str]]
     disabled: list[tuple[str, str]] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)  # seconds spent per detector
     # The run's signals downsampled for plots, and each parameter's last measurement (curves.py).
     series: dict[str, Curve] = field(default_factory=dict)
     params: dict[str, dict[str, ParamValue]] = field(default_factory=dict)
@@ -76,10 +74,8 @@ class Engine:
         *,
         on_finding: Callable[[Finding], None] | None = None,
         ignore: Iterable[str] = (),
-        profile: bool = False,
     ) -> None:
         self._detectors = list(detectors)
-        self._profile = profile  # per-detector time accounting (Report.timings)
         self._on_finding = on_finding
         self._ignore = set(ignore)
         self._routes: dict[str, list[Detector]] = {}
@@ -90,7 +86,6 @@ class Engine:
         self._seen: set[str] = set()
         self._findings: dict[str, Finding] = {}
         self._disabled: dict[str, str] = {}
-        self._time: dict[str, float] = {}
         self._run: dict[str, object] = {}
         self._steps = 0
         self._finished: Report | None = None
@@ -110,10 +105,6 @@ class Engine:
     @property
     def findings(self) -> list[Finding]:
         return list(self._findings.values())
-
-    def add(self, finding: Finding) -> None:
-        """Record a finding made outside the detectors (the guard reporting what it did)."""
-        self._record(finding)
 
     def state_dict(self) -> dict[str, object]:
         """What a run resumed in another process needs to go on where this one stopped: the
@@ -275,7 +266,7 @@ class Engine:
         )
         self._finished = Report(
             run=dict(self._run), findings=findings, ran=ran, not_applicable=not_applicable,
-            disabled=sorted(self._disabled.items()), timings=dict(self._time),
+            disabled=sorted(self._disabled.items()),
             series=self._curves.series(), params=self._curves.params(),
         )
         return self._finished
@@ -285,19 +276,18 @@ class Engine:
         id_ = det.id
         if id_ in self._disabled:
             return
-        t0 = time.perf_counter() if self._profile else 0.0
         try:
             found = hook(*args)
             if found is not None:
                 for f in found:
-                    self._record(f)
+                    self.add(f)
         except Exception as exc:  # a detector bug must never reach the user's training
             last = traceback.extract_tb(exc.__traceback__)[-1]
             self._disabled[id_] = f"{type(exc).__name__}: {exc} ({last.filename}:{last.lineno})"
-        if self._profile:
-            self._time[id_] = self._time.get(id_, 0.0) + time.perf_counter() - t0
 
-    def _record(self, f: Finding) -> None:
+    def add(self, f: Finding) -> None:
+        """Record a finding: a detector's, or one made outside the detectors (the guard
+        reporting what it did)."""
         if f.id in self._ignore:
             return
         old = self._findings.get(f.id)

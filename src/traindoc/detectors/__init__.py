@@ -10,8 +10,9 @@ from typing import Callable, Iterable, Mapping, cast
 
 from traindoc import units
 from traindoc.detectors._base import Detector
+from traindoc.detectors._common import require
 
-__all__ = ["DETECTORS", "Detector", "build", "by_id"]
+__all__ = ["DETECTORS", "Detector", "build", "by_id", "require"]
 
 # Every module here but the _private helpers holds one detector, named after its id (sorted by
 # module name). Found on disk, so the modules and the registry cannot disagree; the registry

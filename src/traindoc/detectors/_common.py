@@ -15,7 +15,7 @@ from traindoc.catalog import finding
 from traindoc.events import Phase
 from traindoc.findings import Finding, fmt
 
-__all__ = ["Example", "finding", "fmt", "names", "new_phase", "phase_note"]
+__all__ = ["Example", "finding", "fmt", "names", "new_phase", "phase_note", "require"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,33 @@ class Example:
     source: str
     fires_at: int | None
     argv: tuple[str, ...] = ()
+
+
+def require(config: object, **ranges: str) -> None:
+    """A Config's range checks, each written as its message writes it: ``require(self,
+    confirm=">= 1", rate="(0, 1]")`` raises ``ValueError("rate must be in (0, 1], got 2")``
+    for the first field out of its range, in the order given.
+
+    A range is ``">= k"``, ``"> k"`` or an interval such as ``"(0, 1]"`` or ``"[0.5, 1)"``; a
+    bound without a dot is an int, so a wrong type fails as ``x < 1`` did. NaN passes ``">= k"``
+    and ``"> k"`` and fails an interval, as the checks written out did: a bound rejects when
+    ``x < k`` (``x <= k``), an interval when ``not lo < x <= hi``. A check that must reject NaN
+    against a bound (``not x > k``) stays written out.
+    """
+    for name, wanted in ranges.items():
+        x = getattr(config, name)
+        op, _, k = wanted.partition(" ")
+        if op in (">=", ">"):
+            bad = x < _number(k) if op == ">=" else x <= _number(k)
+        else:
+            lo, hi = (_number(b.strip()) for b in wanted[1:-1].split(","))
+            bad = not ((lo < x if wanted[0] == "(" else lo <= x) and (x < hi if wanted[-1] == ")" else x <= hi))
+        if bad:
+            raise ValueError(f"{name} must be {'' if op in ('>=', '>') else 'in '}{wanted}, got {x}")
+
+
+def _number(text: str) -> int | float:
+    return float(text) if "." in text else int(text)
 
 
 def names(items: list[str], limit: int = 5) -> str:

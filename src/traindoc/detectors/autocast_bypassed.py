@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, names
+from traindoc.detectors._common import Example, finding, names, require
 from traindoc.events import AutocastCheck, Event
 from traindoc.findings import Finding
 
@@ -85,10 +85,7 @@ class AutocastBypassed(Detector):
         confirm: int = 2  # sampled steps
 
         def __post_init__(self) -> None:
-            if not 0 < self.min_share <= 1:
-                raise ValueError(f"min_share must be in (0, 1], got {self.min_share}")
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, min_share="(0, 1]", confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

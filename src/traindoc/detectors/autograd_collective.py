@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -22,11 +21,7 @@ class AutogradCollective(Detector):
         Example("zoo/healthy_ddp_ema.py", None),
     )
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._sites: list[CollectiveInGraph] = []
 

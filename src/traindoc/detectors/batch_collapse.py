@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding
+from traindoc.detectors._common import Example, finding, require
 from traindoc.events import BatchShape, Event
 from traindoc.findings import Finding
 
@@ -38,10 +38,7 @@ class BatchCollapse(Detector):
         confirm: int = 3  # sampled batches in a row
 
         def __post_init__(self) -> None:
-            if self.min_drawn < 2:
-                raise ValueError(f"min_drawn must be >= 2, got {self.min_drawn}")
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, min_drawn=">= 2", confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

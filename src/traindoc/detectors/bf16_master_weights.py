@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -41,11 +40,7 @@ class Bf16MasterWeights(Detector):
         Example("ckpt/golden/complete_training.jsonl", None),
     )
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._casts: list[Cast] = []
         self._fired = False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors import _carry
@@ -32,11 +31,7 @@ class CheckpointNotAtomic(Detector):
     # later save over one of them is the failure) and the first save in place.
     carry = ("_direct", "_first", "_steps", "_others", "_overwrote_existing")
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._direct: dict[str, SaveFile] = {}  # saved, not (yet) moved into place
         self._first: SaveFile | None = None  # the first save over its previous one

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -32,11 +31,7 @@ class ClipBeforeUnscale(Detector):
     # optimizer quoted.
     carry = ("_calls", "_count", "_optimizer", "_lr")
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._calls: list[ScaledClip] = []
         self._count = 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Clip, Event
 from traindoc.findings import Finding
@@ -37,8 +37,7 @@ class ClippingEveryStep(Detector):
         min_calls: int = 30
 
         def __post_init__(self) -> None:
-            if not 0 < self.rate <= 1:
-                raise ValueError(f"rate must be in (0, 1], got {self.rate}")
+            require(self, rate="(0, 1]")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Backward, Event, GradAccumulation, ParamStats
 from traindoc.findings import Finding
 
@@ -53,8 +53,7 @@ class ConstantLoss(Detector):
         confirm: int = 5  # sampled steps whose backward reached no parameter, before firing
 
         def __post_init__(self) -> None:
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

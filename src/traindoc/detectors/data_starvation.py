@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import Thinned
 from traindoc.events import Event, LoaderWait
 from traindoc.findings import Finding
@@ -55,11 +55,7 @@ class DataStarvation(Detector):
         min_steps: int = 20
 
         def __post_init__(self) -> None:
-            for name in ("share", "cpu_share"):
-                if not 0 < getattr(self, name) < 1:
-                    raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
-            if self.min_steps < 1:
-                raise ValueError(f"min_steps must be >= 1, got {self.min_steps}")
+            require(self, share="(0, 1)", cpu_share="(0, 1)", min_steps=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding
+from traindoc.detectors._common import Example, finding, require
 from traindoc.events import Activation, Event
 from traindoc.findings import Finding
 
@@ -36,8 +36,7 @@ class DeadRelu(Detector):
         min_units: int = 8
 
         def __post_init__(self) -> None:
-            if not 0 < self.share <= 1:
-                raise ValueError(f"share must be in (0, 1], got {self.share}")
+            require(self, share="(0, 1]")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import EvidenceValue, Finding
@@ -87,13 +87,7 @@ class DegenerateThreshold(Detector):
 
         def __post_init__(self) -> None:
             object.__setattr__(self, "watch", tuple(self.watch))  # a TOML list is fine too
-            if self.min_zeros < 1:
-                raise ValueError(f"min_zeros must be >= 1, got {self.min_zeros}")
-            if self.never_evals < 2:
-                raise ValueError(f"never_evals must be >= 2, got {self.never_evals}")
-            for name, drop in (("loss_drop", self.loss_drop), ("never_drop", self.never_drop)):
-                if not 0 <= drop < 1:
-                    raise ValueError(f"{name} must be in [0, 1), got {drop}")
+            require(self, min_zeros=">= 1", never_evals=">= 2", loss_drop="[0, 1)", never_drop="[0, 1)")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
+from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note, require
 from traindoc.detectors._maths import Rollouts
 from traindoc.events import Event, Forwards, Series, Phase
 from traindoc.findings import Finding
@@ -65,10 +65,7 @@ class Divergence(Detector):
         smooth: int = 5
 
         def __post_init__(self) -> None:
-            if self.factor <= 1:
-                raise ValueError(f"factor must be > 1, got {self.factor}")
-            if self.smooth < 1:
-                raise ValueError(f"smooth must be >= 1, got {self.smooth}")
+            require(self, factor="> 1", smooth=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

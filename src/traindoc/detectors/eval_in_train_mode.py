@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -64,11 +63,7 @@ class EvalInTrainMode(Detector):
     # evaluations in all, and the train-mode module sets seen re-estimating.
     carry = ("_bad", "_phases", "_recalibrating")
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._bad: Head[EvalPass] = Head(20)  # evaluations in train mode: how many, the first 20
         self._phases = 0

@@ -11,7 +11,7 @@ from itertools import accumulate, groupby
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import median
 from traindoc.events import Series, scalars
 from traindoc.findings import EvidenceValue, Finding
@@ -80,8 +80,7 @@ class ExpertCollapse(Detector):
 
         def __post_init__(self) -> None:
             object.__setattr__(self, "loads", tuple(self.loads))  # a TOML list is fine too
-            if not 0 < self.gini < 1:
-                raise ValueError(f"gini must be in (0, 1), got {self.gini}")
+            require(self, gini="(0, 1)")
             if self.window < 1 or not 1 <= self.min_points <= self.window:
                 raise ValueError("need window >= 1 and 1 <= min_points <= window")
             if self.experts is not None and self.experts < 2:

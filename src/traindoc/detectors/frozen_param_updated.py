@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -31,11 +30,7 @@ class FrozenParamUpdated(Detector):
     # freezes that never ran.
     carry = ("_opt", "_moved", "_skipped", "_unfrozen")
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._opt: dict[int, Optimizer] = {}
         self._moved: dict[str, tuple[int, float, int]] = {}

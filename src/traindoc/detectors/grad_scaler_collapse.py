@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.events import Event, GradScale, Optimizer
 from traindoc.findings import Finding
 
@@ -43,14 +43,10 @@ class GradScalerCollapse(Detector):
         min_updates: int = 10  # steps judged at the end of a run shorter than a window
 
         def __post_init__(self) -> None:
-            if not 0 < self.rate <= 1:
-                raise ValueError(f"rate must be in (0, 1], got {self.rate}")
-            if self.window < 2:
-                raise ValueError(f"window must be >= 2, got {self.window}")
+            require(self, rate="(0, 1]", window=">= 2")
             if not 1 <= self.min_updates <= self.window:
                 raise ValueError(f"min_updates must be in [1, window], got {self.min_updates}")
-            if self.min_scale <= 0:
-                raise ValueError(f"min_scale must be > 0, got {self.min_scale}")
+            require(self, min_scale="> 0")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, names
+from traindoc.detectors._common import Example, finding, names, require
 from traindoc.events import Event, InferenceForward, ParamStats
 from traindoc.findings import Finding
 
@@ -45,8 +45,7 @@ class InferenceTensorInAutograd(Detector):
         confirm: int = 2  # sampled steps on which those parameters got no gradient
 
         def __post_init__(self) -> None:
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note
+from traindoc.detectors._common import Example, finding, fmt, new_phase, phase_note, require
 from traindoc.detectors._maths import Ema, Rollouts
 from traindoc.events import Event, Forwards, Series, Phase
 from traindoc.findings import Finding
@@ -72,10 +72,7 @@ class LossSpike(Detector):
         recover: int = 5  # steps within which the loss must come back under the bar
 
         def __post_init__(self) -> None:
-            if self.factor <= 1:
-                raise ValueError(f"factor must be > 1, got {self.factor}")
-            if self.window < 5:
-                raise ValueError(f"window must be >= 5, got {self.window}")
+            require(self, factor="> 1", window=">= 5")
             if self.history < self.window:
                 raise ValueError(f"history must be >= window ({self.window}), got {self.history}")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, LossTerm
 from traindoc.findings import Finding
@@ -44,10 +44,7 @@ class LossTermImbalance(Detector):
         confirm: int = 3  # measured steps in a row
 
         def __post_init__(self) -> None:
-            if not 0.5 < self.share < 1:
-                raise ValueError(f"share must be in (0.5, 1), got {self.share}")
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, share="(0.5, 1)", confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Checkpoint, Event, StateLoad
 from traindoc.findings import Finding
 
@@ -52,8 +52,7 @@ class LrOverriddenByCheckpoint(Detector):
         def __post_init__(self) -> None:
             if self.expected_lr is not None and not (self.expected_lr > 0 and math.isfinite(self.expected_lr)):
                 raise ValueError(f"expected_lr must be a positive number, got {self.expected_lr}")
-            if not 0 < self.rtol < 1:
-                raise ValueError(f"rtol must be in (0, 1), got {self.rtol}")
+            require(self, rtol="(0, 1)")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -4,7 +4,6 @@ to backward is finite."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -55,11 +54,7 @@ class MaskedNonfinite(Detector):
     carry = ("_nan_out", "_first_module", "_inside", "_born", "_born_module", "_first_born",
                 "_checked", "_at", "_masked")
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         # Per step, only for steps not yet passed (backward() comes in step order) and the first
         # masked step's: the output held NaN or the loss code replaced values (_nan_out), an

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
@@ -59,8 +59,7 @@ class MetricDivergence(Detector):
         def __post_init__(self) -> None:
             if self.factor <= 1 or self.above_initial < 1:
                 raise ValueError("need factor > 1 and above_initial >= 1")
-            if self.smooth < 1:
-                raise ValueError(f"smooth must be >= 1, got {self.smooth}")
+            require(self, smooth=">= 1")
             bad = [s for s in self.watch if not isinstance(s, str)]
             if bad:
                 raise ValueError(f"watch must list signal names, got {bad!r}")

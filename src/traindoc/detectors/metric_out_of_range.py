@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
 
@@ -54,8 +54,7 @@ class MetricOutOfRange(Detector):
         tolerance: float = 1e-6
 
         def __post_init__(self) -> None:
-            if self.tolerance < 0:
-                raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
+            require(self, tolerance=">= 0")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

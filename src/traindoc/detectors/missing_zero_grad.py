@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
 
@@ -38,8 +38,7 @@ class MissingZeroGrad(Detector):
         confirm: int = 3  # consecutive sampled steps without a clear
 
         def __post_init__(self) -> None:
-            if self.confirm < 2:
-                raise ValueError(f"confirm must be >= 2, got {self.confirm}")
+            require(self, confirm=">= 2")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from traindoc.detectors import _carry
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, RunStart, Series
 from traindoc.findings import Finding
 
@@ -44,8 +44,7 @@ class NanHiddenByLogging(Detector):
         consecutive: int = 3
 
         def __post_init__(self) -> None:
-            if self.consecutive < 1:
-                raise ValueError(f"consecutive must be >= 1, got {self.consecutive}")
+            require(self, consecutive=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

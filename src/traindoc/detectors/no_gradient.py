@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, names
+from traindoc.detectors._common import Example, finding, names, require
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
 
@@ -56,8 +56,7 @@ class NoGradient(Detector):
         confirm: int = 5  # sampled steps without a gradient before firing
 
         def __post_init__(self) -> None:
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from traindoc.detectors._base import Detector
@@ -38,11 +37,7 @@ class Nonfinite(Detector):
         Example("fixtures/logs/csv/healthy.csv", None),
     )
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._step: int | None = None
         self._what: list[str] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -23,11 +22,7 @@ class OptimizerParamMismatch(Detector):
         Example("zoo/healthy_mlp.py", None),
     )
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._stray: dict[str, int] = {}
         self._step: int | None = None

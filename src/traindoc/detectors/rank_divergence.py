@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.events import Event, RankParams
 from traindoc.findings import Finding
 
@@ -47,8 +47,7 @@ class RankDivergence(Detector):
         rtol: float = 1e-6  # of the tensor's sum of |x| (or of the element's magnitude)
 
         def __post_init__(self) -> None:
-            if not 0 <= self.rtol < 1:
-                raise ValueError(f"rtol must be in [0, 1), got {self.rtol}")
+            require(self, rtol="[0, 1)")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import median
 from traindoc.events import Event, RankLoss
 from traindoc.findings import Finding
@@ -44,12 +44,7 @@ class RankLossSkew(Detector):
         window: int = 200  # compared steps judged (the latest): a skew that begins mid-run shows
 
         def __post_init__(self) -> None:
-            if not 0.5 < self.share <= 1:
-                raise ValueError(f"share must be in (0.5, 1], got {self.share}")
-            if self.min_steps < 10:
-                raise ValueError(f"min_steps must be >= 10, got {self.min_steps}")
-            if self.min_effect < 0:
-                raise ValueError(f"min_effect must be >= 0, got {self.min_effect}")
+            require(self, share="(0.5, 1]", min_steps=">= 10", min_effect=">= 0")
             if self.window < self.min_steps:
                 raise ValueError(f"window must be >= min_steps ({self.min_steps}), got {self.window}")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding
+from traindoc.detectors._common import Example, finding, require
 from traindoc.detectors._maths import Head
 from traindoc.events import Batch, Checkpoint, Event, StateLoad
 from traindoc.findings import EvidenceValue, Finding
@@ -84,8 +84,7 @@ class RepeatedBatch(Detector):
         repeats: int = 3
 
         def __post_init__(self) -> None:
-            if self.repeats < 1:
-                raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+            require(self, repeats=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, RunEnd, Scalar, ScheduleEnd, StateLoad
 from traindoc.findings import Finding
 
@@ -50,10 +50,7 @@ class ScheduleUnfinished(Detector):
         patience: int = 3  # evaluations without improvement that look like early stopping
 
         def __post_init__(self) -> None:
-            if not 0 < self.done <= 1:
-                raise ValueError(f"done must be in (0, 1], got {self.done}")
-            if self.patience < 1:
-                raise ValueError(f"patience must be >= 1, got {self.patience}")
+            require(self, done="(0, 1]", patience=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, SchedulerStep, Series
 from traindoc.findings import Finding
 
@@ -86,8 +86,7 @@ class SchedulerBeforeOptimizer(Detector):
         max_points: int = 100_000  # give up on a warmup longer than this
 
         def __post_init__(self) -> None:
-            if self.min_ratio <= 1:
-                raise ValueError(f"min_ratio must be > 1, got {self.min_ratio}")
+            require(self, min_ratio="> 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import Thinned
 from traindoc.events import Event, EvalPass, RunEnd
 from traindoc.findings import Finding
@@ -35,10 +35,7 @@ class SlowEval(Detector):
         min_span_s: float = 0.5
 
         def __post_init__(self) -> None:
-            if not 0 < self.share < 1:
-                raise ValueError(f"share must be in (0, 1), got {self.share}")
-            if self.min_evals < 3:
-                raise ValueError(f"min_evals must be >= 3, got {self.min_evals}")
+            require(self, share="(0, 1)", min_evals=">= 3")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

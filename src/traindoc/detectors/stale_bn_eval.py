@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -43,11 +42,7 @@ class StaleBnEval(Detector):
         Example("zoo/precise_bn_calibrated_in_eval.py", -1),  # reset, then "re-estimated" in eval mode
     )
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         # Per (role, module), its latest readings in order (bounded): the latest one not taken
         # at a forward in train mode is judged.

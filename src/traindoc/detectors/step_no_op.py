@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, names
+from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.events import Event, Optimizer, ParamStats
 from traindoc.findings import Finding
 
@@ -53,8 +53,7 @@ class StepNoOp(Detector):
         confirm: int = 1  # no-op sampled steps before firing
 
         def __post_init__(self) -> None:
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
+            require(self, confirm=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, RankTime
 from traindoc.findings import Finding
 
@@ -47,12 +47,7 @@ class StragglerRank(Detector):
         min_windows: int = 2
 
         def __post_init__(self) -> None:
-            if self.factor <= 1:
-                raise ValueError(f"factor must be > 1, got {self.factor}")
-            if not 0.5 <= self.share <= 1:
-                raise ValueError(f"share must be in [0.5, 1], got {self.share}")
-            if self.min_windows < 1:
-                raise ValueError(f"min_windows must be >= 1, got {self.min_windows}")
+            require(self, factor="> 1", share="[0.5, 1]", min_windows=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

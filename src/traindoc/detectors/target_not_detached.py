@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -27,11 +26,7 @@ class TargetNotDetached(Detector):
         Example("zoo/optimizer_mismatch.py", None),  # a model re-created after its optimizer
     )
 
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
         self._first: dict[str, UnsteppedModel] = {}
         self._last: dict[str, UnsteppedModel] = {}

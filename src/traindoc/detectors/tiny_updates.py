@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Classification, Event, Optimizer, ParamStats, Scalar, StateLoad
 from traindoc.findings import Finding
@@ -82,8 +82,7 @@ class TinyUpdates(Detector):
         def __post_init__(self) -> None:
             if not 0 < self.far <= self.floor:
                 raise ValueError(f"need 0 < far <= floor, got far={self.far}, floor={self.floor}")
-            if not 0 < self.trained < 1:
-                raise ValueError(f"trained must be in (0, 1), got {self.trained}")
+            require(self, trained="(0, 1)")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import Thinned, median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
@@ -64,12 +64,10 @@ class TrainValDivergence(Detector):
         persist: int = 2  # evaluations in a row that must meet the conditions
 
         def __post_init__(self) -> None:
-            if self.window < 3:
-                raise ValueError(f"window must be >= 3, got {self.window}")
+            require(self, window=">= 3")
             if self.max_points < self.window:
                 raise ValueError("max_points must be >= window")
-            if self.persist < 1:
-                raise ValueError(f"persist must be >= 1, got {self.persist}")
+            require(self, persist=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
@@ -54,10 +54,7 @@ class UnscaledGradAccumulation(Detector):
         growth: float = 1.3  # accumulated/first micro-batch norm that shows gradients adding up
 
         def __post_init__(self) -> None:
-            if self.confirm < 1:
-                raise ValueError(f"confirm must be >= 1, got {self.confirm}")
-            if self.min_factor <= 1:
-                raise ValueError(f"min_factor must be > 1, got {self.min_factor}")
+            require(self, confirm=">= 1", min_factor="> 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()

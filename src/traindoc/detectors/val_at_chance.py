@@ -9,7 +9,7 @@ from typing import Iterable
 
 from traindoc.detectors import _carry
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
 from traindoc.findings import Finding
@@ -92,8 +92,7 @@ class ValAtChance(Detector):
         def __post_init__(self) -> None:
             if self.classes is not None and self.classes < 2:
                 raise ValueError(f"classes must be >= 2, got {self.classes}")
-            if self.min_evals < 2:
-                raise ValueError(f"min_evals must be >= 2, got {self.min_evals}")
+            require(self, min_evals=">= 2")
             if self.margin < 0 or self.min_margin < 0 or self.noise_k < 0:
                 raise ValueError("margin, min_margin and noise_k must be >= 0")
 

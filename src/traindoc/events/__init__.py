@@ -19,7 +19,7 @@ import dataclasses
 from typing import Union
 
 # The classes live in small modules by theme; everyone imports them from here.
-from traindoc.events.columns import scalars
+from traindoc.events.columns import plain, scalars
 from traindoc.events.invariants import (
     BatchShape, EvalBeforeTrain, FreezeSkipped, InferenceForward, InitOverwritten, ScheduleEnd, UnsteppedModel,
 )
@@ -181,5 +181,5 @@ __all__ = [
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",
     "RankParams", "RankTime", "RankEnd", "RankLoss", "CollectiveInGraph", "EvalBeforeTrain", "BatchShape", "ScheduleEnd", "InitOverwritten", "FreezeSkipped",
     "InferenceForward", "UnsteppedModel",
-    "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
+    "plain", "scalars", "LOSS_INPUT", "REPLACED", "STEPPED", "SKIPPED_BY_SCALER", "SKIPPED_BY_SCRIPT", "NO_GRADS", "OUTCOMES",
 ]

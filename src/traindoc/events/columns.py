@@ -17,7 +17,7 @@ def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
         return
     # Plain Python numbers (a reader may hand numpy arrays): findings carry them into JSON.
     columns = [c if isinstance(c.steps, list) and isinstance(c.values, list)
-               else Series(c.name, _plain(c.steps), _plain(c.values)) for c in columns]
+               else Series(c.name, plain(c.steps), plain(c.values)) for c in columns]
     make = _make
     first = columns[0].steps
     if all(c.steps is first or c.steps == first for c in columns):  # lists, from here on
@@ -39,7 +39,7 @@ def scalars(columns: Sequence[Series]) -> Iterator[Scalar]:
             pos[j] = p
 
 
-def _plain(seq: Sequence[T]) -> list[T]:
+def plain(seq: Sequence[T]) -> list[T]:
     """``seq`` as a list; a numpy array's numbers become Python's (``tolist``)."""
     tolist: Callable[[], list[T]] | None = getattr(seq, "tolist", None)
     return tolist() if tolist is not None else list(seq)

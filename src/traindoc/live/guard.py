@@ -84,12 +84,7 @@ class GuardConfig:
     max_rollbacks: int = 3
 
     def __post_init__(self) -> None:
-        if self.every < 1:
-            raise ValueError(f"every must be >= 1, got {self.every}")
-        if not 0 < self.factor <= 1:
-            raise ValueError(f"factor must be in (0, 1], got {self.factor}")
-        if self.max_rollbacks < 0:
-            raise ValueError(f"max_rollbacks must be >= 0, got {self.max_rollbacks}")
+        detectors.require(self, every=">= 1", factor="(0, 1]", max_rollbacks=">= 0")
 
 
 @dataclass

@@ -15,6 +15,7 @@ from traindoc.report import safe
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 
 @dataclass
@@ -60,13 +61,18 @@ class Summary:
     bn: dict[str, tuple[int, int]] = field(default_factory=dict)  # role -> (modules, at init)
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self, top: int = 10) -> dict[str, object]:
-        by_dtype: dict[str, list[int]] = {}
+    def by_dtype(self) -> dict[str, list[int]]:
+        """dtype -> [tensors, elements, bytes]."""
+        out: dict[str, list[int]] = {}
         for r in self.tensors:
-            acc = by_dtype.setdefault(r.dtype, [0, 0, 0])
+            acc = out.setdefault(r.dtype, [0, 0, 0])
             acc[0] += 1
             acc[1] += r.numel
             acc[2] += r.nbytes
+        return out
+
+    def to_json(self, top: int = 10) -> dict[str, object]:
+        by_dtype = self.by_dtype()
         largest = sorted(self.tensors, key=lambda r: -r.nbytes)[:top]
         return {
             "path": self.path, "format": self.format, "training": self.training, "step": self.step,
@@ -172,6 +178,16 @@ def _console(file: TextIO | None, width: int | None) -> Console:
     return Console(file=file or sys.stderr, width=width, highlight=False, soft_wrap=True)
 
 
+def _table(title: str, columns: tuple[str, ...], left: tuple[str, ...]) -> Table:
+    """A rich table with ``columns``, the ``left`` ones left-justified and the rest right."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right")
+    return t
+
+
 def _head(s: Summary) -> str:
     kind = "training checkpoint" if s.training else "weights only"
     bits = [s.format, kind]
@@ -186,8 +202,6 @@ def _head(s: Summary) -> str:
 
 def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, width: int | None = None) -> None:
     escape = _escape
-    from rich.table import Table
-
     con = _console(file, width)
     con.rule("[bold]checkpoint[/]")
     con.print(escape(_head(s)))
@@ -200,21 +214,12 @@ def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, wid
               f"{_count(sum(r.numel for r in model))} elements, {_size(sum(r.nbytes for r in model))}"
               + (f"; {len(s.tensors) - len(model)} EMA tensors" if len(s.tensors) > len(model) else ""))
     if s.tensors:
-        t = Table(title="tensors by dtype", title_justify="left", box=None, pad_edge=False)
-        for col in ("dtype", "tensors", "elements", "bytes", "share"):
-            t.add_column(col, justify="left" if col == "dtype" else "right")
-        by: dict[str, list[int]] = {}
-        for r in s.tensors:
-            acc = by.setdefault(r.dtype, [0, 0, 0])
-            acc[0] += 1
-            acc[1] += r.numel
-            acc[2] += r.nbytes
-        for dtype, (n, el, b) in sorted(by.items(), key=lambda kv: -kv[1][2]):
+        t = _table("tensors by dtype", ("dtype", "tensors", "elements", "bytes", "share"), ("dtype",))
+        for dtype, (n, el, b) in sorted(s.by_dtype().items(), key=lambda kv: -kv[1][2]):
             t.add_row(dtype, str(n), _count(el), _size(b), f"{b / total:.0%}" if total else "-")
         con.print(t)
-        t = Table(title=f"largest tensors (of {len(s.tensors)})", title_justify="left", box=None, pad_edge=False)
-        for col in ("name", "shape", "dtype", "size", "norm", "rms"):
-            t.add_column(col, justify="left" if col in ("name", "shape", "dtype") else "right")
+        t = _table(f"largest tensors (of {len(s.tensors)})", ("name", "shape", "dtype", "size", "norm", "rms"),
+                   ("name", "shape", "dtype"))
         for r in sorted(s.tensors, key=lambda r: -r.nbytes)[:top]:
             rms = r.norm / math.sqrt(r.numel) if r.norm is not None and r.numel else None
             name = r.name if r.role == "model" else f"{r.role}:{r.name}"
@@ -222,10 +227,9 @@ def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, wid
                       _num(r.norm), _num(rms))
         con.print(t)
     if s.groups:
-        t = Table(title="optimizer state (a resume restores these)", title_justify="left", box=None,
-                  pad_edge=False)
-        for col in ("optimizer", "class", "group", "params", "lr", "initial_lr", "state dtype"):
-            t.add_column(col, justify="right" if col in ("params", "lr", "initial_lr") else "left")
+        t = _table("optimizer state (a resume restores these)",
+                   ("optimizer", "class", "group", "params", "lr", "initial_lr", "state dtype"),
+                   ("optimizer", "class", "group", "state dtype"))
         for g in s.groups:
             t.add_row(str(g.optimizer), g.cls, str(g.group), str(g.params), _num(g.lr),
                       _num(g.initial_lr), g.dtypes)
@@ -245,8 +249,6 @@ def render_inspect(s: Summary, *, top: int = 10, file: TextIO | None = None, wid
 
 def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, width: int | None = None) -> None:
     escape = _escape
-    from rich.table import Table
-
     con = _console(file, width)
     steps = (f"{d.steps} optimizer steps apart" if d.steps else
              "same step" if d.steps == 0 else "steps apart unknown")
@@ -262,9 +264,8 @@ def render_diff(d: DiffSummary, *, top: int = 10, file: TextIO | None = None, wi
               + (f"; shape changed: {len(d.reshaped)}" if d.reshaped else ""))
 
     def table(title: str, rows: list[DiffRow]) -> None:
-        t = Table(title=title, title_justify="left", box=None, pad_edge=False)
-        for col in ("name", "dtype", "elements", "rel change", "per step", "max |Δ|", "unchanged"):
-            t.add_column(col, justify="left" if col in ("name", "dtype") else "right")
+        t = _table(title, ("name", "dtype", "elements", "rel change", "per step", "max |Δ|", "unchanged"),
+                   ("name", "dtype"))
         for r in rows:
             per = r.update / d.steps if r.update is not None and d.steps else None
             t.add_row(escape(r.name), r.dtype, _count(r.numel), _num(r.update), _num(per), _num(r.moved),

@@ -25,7 +25,6 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from traindoc.catalog import finding
-from traindoc.findings import Finding
 
 if TYPE_CHECKING:
     import numpy as np
@@ -155,11 +154,3 @@ def _attach(run: Run, hit: Outside) -> None:
     run.findings.append(finding(
         "sibling-outlier", message=message[0].upper() + message[1:], step=hit.step,
         evidence={"signal": hit.signal, **evidence}))
-
-
-def describe(f: Finding) -> str:
-    """The sibling evidence of a finding in a few words (the fleet view's column)."""
-    for key, value in f.evidence.items():
-        if key.startswith("siblings_") and isinstance(value, dict):
-            return f"{value.get('ratio', 0):.3g}x siblings"
-    return ""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from traindoc.errors import UsageError, regular_file, too_deep
+from traindoc.errors import UsageError, regular_file
 from traindoc.events import Event, RunEnd, RunStart
 from traindoc.sources.logs import _table, mapping
 from traindoc.sources.logs._table import Table

@@ -169,6 +169,24 @@ def one_line(text: str) -> str:
     return safe.terminal(text)
 
 
+def number(value: object) -> float | None:
+    """A JSON value as a number: None for booleans, non-numeric text and anything else; an int
+    beyond float range is infinite; quoted "NaN" (a few writers quote it) is NaN."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
 def to_float(text: str) -> float | None:
     """A cell as a number: None for empty or non-numeric text; nan/inf kept."""
     try:
@@ -176,6 +194,3 @@ def to_float(text: str) -> float | None:
     except (TypeError, ValueError):
         return None
 
-
-def is_int(x: float) -> bool:
-    return math.isfinite(x) and x == int(x)

@@ -8,18 +8,16 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TextIO, TypeVar
+from typing import TYPE_CHECKING, Iterator, TextIO
 
 from traindoc import config
 from traindoc.errors import UsageError
-from traindoc.events import Clip, Event, Series
+from traindoc.events import Clip, Event, Series, plain
 from traindoc.report import output
 
 if TYPE_CHECKING:
     from traindoc.engine import Report
     from traindoc.sources.logs import Log
-
-T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -192,11 +190,5 @@ def _with_clips(events: Iterator[Event], max_norm: float) -> Iterator[Event]:
     for ev in events:
         yield ev
         if isinstance(ev, Series) and ev.name == "grad_norm":
-            for step, norm in zip(_plain(ev.steps), _plain(ev.values)):  # Python numbers for JSON
+            for step, norm in zip(plain(ev.steps), plain(ev.values)):  # Python numbers for JSON
                 yield Clip(step=step, norm=norm, max_norm=max_norm, where=where)
-
-
-def _plain(seq: Sequence[T]) -> list[T]:
-    """A column as a list of Python numbers (a bulk reader's columns are numpy arrays)."""
-    tolist: Callable[[], list[T]] | None = getattr(seq, "tolist", None)
-    return tolist() if tolist is not None else list(seq)

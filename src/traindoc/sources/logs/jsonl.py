@@ -12,7 +12,7 @@ from pathlib import Path
 from traindoc import record
 from traindoc.errors import UsageError, too_deep
 from traindoc.events import EVENT_TYPES
-from traindoc.sources.logs._table import Series, Table
+from traindoc.sources.logs._table import Series, Table, number
 from traindoc.sources.logs.mapping import EPOCH_NAMES, STEP_NAMES
 
 
@@ -72,7 +72,7 @@ def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Ta
             continue
         v = r.get(xkey)
         if isinstance(v, str):
-            v = _number(v)
+            v = number(v)
         if isinstance(v, int) and not isinstance(v, bool):
             last = v
         elif isinstance(v, float) and math.isfinite(v) and v == int(v):
@@ -103,7 +103,7 @@ def read(path: Path, text: str, x_override: tuple[str, str] | None = None) -> Ta
         for k, v in r.items():
             if k == xkey:
                 continue
-            f = _number(v)
+            f = number(v)
             if f is None:
                 if v is not None:
                     text_keys.add(k)
@@ -136,11 +136,6 @@ def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
         else:
             out[key] = v
     return out
-
-
-def _number(v: object) -> float | None:
-    if isinstance(v, bool):
-        return None
     if isinstance(v, (int, float)):
         try:
             return float(v)

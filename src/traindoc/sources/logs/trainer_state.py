@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from traindoc.errors import UsageError, too_deep
-from traindoc.sources.logs._table import Series, Table
+from traindoc.sources.logs._table import Series, Table, number
 
 _SUMMARY_KEYS = {"train_runtime", "total_flos"}
 
@@ -53,7 +53,7 @@ def read(path: Path, data: object) -> Table:
         for key, value in entry.items():
             if key in ("step", "epoch"):
                 continue
-            v = _number(value)
+            v = number(value)
             if v is None:
                 if value is not None and key not in table.non_numeric:
                     table.non_numeric.append(key)
@@ -72,11 +72,6 @@ def read(path: Path, data: object) -> Table:
     for key in [k for k in table.non_numeric if k in table.series]:
         table.non_numeric.remove(key)
     return table
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool):
-        return None
     if isinstance(value, (int, float)):
         try:
             return float(value)
