@@ -147,9 +147,7 @@ class Engine:
                 vars(det).clear()
                 vars(det).update(fresh)
         for d in state.get("findings", ()):
-            f = Finding(id=d["id"], severity=d["severity"], title=d["title"], message=d["message"],
-                        cause=d["cause"], fix=d["fix"], step=d["step"], evidence=dict(d["evidence"]),
-                        where=tuple(d["where"]))
+            f = Finding.from_dict(d)
             if f.id not in self._ignore:
                 self._findings.setdefault(f.id, f)
         self._seen.update(state.get("seen", ()))

@@ -6,7 +6,7 @@ Renderers (terminal, JSON, HTML, SARIF) read these; nothing here knows how they 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Mapping, Union
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")
@@ -52,6 +52,13 @@ class Finding:
             "fix": self.fix,
             "where": list(self.where),
         }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Finding:
+        """The inverse of ``to_dict`` (a dict that came from it, or that was checked as one)."""
+        return cls(id=d["id"], severity=d["severity"], title=d["title"], message=d["message"],
+                   cause=d["cause"], fix=d["fix"], step=d["step"], evidence=dict(d["evidence"]),
+                   where=tuple(d["where"]))
 
 
 def severity_rank(severity: str) -> int:

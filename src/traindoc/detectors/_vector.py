@@ -172,29 +172,3 @@ def _rolling(op: np.ufunc, x: np.ndarray, n: int) -> np.ndarray:
     while 2 * width <= n:  # x[k] = op over x[k:k+2w] of the original
         x, width = op(x[:-width], x[width:]), 2 * width
     return op(x[:m], x[n - width:n - width + m])
-
-
-# ---- exponential moving average ------------------------------------------------------------------
-def ema(x: np.ndarray, alpha: float, avg0: float = 0.0,
-        weight0: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """The states ``(avg, weight)`` of ``_maths.Ema`` after each update with ``x[i]``, starting
-    from ``(avg0, weight0)``; its value is ``avg / weight``.
-
-    Not bit-exact: ``avg`` is computed by a doubling scan of ``y_k = c y_(k-1) + alpha x_k``
-    (c = 1 - alpha; after the pass with shift d each ``y_k`` sums the last 2d terms, all with
-    positive weights), ``weight`` in closed form. Both differ from the sequential loop by
-    rounding only: relative to the EMA of ``|x|``, at most a few ulps per pass plus ~3 ulps per
-    sequential update, ~1e-10 for a million points. Terms weighted below 1e-32 are left out
-    (irrelevant unless the values span 20 orders of magnitude)."""
-    c = 1.0 - alpha
-    y = alpha * np.asarray(x, dtype=np.float64)
-    if len(y):
-        y[0] += c * avg0
-    d, cd = 1, c
-    while d < len(y) and cd > 1e-32:
-        y[d:] += cd * y[:-d]  # the right side is a new array: the old y is read
-        d, cd = 2 * d, cd * cd
-    k = min(len(y), int(np.log(1e-18) / np.log(c)) + 1)  # beyond, c ** k is below rounding
-    weight = np.ones(len(y))
-    weight[:k] = 1.0 - c ** np.arange(1, k + 1) * (1.0 - weight0)
-    return y, weight

@@ -334,6 +334,17 @@ class IndexedFile:
                     return mode
         return None
 
+    def mode_blocks(self, scope: Scope, *modes: str) -> list[tuple[ast.stmt, ast.expr]]:
+        """The blocks of ``scope`` that run under one of the grad ``modes`` (``with_mode``):
+        its ``with`` statements, and the function itself when a decorator sets one; each with
+        the expression that sets the mode."""
+        out: list[tuple[ast.stmt, ast.expr]] = [
+            (w, i.context_expr) for w in scope.withs for i in w.items if self.with_mode(i.context_expr) in modes]
+        fn = scope.node
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out += [(fn, d) for d in fn.decorator_list if self.with_mode(d) in modes]
+        return out
+
     def with_mode(self, expr: ast.AST) -> str | None:
         target = expr.func if isinstance(expr, ast.Call) else expr
         q = self.qualname(target) or ""

@@ -170,15 +170,20 @@ def scalar_leaf(t: torch.Tensor) -> torch.Tensor | None:
     (``torch.tensor(3.0, requires_grad=True) / accum_steps``) and reaches nothing else; None
     otherwise (an nn.Parameter leaf, a real graph). A bounded walk of at most 8 nodes, no
     tensor op, no sync."""
-    node = t.grad_fn
-    for _ in range(8):
+    leaf = _chain_leaf(t.grad_fn, _THROUGH, 8)
+    return leaf if leaf is not None and not isinstance(leaf, torch.nn.Parameter) and leaf.numel() == 1 else None
+
+
+def _chain_leaf(node: Any, through: tuple[str, ...] | frozenset[str], limit: int) -> Any:
+    """The variable of the ``AccumulateGrad`` node that ``node`` reaches through a chain of
+    single-input nodes named in ``through`` (at most ``limit`` nodes); None otherwise."""
+    for _ in range(limit):
         if node is None:
             return None
         name = type(node).__name__
         if name == "AccumulateGrad":
-            leaf: torch.Tensor = getattr(node, "variable")
-            return leaf if not isinstance(leaf, torch.nn.Parameter) and leaf.numel() == 1 else None
-        if name not in _THROUGH:
+            return getattr(node, "variable", None)
+        if name not in through:
             return None
         nexts = [fn for fn, _ in node.next_functions if fn is not None]
         if len(nexts) != 1:
@@ -220,18 +225,8 @@ def learnable_scale(t: torch.Tensor, budget: int = 48) -> torch.Tensor | None:
 
 
 def _scalar_leaf_through(node: Any) -> bool:
-    for _ in range(5):
-        name = type(node).__name__
-        if name == "AccumulateGrad":
-            leaf = getattr(node, "variable", None)
-            return isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad
-        if name not in _SCALE_CHAIN:
-            return False
-        nexts = [fn for fn, _ in node.next_functions if fn is not None]
-        if len(nexts) != 1:
-            return False
-        node = nexts[0]
-    return False
+    leaf = _chain_leaf(node, _SCALE_CHAIN, 5)
+    return isinstance(leaf, torch.Tensor) and leaf.numel() == 1 and leaf.requires_grad
 
 
 def _saved_multiplier(node: Any, name: str, i: int) -> torch.Tensor | None:

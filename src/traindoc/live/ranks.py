@@ -51,7 +51,7 @@ from typing import Any, Mapping
 import torch
 
 from traindoc.engine import Report
-from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scalar
+from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scalar, from_dict, to_dict
 from traindoc.findings import Finding
 from traindoc.live import warning_site
 from traindoc.live.collectives import Collectives
@@ -165,16 +165,12 @@ class Ranks:
         # The session emits every step's loss at the flush of a sampled step, before that
         # round's ``_on_round``: a window's losses are complete when it is published.
         if type(event) is Scalar and event.name == "loss" and self._store is not None and not self._broken:
-            self._losses.append((self._job_step(event.step), event.value))
+            self._losses.append((self._joins.job_step(event.step), event.value))
 
     def _mark(self) -> tuple[float, float, float, float]:
         c = self._collectives
         c.between()
         return time.perf_counter(), self._queue.seconds(), c.spent, c.spent_queued
-
-    def _job_step(self, step: int) -> int:
-        """The job's step for this rank's own step ``step`` (see ``JoinCounter``)."""
-        return self._joins.job_step(step)
 
     def _wrap_loader(self) -> None:
         """Time the training batches drawn from DataLoader iterators (two clock reads a batch),
@@ -288,7 +284,7 @@ class Ranks:
 
     def _publish(self, params: RankParams, timing: RankTime, loss: RankLoss) -> None:
         """One key per sampled step, then the counter: a reader that sees the count finds the key."""
-        payload = json.dumps({"params": _fields(params), "time": _fields(timing), "loss": _fields(loss)})
+        payload = json.dumps({"params": to_dict(params), "time": to_dict(timing), "loss": to_dict(loss)})
         self._store.set(f"fp/{self.rank}/{self._published}", payload)
         self._published += 1
         self._store.add(f"n/{self.rank}", 1)
@@ -309,8 +305,6 @@ class Ranks:
             self._read[r] = count
         if not keys:
             return
-        from traindoc.events import from_dict
-
         for key, raw in zip(keys, self._store.multi_get(keys)):
             data = json.loads(raw)
             for part in ("params", "time", "loss"):
@@ -352,7 +346,7 @@ class Ranks:
             end = RankEnd(rank=self.rank, world_size=self.size, steps=steps if isinstance(steps, int) else 0,
                           status=status, backend=self.backend)
             if self.rank != 0:
-                payload = {"end": _fields(end), "findings": [f.to_dict() for f in report.findings]}
+                payload = {"end": to_dict(end), "findings": [f.to_dict() for f in report.findings]}
                 self._store.set(f"end/{self.rank}", json.dumps(payload, default=str))
                 return report
             return self._merge(report, end)
@@ -362,8 +356,6 @@ class Ranks:
 
     def _merge(self, report: Report, own: RankEnd) -> Report:
         from traindoc.analyze import merge_ranks
-        from traindoc.events import from_dict
-
         ends: dict[int, RankEnd] = {0: own}
         found: dict[int, list[Finding]] = {0: list(report.findings)}
         for r in range(1, self.size):
@@ -373,25 +365,13 @@ class Ranks:
             end = from_dict(data["end"])
             assert isinstance(end, RankEnd)
             ends[r] = end
-            found[r] = [_finding(d) for d in data["findings"]]
+            found[r] = [Finding.from_dict(d) for d in data["findings"]]
         return merge_ranks(report, ends, found, self.size)
 
     def _disable(self, exc: BaseException) -> None:
         self._broken = f"{type(exc).__name__}: {exc}"
         self.s.failed.setdefault("ranks", self._broken)
         sys.stderr.write(f"traindoc: internal error comparing ranks, disabled it: {exc}\n")
-
-
-def _fields(event: Any) -> dict[str, object]:
-    from traindoc.events import to_dict
-
-    return to_dict(event)
-
-
-def _finding(d: dict[str, Any]) -> Finding:
-    return Finding(id=d["id"], severity=d["severity"], title=d["title"], message=d["message"],
-                   cause=d["cause"], fix=d["fix"], step=d["step"], evidence=dict(d["evidence"]),
-                   where=tuple(d["where"]))
 
 
 def _timeout() -> float:

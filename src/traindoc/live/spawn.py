@@ -33,7 +33,6 @@ class SpawnFollower:
         self._recorder = recorder  # the parent's own recording, dropped once children train
         self._dirs: list[str] = []
         self._saved: list[tuple[Any, str, Any]] = []
-        self.spawned = 0
 
     def install(self) -> None:
         import torch.multiprocessing as tmp
@@ -64,7 +63,6 @@ class SpawnFollower:
             raise GuardStop(refusal(nprocs))
         out = tempfile.mkdtemp(prefix="traindoc-spawn-")
         self._dirs.append(out)
-        self.spawned += nprocs
         record = self._options.get("record")
         if record and self._recorder is not None:
             self._recorder.discard()  # the parent trains nothing: its children record

@@ -104,9 +104,7 @@ def from_dict(data: dict[str, Any]) -> Report:
         step = _check(f.get("step"), (int, type(None)), f"{at}.step", "an integer or null")
         evidence = _check(_or(f.get("evidence"), {}), dict, f"{at}.evidence", "an object")
         where = _strings(_or(f.get("where"), []), f"{at}.where")
-        findings.append(Finding(id=f["id"], severity=f["severity"], title=f["title"], message=f["message"],
-                                cause=f["cause"], fix=f["fix"], step=step, evidence=dict(evidence),
-                                where=tuple(where)))
+        findings.append(Finding.from_dict({**f, "step": step, "evidence": evidence, "where": where}))
     series = {}
     for name, c in _check(_or(data.get("series"), {}), dict, "series", "an object").items():
         at = f"series[{_shown(name)}]"

@@ -314,17 +314,8 @@ class EvalInTrainMode:
 def _no_grad_blocks(mod: Module, scope: Scope) -> list[tuple[ast.stmt, list[ast.stmt], str]]:
     """The ``no_grad`` / ``inference_mode`` blocks of ``scope``: (node, body, label); a function
     decorated with one is a block of its own."""
-    blocks: list[tuple[ast.stmt, list[ast.stmt], str]] = []
-    fn = scope.node
-    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        for deco in fn.decorator_list:
-            if mod.with_mode(deco) in ("no_grad", "inference"):
-                blocks.append((fn, fn.body, _label(mod, deco)))
-    for w in scope.withs:
-        for item in w.items:
-            if mod.with_mode(item.context_expr) in ("no_grad", "inference"):
-                blocks.append((w, w.body, _label(mod, item.context_expr)))
-    return blocks
+    return [(node, getattr(node, "body"), _label(mod, expr))
+            for node, expr in mod.mode_blocks(scope, "no_grad", "inference")]
 
 
 def _inline_in_train_mode(mod: Module, scope: Scope, block: ast.stmt) -> bool:

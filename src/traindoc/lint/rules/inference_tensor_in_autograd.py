@@ -356,15 +356,7 @@ def _inference_stores(mod: Module) -> dict[str, ast.stmt]:
     """Containers and attributes filled under ``inference_mode``: ``self.cache[key] = ...``,
     ``cache[key] = ...``, ``self.teacher_out = ...``; dotted name -> the assignment."""
     out: dict[str, ast.stmt] = {}
-    blocks: list[ast.AST] = []
-    for scope in mod.scopes:
-        blocks += [w for w in scope.withs if any(mod.with_mode(i.context_expr) == "inference" for i in w.items)]
-        fn = scope.node
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-            mod.with_mode(d) == "inference" for d in fn.decorator_list
-        ):
-            blocks.append(fn)
-    for block in blocks:
+    for block in {b: None for scope in mod.scopes for b, _ in mod.mode_blocks(scope, "inference")}:
         for stmt in ast.walk(block):
             if not isinstance(stmt, ast.Assign):
                 continue

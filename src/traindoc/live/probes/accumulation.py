@@ -93,7 +93,6 @@ class AccumulationProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._guard = patcher.guard
         self._post_due = False  # this backward was measured before: measure it after
         # the backward calls are counted by the patcher, at every step
         self._measured = 0  # backward calls measured (sampled steps)

@@ -60,9 +60,9 @@ class AmpProbes(Probe):
         # the last one reported, kept alive so that its storage is not reused while compared.
         self._split_clip: tuple[int, tuple[int, int]] | None = None
         self._split_norm: torch.Tensor | None = None
-        self.autocast = AutocastCoverage(session, self._guard)  # on sampled steps
+        self.autocast = AutocastCoverage(session, self._run)  # on sampled steps
 
-    def _guard(self, fn: Any, *args: Any) -> None:
+    def _run(self, fn: Any, *args: Any) -> None:
         self._patcher.guard(self.name, fn, *args)
 
     def _off(self) -> bool:
@@ -94,7 +94,7 @@ class AmpProbes(Probe):
         def scale(scaler: Any, outputs: Any) -> Any:
             out = orig(scaler, outputs)
             if getattr(scaler, "_enabled", False):
-                probe._guard(probe._on_scale, scaler, out)
+                probe._run(probe._on_scale, scaler, out)
             return out
 
         return scale
@@ -116,7 +116,7 @@ class AmpProbes(Probe):
         def unscale_(scaler: Any, optimizer: Any) -> Any:
             out = orig(scaler, optimizer)
             if getattr(scaler, "_enabled", False):
-                probe._guard(probe._on_optimizer, optimizer)
+                probe._run(probe._on_optimizer, optimizer)
             return out
 
         return unscale_
@@ -133,10 +133,10 @@ class AmpProbes(Probe):
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             if not getattr(scaler, "_enabled", False) or probe._off():
                 return orig(scaler, optimizer, *args, **kwargs)
-            probe._guard(probe._before_step, optimizer)
+            probe._run(probe._before_step, optimizer)
             probe._stepped = False
             out = orig(scaler, optimizer, *args, **kwargs)
-            probe._guard(probe._after_step, optimizer)
+            probe._run(probe._after_step, optimizer)
             return out
 
         return step
@@ -183,9 +183,9 @@ class AmpProbes(Probe):
             if not getattr(scaler, "_enabled", False) or probe._off():
                 return orig(scaler, *args, **kwargs)
             probe._found = None
-            probe._guard(probe._before_update, scaler)
+            probe._run(probe._before_update, scaler)
             out = orig(scaler, *args, **kwargs)
-            probe._guard(probe._after_update, scaler)
+            probe._run(probe._after_update, scaler)
             return out
 
         return update

@@ -65,6 +65,9 @@ class Probe:
         self.s = session
         self.clock = session.clock
         self._patcher = patcher
+        self._patch = patcher.patch
+        self._guard = patcher.guard  # (part, fn, *args): an error disables the part, never the script
+        self._ops = patcher.ops
 
     def install(self) -> None:
         """Put up hooks and patches (``Patcher`` takes the patches down again)."""

@@ -82,7 +82,7 @@ class CheckpointProbes(Probe):
         self._counters: dict[str, int] = {}  # step counter candidates of the last training save
         self._counted_at = -1  # the run's step at that save
 
-    def _guard(self, fn: Any, *args: Any) -> None:
+    def _run(self, fn: Any, *args: Any) -> None:
         # Two parts that fail independently: what is saved, and what is loaded.
         part = "checkpoint-load" if fn.__name__ in _LOAD_PARTS else "checkpoint-save"
         self._patcher.guard(part, fn, *args)
@@ -106,7 +106,7 @@ class CheckpointProbes(Probe):
             patch(cls, "load_state_dict", self._wrap_scheduler_load)
 
     def uninstall(self) -> None:
-        self._guard(self._flush_loads)  # loads whose optimizer never stepped again: in effect now
+        self._run(self._flush_loads)  # loads whose optimizer never stepped again: in effect now
         if self._step_hook is not None:
             self._step_hook.remove()
             self._step_hook = None
@@ -120,7 +120,7 @@ class CheckpointProbes(Probe):
 
         @functools.wraps(orig)
         def opener(f: Any, *args: Any, **kwargs: Any) -> Any:
-            probe._guard(probe._opening, f, args[0] if args else kwargs.get("mode", "wb"))
+            probe._run(probe._opening, f, args[0] if args else kwargs.get("mode", "wb"))
             return orig(f, *args, **kwargs)
 
         return opener
@@ -140,7 +140,7 @@ class CheckpointProbes(Probe):
             pending, probe._file.save = probe._file.save, None
             out = orig(obj, *args, **kwargs)
             if pending is not None:
-                probe._guard(probe._after_save, obj, *pending)
+                probe._run(probe._after_save, obj, *pending)
             return out
 
         return save
@@ -180,7 +180,7 @@ class CheckpointProbes(Probe):
         def move(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
             out = orig(src, dst, *args, **kwargs)
             if probe._saved:  # the usual case for every other rename: one set lookup
-                probe._guard(probe._on_move, src, dst)
+                probe._run(probe._on_move, src, dst)
             return out
 
         return move
@@ -203,7 +203,7 @@ class CheckpointProbes(Probe):
             path, probe._file.load = probe._file.load, None
             out = orig(*args, **kwargs)
             if path is not None:
-                probe._guard(probe._on_load, path, out)
+                probe._run(probe._on_load, path, out)
             return out
 
         return load
@@ -226,11 +226,11 @@ class CheckpointProbes(Probe):
         @functools.wraps(orig)
         def load_state_dict(opt: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
             probe._pending = None
-            probe._guard(probe._remember_lrs, opt)
+            probe._run(probe._remember_lrs, opt)
             before, probe._pending = probe._pending, None
             out = orig(opt, state_dict, *args, **kwargs)
             if before is not None:
-                probe._guard(probe._on_optimizer_load, opt, state_dict, before)
+                probe._run(probe._on_optimizer_load, opt, state_dict, before)
             return out
 
         return load_state_dict
@@ -264,7 +264,7 @@ class CheckpointProbes(Probe):
 
             def hook(o: Any, args: Any, kwargs: Any) -> None:
                 if probe._waiting:  # one check per step; empty once every load took effect
-                    probe._guard(probe._on_step_after_load, o)
+                    probe._run(probe._on_step_after_load, o)
 
             self._step_hook = register_optimizer_step_pre_hook(hook)
         waiting: list[_Waiting] = self._waiting.get(opt) or []
@@ -292,7 +292,7 @@ class CheckpointProbes(Probe):
                 out = orig(sched, state_dict, *args, **kwargs)
             finally:
                 probe._in_sched_load = False
-            probe._guard(probe._on_scheduler_load, sched, state_dict, before)
+            probe._run(probe._on_scheduler_load, sched, state_dict, before)
             return out
 
         return load_state_dict

@@ -44,14 +44,11 @@ class CoreProbes(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._forward: list[Any] = []
         self._depth = 0
         self._unbatched = False  # the latest root forward ran on one unbatched vector
         self._empty = False  # the module whose output is measured got an input with no element
         self._calls = FirstCalls()  # the calls of each module a sampled step measures
-        self._ops = patcher.ops
         self._iterators = 0
         self._filter: object = None
         self._content = BatchContent(session)  # Batch events (repeated-batch)

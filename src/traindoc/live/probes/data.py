@@ -34,8 +34,6 @@ class DataProbes(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._wait = 0.0  # this round's time in __next__ (training batches)
         self._batches = 0
         self._startup = False  # this round started an iterator

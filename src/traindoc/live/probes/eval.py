@@ -52,8 +52,6 @@ class EvalProbes(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._hooks: list[Any] = []
         self._depth = 0  # nested tracked no_grad regions
         self._region_t0 = 0.0

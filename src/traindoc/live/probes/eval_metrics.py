@@ -65,8 +65,6 @@ class EvalMetricsProbe(Probe):
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
         self.pub = publisher(session)
-        self._patcher = patcher
-        self._guard = patcher.guard
         self._phase: _Phase | None = None
         # A gradient-on call in eval mode waits here until the next one (or model.train())
         # says it was evaluation, or a backward says it was training.

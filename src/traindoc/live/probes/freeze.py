@@ -37,8 +37,6 @@ class FreezeProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._called = ObjectMap()  # modules train() ran on
 
     def install(self) -> None:

@@ -52,8 +52,6 @@ class InitProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._guard = patcher.guard
-        self._ops = patcher.ops
         self._handle: Any = None  # torch's parameter registration hook, while construction lasts
         self._by_ptr: dict[int, Any] = {}  # data_ptr at registration -> the Parameter
         self._notes = ObjectMap()  # Parameter -> list of [site, std]; std None until the init is over

@@ -65,8 +65,6 @@ class LoopProbes(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._sched_depth = 0
         # scheduler order
         # Keyed by identity, ignoring dead objects (Python reuses ids).

@@ -66,8 +66,6 @@ class LossTermsProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._named: list[tuple[str, Any]] = []  # the terms the script named, this step's only
         self._named_step = -1
         self._last_step = -1

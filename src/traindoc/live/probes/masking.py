@@ -42,7 +42,6 @@ class MaskingProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._ops = patcher.ops
         self._on = False  # a sampled step of a level that measures activations
         # Where the replaced values were born (armed once a guard replaced a non-finite value).
         self._origin = OriginSearch(session, lambda funcs, fn: self._ops.listen(self.name, funcs, fn))

@@ -42,8 +42,6 @@ class MetricsProbe(Probe):
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
         self.pub = publisher(session)
-        self._patcher = patcher
-        self._guard = patcher.guard
         self._local = threading.local()
         self._mine: list[tuple[Any, str, Any, Any]] = []  # (owner, name, original, wrapper)
         self._done: set[str] = set()

@@ -36,8 +36,6 @@ class OrderProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._seen = ObjectMap()  # module -> "train" once a training forward ran, else "eval"
 
     def install(self) -> None:

@@ -44,7 +44,6 @@ class RouterProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._guard = patcher.guard
         self.pub = publisher(session)
         self._routers = ObjectMap()  # module -> (name, experts)
         self._scanned = ObjectMap()  # models already searched for routers

@@ -31,8 +31,6 @@ class ScheduleProbe(Probe):
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
         super().__init__(session, patcher)
-        self._patch = patcher.patch
-        self._guard = patcher.guard
         self._notes = ObjectMap()  # scheduler -> its _Note
         self._all: list[_Note] = []  # every note, in construction order (bounded)
         self._children: set[int] = set()  # ids of notes of SequentialLR children
