@@ -155,7 +155,6 @@ def _streams(paths: list[str]) -> dict[int, list[Event]]:
 def run(args: argparse.Namespace) -> int:
     settings = config.load()
     select, ignore = output.detector_choice(args, settings)
-    output.check_output_path(args.json, "--json")
     streams = _streams(list(args.stream))
     if len(streams) == 1:
         report = analyze(next(iter(streams.values())), select=select, ignore=ignore, settings=settings)

@@ -59,8 +59,6 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"{target}: no such file; give the training script's path")
     settings = config.load(Path(target).resolve().parent if not args.module else None)
     select, ignore = output.detector_choice(args, settings)
-    output.check_output_path(args.json, "--json")
-    output.check_output_path(args.record, "--record")
     ending.arm_exit()  # before torch's and the script's exit handlers, so it runs after them
     try:
         import torch  # noqa: F401

@@ -61,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--budget must be > 0 seconds, got {args.budget}")
     settings = config.load(script.resolve().parent)
     select, ignore = output.detector_choice(args, settings)
-    output.check_output_path(args.json, "--json")
     try:
         import torch  # noqa: F401
     except ImportError:

@@ -67,8 +67,6 @@ def run(args: argparse.Namespace) -> int:
 
     settings = config.load()
     select, ignore = output.detector_choice(args, settings)
-    output.check_output_path(args.json, "--json")
-    output.check_output_path(getattr(args, "html", None), "--html")
     if args.expect_lr is not None:
         overrides = {**settings.detectors.get(LR_ID, {}), "expected_lr": args.expect_lr}
         settings = dataclasses.replace(settings, detectors={**settings.detectors, LR_ID: overrides})

@@ -44,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
     check_options(args)
     settings = config.load()
     select, ignore = output.detector_choice(args, settings)
-    output.check_output_path(args.json, "--json")
-    output.check_output_path(getattr(args, "html", None), "--html")
     overrides = mapping.parse_overrides(args.map)
     log = logs.load([Path(p) for p in args.paths], overrides)
     log.argv = tuple(sys.argv[1:])
