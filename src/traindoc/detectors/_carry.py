@@ -15,10 +15,10 @@ types back.
 from __future__ import annotations
 
 from collections import Counter, deque
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 from traindoc.detectors._maths import Ema, Head, Rollouts, Thinned
-from traindoc.events import EVENT_TYPES, from_dict, to_dict
+from traindoc.events import EVENT_TYPES, Event, from_dict, to_dict
 
 _TAG = "__carry__"
 
@@ -59,7 +59,7 @@ def encode(x: object) -> object:
     if isinstance(x, (set, frozenset)):
         return {_TAG: "set", "v": encode(sorted(x, key=repr))}
     if type(x) in EVENT_TYPES.values():
-        return {_TAG: "event", "v": encode(to_dict(x))}  # type: ignore[arg-type]  # an Event
+        return {_TAG: "event", "v": encode(to_dict(cast("Event", x)))}
     if isinstance(x, tuple):
         return tuple(encode(v) for v in x)
     if isinstance(x, list):

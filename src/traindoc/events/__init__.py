@@ -16,7 +16,7 @@ All fields are JSON-friendly so a recorded stream can be replayed offline (``tra
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
+from typing import Any, Union, cast
 
 # The classes live in small modules by theme; everyone imports them from here.
 from traindoc.events.columns import plain, scalars
@@ -158,7 +158,7 @@ def from_dict(data: dict[str, object]) -> Event:
         if cls is Optimizer and key == "groups":
             if not isinstance(value, list) or not all(isinstance(g, dict) for g in value):
                 raise ValueError(f"event {kind!r}: groups must be a list of objects")
-            value = tuple(ParamGroup(**_tupled(g)) for g in value)  # type: ignore[arg-type]  # fields checked by ParamGroup itself
+            value = tuple(ParamGroup(**cast("dict[str, Any]", _tupled(g))) for g in value)  # ParamGroup checks its fields
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[key] = value

@@ -136,9 +136,9 @@ class CoreProbes(Probe):
 
     def _batch_shape(self, it: Any, batch: Any, tensors: list[torch.Tensor], index: int) -> None:
         """Shapes are host metadata: no device sync."""
-        sampler = getattr(it, "_index_sampler", None)
+        sampler: Any = getattr(it, "_index_sampler", None)
         try:
-            last = index >= len(sampler) - 1  # type: ignore[arg-type]  # guarded below
+            last = index >= len(sampler) - 1
         except TypeError:
             last = False
         dims = tuple(int(t.shape[0]) if t.ndim else 0 for t in tensors)
