@@ -17,7 +17,6 @@ import os
 import threading
 from typing import Any
 
-from traindoc.live import warning_site
 
 
 class RunQueue:
@@ -61,7 +60,6 @@ class JoinCounter:
         self.s = session
         # (first own step it applies to, offset): own step + offset = the job's step.
         self.offsets: list[tuple[int, int]] = [(0, 0)]
-        self._saved: Any = None
 
     @property
     def offset(self) -> int:
@@ -76,39 +74,36 @@ class JoinCounter:
                 return step + offset
         return step
 
-    def install(self) -> None:
+    def install(self, patcher: Any) -> None:
+        """Through the probes' ``patcher``, which takes it down again."""
         try:
             from torch.distributed.algorithms.join import Join
         except Exception:  # a torch without it: nothing to count
             return
         if not hasattr(Join, "_get_num_nonjoined_procs"):  # a torch that counts otherwise
             return
-        counter, original = self, Join.__exit__
+        counter = self
 
-        def __exit__(join: Any, *exc: Any) -> Any:
-            asked = [0]
-            ask = join._get_num_nonjoined_procs
+        def counting(original: Any) -> Any:
+            def __exit__(join: Any, *exc: Any) -> Any:
+                asked = [0]
+                ask = join._get_num_nonjoined_procs
 
-            def counted() -> Any:
-                asked[0] += 1
-                return ask()
+                def counted() -> Any:
+                    asked[0] += 1
+                    return ask()
 
-            join._get_num_nonjoined_procs = counted
-            try:
-                return original(join, *exc)
-            finally:
-                del join._get_num_nonjoined_procs
-                if asked[0] > 1:  # the last ask finds every rank joined: not an iteration
-                    counter.offsets.append((counter.s.clock.current_step, counter.offset + asked[0] - 1))
+                join._get_num_nonjoined_procs = counted
+                try:
+                    return original(join, *exc)
+                finally:
+                    del join._get_num_nonjoined_procs
+                    if asked[0] > 1:  # the last ask finds every rank joined: not an iteration
+                        counter.offsets.append((counter.s.clock.current_step, counter.offset + asked[0] - 1))
 
-        self._saved = (Join, original)
-        setattr(Join, "__exit__", warning_site.entry(__exit__))
+            return __exit__
 
-    def uninstall(self) -> None:
-        if self._saved is not None:
-            cls, original = self._saved
-            cls.__exit__ = original
-            self._saved = None
+        patcher.patch(Join, "__exit__", counting)
 
 
 __all__ = ["JoinCounter", "RunQueue"]

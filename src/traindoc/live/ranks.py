@@ -53,7 +53,6 @@ import torch
 from traindoc.engine import Report
 from traindoc.events import Event, RankEnd, RankLoss, RankParams, RankTime, Scalar, from_dict, to_dict
 from traindoc.findings import Finding
-from traindoc.live import warning_site
 from traindoc.live.collectives import Collectives
 from traindoc.live.objects import ObjectMap
 from traindoc.live.rank_clock import JoinCounter, RunQueue
@@ -115,8 +114,6 @@ class Ranks:
         self._synced = ObjectMap()  # parameters the script all-reduces or broadcasts itself
         self._first_step = True
         self._handles: list[Any] = []
-        self._next_saved: Any = None  # DataLoader's __next__ before we wrapped it
-        self._next_wrapper: Any = None
 
     # ---- wiring --------------------------------------------------------------------------------
     def install(self, patcher: Any) -> None:
@@ -126,11 +123,11 @@ class Ranks:
         self.s.clock.listen_round(self._on_round)
         self.s.event_listeners.append(self._on_event)
         self._handles.append(register_optimizer_step_post_hook(self._on_step))
-        self._wrap_loader()
-        self._joins.install()
+        self._wrap_loader(patcher)
+        self._joins.install(patcher)
         self._collectives.install(patcher)
         if self._spawn is not None:
-            self._spawn.install()
+            self._spawn.install(patcher)
 
     def uninstall(self) -> None:
         self.s.clock.unlisten_round(self._on_round)
@@ -139,12 +136,8 @@ class Ranks:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self._unwrap_loader()
-        self._joins.uninstall()
         self._collectives.uninstall()
         self._queue.close()
-        if self._spawn is not None:
-            self._spawn.uninstall()
 
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._store is not None and self._stepped is None:
@@ -172,34 +165,26 @@ class Ranks:
         c.between()
         return time.perf_counter(), self._queue.seconds(), c.spent, c.spent_queued
 
-    def _wrap_loader(self) -> None:
+    def _wrap_loader(self, patcher: Any) -> None:
         """Time the training batches drawn from DataLoader iterators (two clock reads a batch),
         so that a slow rank's own work splits into waiting on its data and the rest."""
         from torch.utils.data import dataloader
 
         ranks = self
-        original = dataloader._BaseDataLoaderIter.__next__
 
-        def __next__(it: Any) -> Any:
-            if ranks._store is None or not torch.is_grad_enabled():  # no group yet, or evaluation
-                return original(it)
-            t0, q0 = time.perf_counter(), ranks._queue.seconds()
-            try:
-                return original(it)
-            finally:
-                ranks._data += max(time.perf_counter() - t0 - (ranks._queue.seconds() - q0), 0.0)
+        def timed(original: Any) -> Any:
+            def __next__(it: Any) -> Any:
+                if ranks._store is None or not torch.is_grad_enabled():  # no group yet, or evaluation
+                    return original(it)
+                t0, q0 = time.perf_counter(), ranks._queue.seconds()
+                try:
+                    return original(it)
+                finally:
+                    ranks._data += max(time.perf_counter() - t0 - (ranks._queue.seconds() - q0), 0.0)
 
-        self._next_saved, self._next_wrapper = original, __next__
-        setattr(dataloader._BaseDataLoaderIter, "__next__", warning_site.entry(__next__))
+            return __next__
 
-    def _unwrap_loader(self) -> None:
-        """Put back what we wrapped, unless a probe that wrapped it before us has already put
-        back its own original (then ours went with it)."""
-        from torch.utils.data import dataloader
-
-        if self._next_wrapper is not None and dataloader._BaseDataLoaderIter.__next__ is self._next_wrapper:
-            setattr(dataloader._BaseDataLoaderIter, "__next__", self._next_saved)
-        self._next_saved = self._next_wrapper = None
+        patcher.patch(dataloader._BaseDataLoaderIter, "__next__", timed)
 
     # ---- each sampled step ---------------------------------------------------------------------
     def _on_round(self, step: int) -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from traindoc.engine import Report
-from traindoc.live import warning_site
 
 _REPORT = "report.pkl"
 
@@ -32,9 +31,9 @@ class SpawnFollower:
         self._options = dict(options)
         self._recorder = recorder  # the parent's own recording, dropped once children train
         self._dirs: list[str] = []
-        self._saved: list[tuple[Any, str, Any]] = []
 
-    def install(self) -> None:
+    def install(self, patcher: Any) -> None:
+        """Through the probes' ``patcher``, which takes it down again."""
         import torch.multiprocessing as tmp
 
         module = sys.modules["torch.multiprocessing.spawn"]
@@ -46,14 +45,8 @@ class SpawnFollower:
                 return original(fn, args, nprocs, join, daemon, start_method)
             return original(self._child(fn, nprocs), args, nprocs, join, daemon, start_method)
 
-        for owner in (module, tmp):
-            self._saved.append((owner, "start_processes", getattr(owner, "start_processes")))
-            setattr(owner, "start_processes", warning_site.entry(start_processes))
-
-    def uninstall(self) -> None:
-        for owner, name, value in reversed(self._saved):
-            setattr(owner, name, value)
-        self._saved.clear()
+        for owner in (module, tmp):  # torch.multiprocessing re-exports it
+            patcher.patch(owner, "start_processes", lambda _: start_processes)
 
     def _child(self, fn: Callable[..., Any], nprocs: int) -> "_Child":
         options = dict(self._options)
