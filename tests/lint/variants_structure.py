@@ -290,7 +290,7 @@ def local_imports(tree: ast.Module) -> ast.Module | None:
     module-level code uses them too."""
     imports, defs, rest = split_module(tree)
     functions = [f for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                 and f in defs or any(f in c.body for c in defs if isinstance(c, ast.ClassDef))]
+                 and (f in defs or any(f in c.body for c in defs if isinstance(c, ast.ClassDef)))]
     if not imports or not functions:
         return None
     used_at_top = set(loaded_names(rest)) | {

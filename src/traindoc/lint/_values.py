@@ -249,7 +249,10 @@ def fixed_filename(mod: Module, path: ast.expr | None, at: ast.AST) -> str | Non
     (``f"ckpt_{epoch}.pt"``) or cannot be followed (a function argument)."""
     node = resolve(mod, path, at)
     if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
-        node = value_of(mod, node, at)
+        # read where it stands: ``self.path``'s value is a name of the method that set it
+        home = next(((s, stmt) for s in mod.scopes for _, stmt, v in s.assigns if v is node), None)
+        # through a constructor and the function that calls it, to a default: six steps
+        node = value_of(mod, node, at, 6) if home is None else value_of(mod, node, home[1], 6, scope=home[0])
     if node is None or isinstance(node, ast.Name):
         return None
     if isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -356,15 +359,28 @@ def _argument(mod: IndexedFile, scope: Scope, name: str) -> tuple[ast.expr, ast.
     if scope.cls is not None and params and params[0] in ("self", "cls"):
         params = params[1:]
     index = params.index(name) if name in params else 10**6
+    default = _default(fn, name)
     found: list[tuple[ast.expr, ast.Call]] = []
     for call in callers(scope):
         value = arg(call, index, name)
         if value is None:
-            return None
+            unpacked = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+            if default is None or unpacked:
+                return None
+            value = default  # a call that leaves the parameter out: its default
         found.append((value, call))
     if not found or len({ast.dump(v) for v, _ in found}) != 1:
         return None
     return found[0]
+
+
+def _default(fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    """The default value of ``fn``'s parameter ``name``, None when it has none."""
+    a = fn.args
+    positional = [*a.posonlyargs, *a.args]
+    defaults = dict(zip([p.arg for p in positional[len(positional) - len(a.defaults):]], a.defaults))
+    defaults.update((p.arg, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+    return defaults.get(name)
 
 
 def _params(scope: Scope) -> set[str]:

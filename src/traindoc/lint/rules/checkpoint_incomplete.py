@@ -89,8 +89,53 @@ class CheckpointIncomplete:
             """,
             11,
         ),
+        # the state kept in a dataclass, saved as a dict (PyTorch's minGPT-DDP example)
+        Invalid(
+            """
+            from dataclasses import asdict, dataclass
+            import torch
+
+            @dataclass
+            class State:
+                weights: dict
+                opt: dict
+                done_epochs: int
+
+            class Loop:
+                def __init__(self, net, opt, fp16):
+                    self.net, self.opt = net, opt
+                    self.amp = torch.amp.GradScaler("cuda", enabled=fp16)
+
+                def keep(self, epoch, path):
+                    state = State(weights=self.net.state_dict(), opt=self.opt.state_dict(), done_epochs=epoch)
+                    torch.save(asdict(state), path)
+            """,
+            17,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # the same with the scaler among the dataclass's fields
+        """
+        from dataclasses import asdict, dataclass
+        import torch
+
+        @dataclass
+        class State:
+            weights: dict
+            opt: dict
+            amp: dict
+            done_epochs: int
+
+        class Loop:
+            def __init__(self, net, opt, fp16):
+                self.net, self.opt = net, opt
+                self.amp = torch.amp.GradScaler("cuda", enabled=fp16)
+
+            def keep(self, epoch, path):
+                state = State(weights=self.net.state_dict(), opt=self.opt.state_dict(), amp=self.amp.state_dict(),
+                              done_epochs=epoch)
+                torch.save(asdict(state), path)
+        """,
         # a test's checkpoint in pytest's temporary folder, weights only on purpose
         """
         import torch
@@ -248,12 +293,21 @@ class CheckpointIncomplete:
     def _dict(self, mod: Module, obj: ast.expr | None,
               call: ast.Call) -> tuple[ast.expr, list[str], list[str]] | None:
         """(node, keys, receivers of .state_dict() values) of the dict saved, or None: a dict
-        display ``{"model": ...}`` or a ``dict(model=..., epoch=...)`` call."""
+        display ``{"model": ...}``, a ``dict(model=..., epoch=...)`` call, or a dataclass built
+        with keywords and turned into a dict (``asdict``)."""
         name = obj.id if isinstance(obj, ast.Name) else None
         node = resolve(mod, obj, call, depth=1)
+        fields = None  # keyword arguments that become the dict's entries
         if isinstance(node, ast.Call) and mod.callee(node) == "dict" and not node.args:
+            fields = node.keywords
+        elif isinstance(node, ast.Call) and mod.callee(node).endswith("asdict") and len(node.args) == 1:
+            # a dataclass's fields as a dict: ``asdict(Snapshot(model_state=..., epoch=...))``
+            built = resolve(mod, node.args[0], node, depth=1)
+            if isinstance(built, ast.Call) and not built.args:
+                fields = built.keywords
+        if fields is not None and node is not None:
             items: list[tuple[ast.expr | None, ast.expr]] = [
-                (None if kw.arg is None else ast.Constant(kw.arg), kw.value) for kw in node.keywords
+                (None if kw.arg is None else ast.Constant(kw.arg), kw.value) for kw in fields
             ]
         elif isinstance(node, ast.Dict):
             items = list(zip(node.keys, node.values))

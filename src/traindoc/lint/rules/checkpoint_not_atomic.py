@@ -10,7 +10,7 @@ from traindoc.lint._ast import (
 )
 from traindoc.lint.rules._common import Hit, Invalid
 
-RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current")
+RESUME_WORDS = ("last", "latest", "ckpt", "checkpoint", "resume", "current", "snapshot")
 TEMP_WORDS = ("tmp", "temp", ".part", "partial")
 
 
@@ -157,8 +157,63 @@ class CheckpointNotAtomic:
             """,
             11,
         ),
+        # a torchrun job's snapshot: its path handed to the trainer, left at the entry point's
+        # default, read back when the job restarts (PyTorch's DDP tutorials)
+        Invalid(
+            """
+            import os
+            import torch
+
+            class Runner:
+                def __init__(self, net, opt, every, snap_file):
+                    self.net, self.opt, self.every = net, opt, every
+                    self.snap_file = snap_file
+                    self.start = 0
+                    if os.path.exists(snap_file):
+                        state = torch.load(snap_file)
+                        self.net.load_state_dict(state["net"])
+                        self.start = state["epochs"]
+
+                def keep(self, epoch):
+                    torch.save({"net": self.net.state_dict(), "epochs": epoch}, self.snap_file)
+
+                def run(self, epochs):
+                    for epoch in range(self.start, epochs):
+                        train_one_epoch(self.net, self.opt)
+                        if epoch % self.every == 0:
+                            self.keep(epoch)
+
+            def launch(epochs, every, snap_file="snapshot.pt"):
+                net = build()
+                Runner(net, torch.optim.SGD(net.parameters(), lr=0.01), every, snap_file).run(epochs)
+
+            launch(10, 2)
+            """,
+            15,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        # the same, one snapshot file per epoch: none is written over
+        """
+        import torch
+
+        class Runner:
+            def __init__(self, net, snap_dir):
+                self.net, self.snap_dir = net, snap_dir
+
+            def keep(self, epoch):
+                torch.save({"net": self.net.state_dict(), "epochs": epoch}, f"{self.snap_dir}/snapshot_{epoch}.pt")
+
+            def run(self, epochs):
+                for epoch in range(epochs):
+                    train_one_epoch(self.net)
+                    self.keep(epoch)
+
+        def launch(epochs, snap_dir="snapshots"):
+            Runner(build(), snap_dir).run(epochs)
+
+        launch(10)
+        """,
         # a test's checkpoint in pytest's temporary folder: no later run resumes from it
         """
         import torch
