@@ -136,14 +136,3 @@ def _flatten(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
         else:
             out[key] = v
     return out
-    if isinstance(v, (int, float)):
-        try:
-            return float(v)
-        except OverflowError:  # an int beyond float range is, as a float, infinite
-            return math.inf if v > 0 else -math.inf
-    if isinstance(v, str):
-        try:
-            return float(v)
-        except (ValueError, OverflowError):
-            return None
-    return None

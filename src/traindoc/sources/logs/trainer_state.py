@@ -72,17 +72,6 @@ def read(path: Path, data: object) -> Table:
     for key in [k for k in table.non_numeric if k in table.series]:
         table.non_numeric.remove(key)
     return table
-    if isinstance(value, (int, float)):
-        try:
-            return float(value)
-        except OverflowError:  # an int beyond float range is, as a float, infinite
-            return math.inf if value > 0 else -math.inf
-    if isinstance(value, str):  # json.dumps writes NaN as NaN, but a few writers quote it
-        try:
-            return float(value)
-        except (ValueError, OverflowError):
-            return None
-    return None
 
 
 def load(path: Path, text: str) -> Table:
