@@ -18,7 +18,6 @@ import threading
 from typing import Any
 
 
-
 class RunQueue:
     """Seconds the calling thread has waited in the run queue, from
     ``/proc/thread-self/schedstat`` (Linux, one 1 us read); 0 elsewhere, and when read from
