@@ -27,9 +27,11 @@ with OMP_NUM_THREADS=1 (bit-reproducible on CPU). Judged:
   steadier than the machine's noise (nanoGPT's tiny model: 10 times). A script whose length is
   written in it (no ``{60n}`` argument: ``longer = 1``) is timed on its judged runs, whole only.
 
-The reinforcement-learning cases need gymnasium (``pip install gymnasium``; CartPole is pure
-Python); code written against gym 0.26 gets gymnasium under gym's name, its episodes capped
-(``gym``). The data each script reads is made here (``prepare``): a word corpus drawn from a small
+The reinforcement-learning cases need gymnasium and tyro (``pip install gymnasium tyro``: CartPole
+is pure Python, CleanRL reads its command line with tyro); code written against gym 0.26 gets
+gymnasium under gym's name, its episodes capped (``gym``). A script that saves no weights where
+the benchmark can find them (CleanRL's, into a folder named after the time) has its models'
+weights written at exit (``exit_state``). The data each script reads is made here (``prepare``): a word corpus drawn from a small
 random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
 sized so that a run takes seconds; a script that never seeds torch is seeded at start-up
 (``torch_seed``: a sitecustomize on its PYTHONPATH). Exit status 1 when a case is not identical, raises a false
@@ -255,10 +257,44 @@ def _gym(where: Path) -> None:
         "import random\n\nimport torch\n\nrandom.seed(0)\ntorch.manual_seed(0)\n", encoding="utf-8")
 
 
+_EXIT_STATE = '''"""At exit, the weights of every nn.Module alive, to LIVE_REAL_STATE (live_real.py)."""
+import atexit
+import gc
+import hashlib
+import os
+
+
+def _save():
+    import torch
+
+    models = []
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.nn.Module) and next(obj.parameters(), None) is not None:
+            state = {k: v.detach().cpu().clone() for k, v in obj.state_dict().items()}
+            digest = hashlib.sha1(b"".join(t.numpy().tobytes() for t in state.values())).hexdigest()
+            models.append((type(obj).__name__, digest, state))
+    # In an order of their own (gc's order is not): class, then contents
+    models.sort(key=lambda m: m[:2])
+    torch.save({f"{i} {cls} {k}": v for i, (cls, _, state) in enumerate(models) for k, v in state.items()},
+               os.environ["LIVE_REAL_STATE"])
+
+
+atexit.register(_save)
+'''
+
+
+def _exit_state(where: Path) -> None:
+    """live_real_exit/sitecustomize.py: at exit, the weights of every model alive (the live ones
+    only: a model's submodules are saved with it and again on their own), to LIVE_REAL_STATE."""
+    folder = where / "live_real_exit"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE, encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
-    "gym": _gym,
+    "gym": _gym, "exit_state": _exit_state,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),

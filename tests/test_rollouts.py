@@ -141,7 +141,8 @@ def test_the_live_run_sees_a_target_network_run_without_gradients() -> None:
     teacher = nn.Linear(4, 8)  # another model's shapes: a teacher, no bootstrap
     opt = torch.optim.SGD(online.parameters(), lr=1e-3)
 
-    def run(net: nn.Module, rows: int = 16) -> list[Forwards]:
+    def run(net: nn.Module, rows: int = 16, mode: bool = True) -> list[Forwards]:
+        net.train(mode)
         recorded: list[object] = []
         with traindoc.watch(announce=False, level="thorough") as doc:
             doc.session._sink = recorded.append
@@ -159,3 +160,7 @@ def test_the_live_run_sees_a_target_network_run_without_gradients() -> None:
     assert [(e.step, e.bootstrap) for e in sent] == [(0, False), (4, True)]  # the 4th in a row
     assert [e.bootstrap for e in run(teacher)] == [False]
     assert [e.bootstrap for e in run(online, rows=3)] == [False]  # a prediction on 3 test rows
+    # A target network kept in eval mode (Stable-Baselines3's DQN and SAC) is one all the same;
+    # the trained model itself in eval mode on each step's batch is an evaluation, not a target.
+    assert [(e.step, e.bootstrap) for e in run(target, mode=False)] == [(0, False), (4, True)]
+    assert [e.bootstrap for e in run(online, mode=False)] == [False]

@@ -115,3 +115,13 @@ def test_a_warmup_from_zero_is_not_a_zero_lr_but_zero_throughout_is() -> None:
     assert "tiny-updates" in fired(warm)  # the LR at the first step was 0, then 2e-5: judged
     zero = stream(flat(0.0), 0.3, flat(4.0))
     assert "tiny-updates" not in fired(zero)  # frozen-parameters' territory
+
+
+def test_a_negative_loss_has_no_relative_progress() -> None:
+    """An actor's loss is -Q (Stable-Baselines3's SAC: -0.05 at the start, -14 at the end): no
+    "improved by 27,900%"; 1e-8 per step is far below the band all the same."""
+    negative = fired(stream(flat(1e-9), 10.0, falling(-0.05, -14.0)))["tiny-updates"]
+    assert "improved" not in negative.message  # type: ignore[attr-defined]
+    assert negative.evidence["loss_improvement"] is None  # type: ignore[attr-defined]
+    positive = fired(stream(flat(1e-9), 10.0, falling(3.0, 2.9)))["tiny-updates"]
+    assert "the loss improved by only 3.2%" in positive.message  # type: ignore[attr-defined]

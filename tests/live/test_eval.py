@@ -282,3 +282,87 @@ def test_model_then_stale_ema_in_one_phase_finds_the_ema() -> None:
         (3, "model", 0), (3, "copy", 1), (7, "model", 0), (7, "copy", 1)]
     assert ps[1].duration_s == 0.0 and ps[0].duration_s > 0
     assert ids(doc)[STALE].evidence["role"] == "ema"
+
+
+# ---- a policy that samples its action in forward (an RL rollout in eval mode) -------------------
+class DiscretePolicy(nn.Module):
+    """Stable-Baselines3's shape: forward returns (actions, values, log_probs), the actions drawn
+    from a Categorical; ``p`` > 0 adds functional dropout (random in eval mode too)."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        self.body, self.pi, self.v, self.p = nn.Linear(4, 32), nn.Linear(32, 2), nn.Linear(32, 1), p
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = torch.tanh(self.body(obs))
+        if self.p:
+            h = F.dropout(h, self.p)
+        dist = torch.distributions.Categorical(logits=self.pi(h))
+        action = dist.sample()
+        return action, self.v(h), dist.log_prob(action)
+
+
+class SquashedGaussian(nn.Module):
+    """A SAC actor's shape: a reparameterised draw from Normal(mu, std), squashed by tanh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mu, self.log_std = nn.Linear(3, 1), nn.Linear(3, 1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        std = self.log_std(obs).clamp(-5, 2).exp()
+        return torch.tanh(torch.distributions.Normal(self.mu(obs), std).rsample())
+
+
+def rollouts(policy: nn.Module, obs_dim: int, updates: int = 12, horizon: int = 64) -> list[float]:
+    """Collect ``horizon`` one-observation steps in eval mode without gradients, then update
+    on them; returns the actions taken (the run's own numbers)."""
+    torch.manual_seed(0)
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    taken = []
+    for _ in range(updates):
+        policy.eval()
+        batch = []
+        with torch.no_grad():
+            for _ in range(horizon):
+                obs = torch.randn(1, obs_dim)
+                out = policy(obs)
+                taken.append(float((out[0] if isinstance(out, tuple) else out).sum()))
+                batch.append(obs)
+        policy.train()
+        out = policy(torch.cat(batch))
+        loss = (out[1].pow(2).mean() - out[2].mean()) if isinstance(out, tuple) else out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return taken
+
+
+def test_a_policy_drawing_its_actions_is_not_nondeterministic_nor_evaluated() -> None:
+    for make, dim in ((DiscretePolicy, 4), (SquashedGaussian, 3)):
+        torch.manual_seed(1)
+        bare = rollouts(make(), dim)
+        torch.manual_seed(1)
+        with watch() as doc:
+            watched = rollouts(make(), dim)
+        assert watched == bare  # the re-run's draws leave the user's RNG where it was
+        seen = passes(doc)
+        assert seen and all(p.sampled for p in seen), make.__name__
+        assert NONDET not in ids(doc) and "slow-eval" not in ids(doc)
+    with watch() as doc:  # the check can fail: dropout that ignores eval mode, beside the draw
+        rollouts(DiscretePolicy(p=0.3), 4)
+    assert not any(p.sampled for p in passes(doc))
+    assert ids(doc)[NONDET].evidence["first_differing_module"] in ("pi (Linear)", "v (Linear)")
+
+
+def test_a_sampled_pass_is_not_judged_by_the_detectors() -> None:
+    differs = EvalPass(step=3, model="Policy", role="model", duration_s=0.2, elapsed_s=1.0, rerun=0.9,
+                       rerun_abs=0.9)
+    assert [f.id for f in analyze([differs], select=[NONDET]).findings] == [NONDET]
+    sampled = EvalPass(step=3, model="Policy", role="model", duration_s=0.2, elapsed_s=1.0, rerun=0.9,
+                       rerun_abs=0.9, sampled=True)
+    assert analyze([sampled], select=[NONDET]).findings == []
+    acting = [phase(4 + 5 * k, 1.0 + 0.25 * k, 0.2) for k in range(10)]  # 80% of the time
+    assert analyze([*acting, RunEnd(steps=50, duration_s=4.0)], select=["slow-eval"]).findings
+    acting = [EvalPass(**{**e.__dict__, "sampled": True}) for e in acting]
+    assert analyze([*acting, RunEnd(steps=50, duration_s=4.0)], select=["slow-eval"]).findings == []

@@ -1,5 +1,6 @@
-"""Real clients under `traindoc run`: a nanoGPT-style train.py, a Hugging Face Trainer script and
-a Lightning module, each with its clean control and failures injected the way users make them.
+"""Real clients under `traindoc run`: a nanoGPT-style train.py, a Hugging Face Trainer script, a
+Lightning module and Stable-Baselines3 agents, each with its clean control and failures injected
+the way users make them.
 
 Every script is tiny (CPU, one thread, 60-100 optimizer steps) and offline: the nanoGPT data is
 written here (a char-level corpus as data/tiny_chars/{train,val}.bin + meta.pkl, like nanoGPT's
@@ -40,10 +41,11 @@ HERE = Path(__file__).resolve().parent
 NANOGPT = HERE / "nanogpt" / "train.py"
 HF = HERE / "hf_trainer" / "train.py"
 LIGHTNING = HERE / "lightning_module" / "train.py"
+SB3 = HERE / "sb3" / "train.py"
 # Nothing is downloaded: the clients are told so too.
 RUN_ENV = {**ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-NEEDS = {NANOGPT: None, HF: "transformers", LIGHTNING: "lightning"}
+NEEDS = {NANOGPT: None, HF: "transformers", LIGHTNING: "lightning", SB3: "stable_baselines3"}
 
 # Known gaps of the product, one sentence each (the xfail reasons).
 GAP_LIGHTNING_UNDERFLOW = (
@@ -72,7 +74,15 @@ def V(name: str, script: Path, args: tuple[str, ...] = (), expect: tuple[str, ..
 NO_CKPT = ("--save_checkpoints=False",)  # the variants about something else: no checkpoints to judge
 BF16_CONSEQUENCES = ("frozen-parameters",)  # bf16 norm gains that never move are frozen too
 # The clean controls: quiet, and bit-identical with and without traindoc (test_clean_control).
-CLEAN = [V("nanogpt-clean", NANOGPT), V("hf-clean", HF), V("lightning-clean", LIGHTNING)]
+# Stable-Baselines3's PPO clips the global gradient norm at 0.5, and on CartPole its value loss
+# (returns up to 500, not normalized) puts the norm at 30-70x that on every step: true, and what
+# the catalog's clipping-every-step says, in the library's defaults.
+SB3_PPO_CLIPS = ("clipping-every-step",)
+CLEAN = [V("nanogpt-clean", NANOGPT), V("hf-clean", HF), V("lightning-clean", LIGHTNING),
+         # rollouts collected in eval mode: actions drawn from the policy's distribution (PPO,
+         # SAC), a target network kept in eval mode (DQN, SAC)
+         V("sb3-ppo", SB3, ("--algo", "ppo"), expect=SB3_PPO_CLIPS), V("sb3-dqn", SB3, ("--algo", "dqn")),
+         V("sb3-sac", SB3, ("--algo", "sac"))]
 VARIANTS = [
     # nanoGPT-style train.py
     V("nanogpt-unscaled-accum", NANOGPT, ("--bug=unscaled_accum", *NO_CKPT),
@@ -103,6 +113,13 @@ VARIANTS = [
     V("lightning-bf16-true", LIGHTNING, ("--bug", "bf16_true"),
       expect=("bf16-master-weights", "update-underflow"), allow=BF16_CONSEQUENCES, gap=GAP_LIGHTNING_UNDERFLOW),
     V("lightning-manual-no-zero-grad", LIGHTNING, ("--bug", "manual_no_zero"), expect=("missing-zero-grad",)),
+    # Stable-Baselines3: dropout beside the action's draw still counts; its features extractor is
+    # shared by the policy and value heads, where the value loss's gradient is all there is
+    V("sb3-ppo-dropout-features", SB3, ("--algo", "ppo", "--bug", "dropout_features"),
+      expect=("nondeterministic-eval",), allow=(*SB3_PPO_CLIPS, "loss-term-imbalance")),
+    # an LR of 1e-9: the last Q layer's bias rounds every update away
+    V("sb3-sac-tiny-lr", SB3, ("--algo", "sac", "--bug", "tiny_lr"), expect=("tiny-updates",),
+      allow=("frozen-parameters",)),
 ]
 
 

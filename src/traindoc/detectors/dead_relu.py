@@ -14,7 +14,10 @@ from traindoc.findings import Finding
 class DeadRelu(Detector):
     """A ReLU module where at least ``share`` of its units were never positive on any batch of a
     window of ``min_batches`` or more sampled batches (the source reports one dead share per
-    window: a unit that dies mid-run must not count as alive because it fired at step 0)."""
+    window: a unit that dies mid-run must not count as alive because it fired at step 0), in
+    two windows in a row, or in its last one. Units silent in one window that fire in the next
+    were silent on that window's inputs (the narrow early states of an RL agent), not dead:
+    a dead unit gets no gradient and stays dead."""
 
     id = "dead-relu"
     needs = frozenset({"activations"})
@@ -25,9 +28,9 @@ class DeadRelu(Detector):
         Example("zoo/healthy_rl_reinforce_per_step.py", None),
     )
 
-    # Carried over a resume: each module's latest measurement, the step where it fired and the
-    # windows that made it fire (the evidence at the end).
-    carry = ("_latest", "_first", "_fired")
+    # Carried over a resume: each module's latest measurement, the step where it fired, the
+    # windows that made it fire (the evidence at the end) and the windows awaiting the next.
+    carry = ("_latest", "_first", "_fired", "_pending")
 
     @dataclass(frozen=True)
     class Config:
@@ -43,6 +46,7 @@ class DeadRelu(Detector):
         self._latest: dict[str, Activation] = {}
         self._first: int | None = None
         self._fired: list[Activation] = []
+        self._pending: dict[str, int] = {}  # module -> the step of its window over the threshold
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, Activation)
@@ -50,16 +54,24 @@ class DeadRelu(Detector):
             return
         cfg = self.config
         self._latest[event.module] = event
-        if event.batches >= cfg.min_batches and event.units >= cfg.min_units and event.dead >= cfg.share:
-            if self._first is None:
-                self._first = event.step
-                self._fired = self._bad()
-                yield self._finding(self._fired)
+        if not (event.batches >= cfg.min_batches and event.units >= cfg.min_units and event.dead >= cfg.share):
+            self._pending.pop(event.module, None)
+            return
+        if event.module not in self._pending:  # the module's next window confirms it or not
+            self._pending[event.module] = event.step
+            return
+        if self._first is None:
+            self._first = self._pending[event.module]
+            self._fired = self._bad()
+            yield self._finding(self._fired)
 
     def finish(self) -> Iterator[Finding]:
-        if self._first is None:
-            return
         bad = self._bad()
+        if self._first is None:  # a last window over the threshold: no later one refutes it
+            if bad:
+                self._first = min(self._pending.get(a.module, a.step) for a in bad)
+                yield self._finding(bad)
+            return
         if bad:
             yield self._finding(bad)
             return

@@ -17,7 +17,9 @@ class NondeterministicEval(Detector):
     traindoc ran the forward a second time on the same input (RNG state and buffers restored
     afterwards) and compared the outputs. Fires when they differ by more than ``tolerance``
     relative to the output's largest magnitude: a random op ignores ``model.eval()``. Differences
-    of nondeterministic GPU kernels (about 1e-6 relative) stay below the tolerance."""
+    of nondeterministic GPU kernels (about 1e-6 relative) stay below the tolerance. A model whose
+    only random ops are draws from a ``torch.distributions`` distribution (``sampled``: a
+    stochastic policy acting) differs on purpose and is not judged."""
 
     id = "nondeterministic-eval"
     needs = frozenset({"eval"})
@@ -46,7 +48,7 @@ class NondeterministicEval(Detector):
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, EvalPass)
-        if math.isnan(event.rerun):
+        if math.isnan(event.rerun) or event.sampled:
             return
         self._checked += 1
         if self._fired or not event.rerun > self.config.tolerance:

@@ -56,9 +56,11 @@ class SlowEval(Detector):
             assert isinstance(event, EvalPass)
             # One per phase (a second model evaluated in it has no time). A no_grad pass of a
             # model left in train mode is not taken for an evaluation here: RL rollouts and
-            # data generation look alike, and real evaluations call model.eval(). Nor is a pass
-            # of a model of its own (a teacher's forward inside each step): it is training's.
-            if event.index == 0 and not event.training and event.role != "other":
+            # data generation look alike, and real evaluations call model.eval(). Nor is one
+            # of a model that draws its output from a distribution (a policy acting in eval
+            # mode, as Stable-Baselines3 collects rollouts), nor a pass of a model of its own
+            # (a teacher's forward inside each step): it is training's.
+            if event.index == 0 and not event.training and not event.sampled and event.role != "other":
                 self._add(event)
         return iter(())
 

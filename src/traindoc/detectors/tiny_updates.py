@@ -152,11 +152,12 @@ class TinyUpdates(Detector):
         self._last.append(value)
 
     def _progress(self) -> float | None:
-        """Relative improvement of the loss (10-step medians, start against end); None if unknown."""
+        """Relative improvement of the loss (10-step medians, start against end); None if unknown,
+        or if either is negative (an actor's -Q, a log-density: no scale to be relative to)."""
         if self._losses < 2 * _ENDS:
             return None
         first, last = median(self._first), median(list(self._last))
-        return (first - last) / abs(first) if first else None
+        return (first - last) / first if first > 0 and last >= 0 else None
 
     def _started_trained(self) -> bool:
         """Did the run start from trained weights: a resume, or a cross-entropy well below chance?"""

@@ -109,7 +109,11 @@ class EvalPass:
     magnitude (NaN: not re-run); ``rerun_abs`` the absolute difference; ``first_diff`` the
     first module whose output differed (``name (Type)``, "" when not located). A phase that
     evaluates several models (the model, then its EMA) sends one event per model: ``index``
-    counts them, and only the first (``index`` 0) carries the phase's ``duration_s``."""
+    counts them, and only the first (``index`` 0) carries the phase's ``duration_s``.
+    ``sampled``: traindoc's re-run of the model found its only random ops inside a
+    ``torch.distributions`` distribution: its output is a draw from what it predicts (a
+    stochastic policy acting, a posterior sample), different from pass to pass on purpose, and
+    its passes without gradients generate data (an RL rollout) rather than evaluate."""
 
     step: int
     model: str
@@ -124,6 +128,7 @@ class EvalPass:
     where: str = ""
     index: int = 0
     training: bool = False  # the model was in train mode (no model.eval()): a rollout, maybe
+    sampled: bool = False
     signal: ClassVar[str] = "eval"
 
 @dataclass(frozen=True)

@@ -147,10 +147,10 @@ class Forwards:
     sampled steps, sent when it or ``rows`` changes): one per micro-batch in supervised
     training, an episode's length in a policy-gradient loop. ``rows``: the most samples one of
     those calls saw (1: one sample, an unbatched vector or a batch of one; 0: not known).
-    ``bootstrap``: on the last 4 sampled steps or more, the model (or a copy of it, with its
-    parameter shapes: a target network) also ran in train mode without gradients, on a batch of
-    the training batch's size, between the optimizer step and the backward: the step computes
-    its targets with the model itself (a TD target, pseudo-labels of the same batch)."""
+    ``bootstrap``: on the last 4 sampled steps or more, the model in train mode, or a copy of
+    it (its parameter shapes: a target network) in either mode, also ran without gradients on
+    a batch of the training batch's size, between the optimizer step and the backward: the step
+    computes its targets with the model itself (a TD target, pseudo-labels of the same batch)."""
 
     step: int
     count: int

@@ -110,7 +110,8 @@ def is_adam_family(optimizer: Any, p: torch.Tensor) -> bool:
 
 def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
     """The floating tensors of a module output (a tensor, tuple, list, dict, HF ModelOutput or
-    dataclass), breadth first."""
+    dataclass), breadth first, among the first 8 items of each container (a policy's
+    ``(actions, values, log_probs)``: the values, past the integer actions)."""
     out: list[torch.Tensor] = []
     stack = [value]
     while stack and len(out) < limit:
@@ -119,11 +120,11 @@ def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
             if v.is_floating_point() and v.numel():
                 out.append(v)
         elif isinstance(v, (tuple, list)):
-            stack.extend(v[:limit])
+            stack.extend(v[:8])
         elif isinstance(v, dict):
-            stack.extend(list(v.values())[:limit])
+            stack.extend(list(v.values())[:8])
         elif dataclasses.is_dataclass(v) and not isinstance(v, type):
-            stack.extend(getattr(v, f.name) for f in dataclasses.fields(v)[:limit])
+            stack.extend(getattr(v, f.name) for f in dataclasses.fields(v)[:8])
     return out
 
 

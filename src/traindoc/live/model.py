@@ -71,6 +71,10 @@ class ModelWatch:
             self._copies[module] = known
         return bool(known)
 
+    def is_copy(self, module: Any) -> bool:
+        """Is ``module`` a copy of a model that trains (a target network, an EMA), not one?"""
+        return module not in self._roots and self.is_trained(module)
+
     def held_bytes(self) -> int:
         """Bytes of tensors kept between steps: sampled elements at init, step snapshots,
         ReLU activity (what the overhead benchmark reports)."""

@@ -234,7 +234,7 @@ class CoreProbes(Probe):
                 self.clock.forward_calls += 1
                 self.clock.rows = max(self.clock.rows, _rows(args[0] if args else None))
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
-            elif module.training:
+            else:
                 self._guard("forward", self._count_inferred, module, args)
         if torch.is_grad_enabled() and self._calls.take(module):
             self._measure(self._on_input, module, args)
@@ -255,11 +255,13 @@ class CoreProbes(Probe):
         self._measure(self._on_output, module, output)
 
     def _count_inferred(self, module: Any, args: Any) -> None:
-        """A model run without gradients in train mode: the step computes its targets with it
-        when it is the trained model or a copy of it, on a batch of the training batch's size
-        (compared at the backward; a prediction on a few test rows, acting on one state are not)."""
+        """A model run without gradients: the step computes its targets with it when it is the
+        trained model in train mode or a copy of it in either mode (a target network kept in
+        eval mode), on a batch of the training batch's size (compared at the backward; a
+        prediction on a few test rows, acting on one state, the model's own evaluation are not)."""
         rows = _rows(args[0] if args else None)
-        if rows > 1 and self.s.model.is_trained(module):
+        model = self.s.model
+        if rows > 1 and (model.is_trained(module) if module.training else model.is_copy(module)):
             self.clock.inferred_rows.add(rows)
 
     def _on_input(self, module: Any, args: Any) -> None:

@@ -11,7 +11,10 @@ that change behaviour with the mode (BatchNorm, Dropout, stochastic depth), the 
 running statistics of the evaluated model and of the training model it mirrors (an EMA copy),
 and on the first phases, when the model is in eval mode, re-runs the forward once on the same
 input to see whether it is deterministic. The re-run saves and restores the CPU, CUDA, Python
-and NumPy RNG states and the model's buffers, so the user's run continues bit-identically.
+and NumPy RNG states and the model's buffers, so the user's run continues bit-identically; a
+``TorchFunctionMode`` of its own, up for the re-run only, records which random ops the forward
+calls and whether a ``torch.distributions`` distribution called them (a policy drawing its
+action: its passes are rollouts, different on purpose).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.eval_parts import (
-    Pass, Phase, find_twin, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe, restore_rng,
-    save_rng, unwrap,
+    Pass, Phase, RandomDraws, find_twin, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe,
+    restore_rng, save_rng, unwrap,
 )
 from traindoc.live.probes.inference import InferenceRegions
 from traindoc.live.objects import ObjectMap, user_site
@@ -61,6 +64,7 @@ class EvalProbes(Probe):
         self._versus = 0  # train-mode evaluations re-run in eval mode
         self._rerun_pass: Pass | None = None
         self._evaluated = ObjectMap()  # model -> evaluation phases it was looked at in
+        self._samplers = ObjectMap()  # models whose re-run drew from a distribution: they act
         self._busy = False  # inside our own re-run
         self._prints: list[tuple[str, torch.Tensor]] | None = None
         self._bn_prev: dict[tuple[str, str], torch.Tensor] = {}
@@ -204,6 +208,7 @@ class EvalProbes(Probe):
         inner = unwrap(module)
         one.model = type(inner).__name__
         one.training = bool(inner.training)
+        one.sampled = inner in self._samplers
         one.where = user_site(4)
         held = s.held_ids()
         owned = any(id(p) in held for p in inner.parameters())
@@ -275,8 +280,9 @@ class EvalProbes(Probe):
             for m, _ in modes:
                 m.training = False  # the attribute only: no user train() override runs
         self._busy = True
+        draws = RandomDraws()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), draws:
                 out2 = module(*args, **(kwargs or {}))
         finally:
             self._busy = False
@@ -289,6 +295,9 @@ class EvalProbes(Probe):
             restore_rng(saved)
             prints2, self._prints = self._prints or [], None
             self._skipped += time.perf_counter() - t0
+        if draws.sampled and not draws.other:  # its randomness is a draw it asks for, on purpose
+            one.sampled = True
+            self._samplers[unwrap(module)] = True
         second = measure.first_float_tensors(out2, limit=1)
         if not second or second[0].shape != first[0].shape:
             return
@@ -383,7 +392,7 @@ class EvalProbes(Probe):
                                duration_s=duration if i == 0 else 0.0, elapsed_s=elapsed,
                                train_modules=one.train_modules, mode_modules=one.mode_modules,
                                rerun=rel, rerun_abs=diff, first_diff=first, where=one.where, index=i,
-                               training=one.training)
+                               training=one.training, sampled=one.sampled)
 
         tensors = [one.rerun for one in passes if one.rerun is not None]
         if not tensors:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 from torch.nn.modules import module as _module
+from torch.overrides import TorchFunctionMode
 
 from traindoc.live.objects import frame_modules
 
@@ -45,7 +46,7 @@ class Pass:
     """One model looked at in an evaluation phase (at its first root forward there)."""
 
     __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training",
-                 "versus_eval")
+                 "versus_eval", "sampled")
 
     def __init__(self) -> None:
         self.model = ""
@@ -59,6 +60,7 @@ class Pass:
         # A train-mode model without Dropout/BatchNorm modules: the RNG state before its forward,
         # to re-run it in eval mode from the same state (does model.eval() change the output?)
         self.versus_eval: dict[str, Any] | None = None
+        self.sampled = False  # its forward draws its output from a torch.distributions distribution
 
 
 class Phase:
@@ -143,5 +145,47 @@ def restore_rng(saved: dict[str, Any]) -> None:
         sys.modules["numpy"].random.set_state(saved["numpy"])
 
 
-__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "find_twin", "in_update_bn", "is_dropout_entry",
-           "mode_dependent", "rerun_safe", "restore_rng", "save_rng", "unwrap"]
+# Ops that draw from torch's RNG (as torch names them to a TorchFunctionMode).
+_RANDOM_OPS = frozenset({
+    "multinomial", "normal", "normal_", "bernoulli", "bernoulli_", "rand", "rand_like", "randn",
+    "randn_like", "randint", "randint_like", "randperm", "poisson", "binomial", "uniform_",
+    "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "dropout", "dropout1d",
+    "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "native_dropout",
+    "_standard_gamma", "_sample_dirichlet",
+})
+
+
+class RandomDraws(TorchFunctionMode):
+    """The random ops a forward runs, on traindoc's own re-run: ``sampled`` when one ran inside
+    a ``torch.distributions`` distribution (the model's output is a draw from the distribution
+    it predicts: a stochastic policy acting, a posterior sample), ``other`` when one ran
+    anywhere else (functional dropout, noise added by hand)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sampled = False
+        self.other = False
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if getattr(func, "__name__", "") in _RANDOM_OPS:
+            if _in_distribution(sys._getframe(1)):
+                self.sampled = True
+            else:
+                self.other = True
+        return func(*args, **(kwargs or {}))
+
+
+def _in_distribution(frame: Any) -> bool:
+    """Is a method of a ``torch.distributions.Distribution`` on the stack (a few frames up)?"""
+    for _ in range(12):
+        if frame is None:
+            return False
+        if frame.f_globals.get("__name__", "").startswith("torch.distributions") \
+                or isinstance(frame.f_locals.get("self"), torch.distributions.Distribution):
+            return True
+        frame = frame.f_back
+    return False
+
+
+__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "RandomDraws", "find_twin", "in_update_bn",
+           "is_dropout_entry", "mode_dependent", "rerun_safe", "restore_rng", "save_rng", "unwrap"]
