@@ -349,3 +349,38 @@ def test_a_failing_reader_never_changes_the_output(monkeypatch: pytest.MonkeyPat
     doc, _ = watched(run)
     assert "stdout" in doc.session.failed
     assert sink.getvalue() == "val_acc 0.5\nval_acc 0.6\n"
+
+
+def test_regions_without_a_loss_call_let_the_mode_go_and_evaluation_batches_keep_it() -> None:
+    """An RL agent acting one step per no_grad region calls no loss: after 8 such regions in a
+    row the op-level mode stays down for the rest of the phase (CleanRL's PPO rollout had 75
+    ops per region run through it). An evaluation with a region per batch calls its loss in
+    each, and all 24 batches count."""
+    model, opt, x, y = make_task(n=24 * 4)
+    held: list[bool] = []
+    expected: list[float] = []
+
+    def run(ops: Any) -> None:
+        for _ in range(2):
+            train_step(model, opt, x, y)
+            model.eval()
+            for t in range(20):  # acting: one observation a region, no loss
+                with torch.no_grad():
+                    model(x[t:t + 1]).argmax(1)
+                    held.append(ops.held("eval"))
+            train_step(model, opt, x, y)
+            logits_all = []
+            for i in range(0, 24 * 4, 4):  # evaluating: a region per batch, a loss in each
+                with torch.no_grad():
+                    logits = model(x[i:i + 4])
+                    F.cross_entropy(logits, y[i:i + 4])
+                logits_all.append(logits)
+            expected.append((torch.cat(logits_all).argmax(1) == y).float().mean().item())
+
+    events: list[Any] = []
+    with traindoc.watch(announce=False) as doc:
+        doc.session.event_listeners.append(events.append)
+        run(doc._probes.patcher.ops)
+    assert held == ([True] * 8 + [False] * 12) * 2
+    scalars = [e for e in events if isinstance(e, Scalar)]
+    assert [v for _, v in values(scalars, "val_acc")] == pytest.approx(expected)

@@ -56,6 +56,7 @@ class OpsWatch:
         self._retired: _Mode | None = None  # taken off while torch runs a call through it: it comes back
         self._hook: Any = None  # waiting for the window's first forward
         self._settler: Any = None  # waiting for the next forward, to take off a retired mode
+        self.hits = 0  # calls handed to a listener so far (a window whose ops reach none can go)
 
     def listen(self, probe: str, funcs: Iterable[Any], fn: Listener, own: str | None = None,
                before: Listener | None = None) -> None:
@@ -237,6 +238,7 @@ class OpsWatch:
             shared = not self._holds <= self._own
             for probe, fn, own in listeners:
                 if shared or own in self._holds:
+                    self.hits += 1
                     self._guard(probe, fn, func, args, kwargs, out)
 
 

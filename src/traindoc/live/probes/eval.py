@@ -47,6 +47,9 @@ _MODE_TOLERANCE = 1e-4  # relative change of a train-mode output when re-run in 
 _MC_PASSES = 3  # forwards of one input tensor in one evaluation that make it MC dropout
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
 _FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
+# Regions in a row of one phase whose ops reached no listener (an RL agent acting step by step
+# under no_grad, each step its own region): the op-level mode stays down for the phase's rest.
+_QUIET_REGIONS = 8
 
 
 class EvalProbes(Probe):
@@ -57,6 +60,8 @@ class EvalProbes(Probe):
         super().__init__(session, patcher)
         self._hooks: list[Any] = []
         self._depth = 0  # nested tracked no_grad regions
+        self._quiet = 0  # regions of this phase in a row whose ops reached no listener
+        self._hits = -1  # the op-level mode's listener calls when this region began (-1: not held)
         self._region_t0 = 0.0
         self._fdepth = 0  # module call depth while hooked
         self._phase: Phase | None = None
@@ -132,14 +137,20 @@ class EvalProbes(Probe):
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
             self._set_hooks(True)  # until the region's first root forward
-            self._patcher.ops.hold("eval")  # loss calls of the evaluation (eval_metrics)
+            ops = self._patcher.ops
+            self._hits = ops.hits if self._quiet < _QUIET_REGIONS else -1
+            if self._hits >= 0:
+                ops.hold("eval")  # loss calls of the evaluation (eval_metrics)
 
     def _exit(self, ctx: Any) -> None:
         ctx.__dict__.pop("_traindoc_region", None)
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self._set_hooks(False)
-            self._patcher.ops.release("eval")
+            ops = self._patcher.ops
+            if self._hits >= 0:
+                ops.release("eval")
+                self._quiet = self._quiet + 1 if ops.hits == self._hits else 0
             if self._phase is not None:
                 self._phase.last_exit = time.perf_counter()
 
@@ -378,6 +389,7 @@ class EvalProbes(Probe):
     def _close_phase(self) -> None:
         ph, self._phase = self._phase, None
         self._mc = None
+        self._quiet = 0
         if ph is None or not ph.passes:
             return
         end = ph.last_exit if ph.last_exit is not None else time.perf_counter()
