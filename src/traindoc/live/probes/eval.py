@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import sys
 import time
 from typing import Any, Iterable
@@ -47,9 +48,12 @@ _MODE_TOLERANCE = 1e-4  # relative change of a train-mode output when re-run in 
 _MC_PASSES = 3  # forwards of one input tensor in one evaluation that make it MC dropout
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
 _FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
-# Regions in a row of one phase whose ops reached no listener (an RL agent acting step by step
-# under no_grad, each step its own region): the op-level mode stays down for the phase's rest.
+# Regions entered from one line whose ops reached no listener, in a row (an RL agent acting a
+# step per no_grad region, a target computed under no_grad in each step): from then on that
+# line's regions run without the op-level mode, but every 64th, which checks again.
 _QUIET_REGIONS = 8
+_RECHECK = 64
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 class EvalProbes(Probe):
@@ -60,7 +64,8 @@ class EvalProbes(Probe):
         super().__init__(session, patcher)
         self._hooks: list[Any] = []
         self._depth = 0  # nested tracked no_grad regions
-        self._quiet = 0  # regions of this phase in a row whose ops reached no listener
+        self._quiet: dict[tuple[str, int], int] = {}  # line -> its regions in a row that reached no listener
+        self._site = ("", 0)  # the line that entered the open region
         self._hits = -1  # the op-level mode's listener calls when this region began (-1: not held)
         self._region_t0 = 0.0
         self._fdepth = 0  # module call depth while hooked
@@ -107,7 +112,7 @@ class EvalProbes(Probe):
             # Only regions after the round's optimizer step can be an evaluation (and not
             # traindoc's own: the session measures under no_grad after the step).
             if probes._depth or (session.clock.round_done and not probes._busy and not _ours(sys._getframe(1))):
-                probes._guard("eval", probes._enter, ctx)
+                probes._guard("eval", probes._enter, ctx, sys._getframe(1))
             if session.clock.measuring and type(ctx) is torch.inference_mode and not probes._busy:
                 probes._guard("eval", probes._inference.enter, ctx)
             return out
@@ -128,7 +133,7 @@ class EvalProbes(Probe):
 
         return __exit__
 
-    def _enter(self, ctx: Any) -> None:
+    def _enter(self, ctx: Any, frame: Any) -> None:
         if is_compiling():
             return
         ctx.__dict__["_traindoc_region"] = True
@@ -137,10 +142,14 @@ class EvalProbes(Probe):
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
             self._set_hooks(True)  # until the region's first root forward
-            ops = self._patcher.ops
-            self._hits = ops.hits if self._quiet < _QUIET_REGIONS else -1
-            if self._hits >= 0:
+            ops, self._site = self._patcher.ops, _site(frame)
+            quiet = self._quiet.get(self._site, 0)
+            if quiet < _QUIET_REGIONS or quiet % _RECHECK == 0:
+                self._hits = ops.hits
                 ops.hold("eval")  # loss calls of the evaluation (eval_metrics)
+            else:
+                self._hits = -1
+                self._quiet[self._site] = quiet + 1
 
     def _exit(self, ctx: Any) -> None:
         ctx.__dict__.pop("_traindoc_region", None)
@@ -150,7 +159,10 @@ class EvalProbes(Probe):
             ops = self._patcher.ops
             if self._hits >= 0:
                 ops.release("eval")
-                self._quiet = self._quiet + 1 if ops.hits == self._hits else 0
+                if len(self._quiet) > 1024:  # lines of generated code: start over
+                    self._quiet.clear()
+                self._quiet[self._site] = self._quiet.get(self._site, 0) + 1 if ops.hits == self._hits else 0
+                self._hits = -1
             if self._phase is not None:
                 self._phase.last_exit = time.perf_counter()
 
@@ -389,7 +401,6 @@ class EvalProbes(Probe):
     def _close_phase(self) -> None:
         ph, self._phase = self._phase, None
         self._mc = None
-        self._quiet = 0
         if ph is None or not ph.passes:
             return
         end = ph.last_exit if ph.last_exit is not None else time.perf_counter()
@@ -432,6 +443,16 @@ class EvalProbes(Probe):
             yield from events(reruns)
 
         self.s.defer(packed, decode)
+
+
+def _site(frame: Any) -> tuple[str, int]:
+    """The line that entered a region: past torch's own frames (``@torch.no_grad()``'s wrapper),
+    the call of the decorated function."""
+    for _ in range(4):
+        if frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIR):
+            break
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
 
 
 def _ours(frame: Any) -> bool:

@@ -5,9 +5,9 @@ evaluation, and read from the lines it prints.
 and ``F.binary_cross_entropy`` (``nn.CrossEntropyLoss``, ``nn.NLLLoss``, ``nn.BCEWithLogitsLoss``
 and ``nn.BCELoss`` call them) are seen by the op-level mode (probes/_ops.py), which is up in an
 evaluation window: a ``no_grad``/``inference_mode`` region after the round's optimizer step
-(the eval probe holds it; after 8 regions of one phase in a row whose ops reached no listener,
-an agent acting a step per region, the rest of the phase runs without it) or while the trained
-model is in eval mode (this probe holds it). A call belongs to an evaluation when it
+(the eval probe holds it; once 8 regions in a row entered from one line reached no listener,
+an agent acting a step per region or a target computed in each step, that line's regions run
+without it but every 64th) or while the trained model is in eval mode (this probe holds it). A call belongs to an evaluation when it
 comes after the round's optimizer step and runs under ``no_grad``/``inference_mode``, or with
 gradients on while the trained model is in eval mode (its last mode switch was ``eval()``). A
 training step pays nothing. Of an
