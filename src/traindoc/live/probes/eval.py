@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 import time
 from typing import Any, Iterable
@@ -36,8 +35,8 @@ from traindoc.live.probes._ops import is_compiled_module
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.eval_parts import (
-    Pass, Phase, RandomDraws, find_twin, in_update_bn, is_dropout_entry, mode_dependent, rerun_safe,
-    restore_rng, save_rng, unwrap,
+    Pass, Phase, QuietLines, RandomDraws, find_twin, in_update_bn, is_dropout_entry, mode_dependent,
+    ours, rerun_safe, restore_rng, save_rng, unwrap,
 )
 from traindoc.live.probes.inference import InferenceRegions
 from traindoc.live.objects import ObjectMap, user_site
@@ -48,12 +47,6 @@ _MODE_TOLERANCE = 1e-4  # relative change of a train-mode output when re-run in 
 _MC_PASSES = 3  # forwards of one input tensor in one evaluation that make it MC dropout
 _BN_PHASES = 5  # phases whose BatchNorm statistics are all read; then every 10th
 _FINGERPRINTS = 256  # submodule outputs fingerprinted during a re-run
-# Regions entered from one line whose ops reached no listener, in a row (an RL agent acting a
-# step per no_grad region, a target computed under no_grad in each step): from then on that
-# line's regions run without the op-level mode, but every 64th, which checks again.
-_QUIET_REGIONS = 8
-_RECHECK = 64
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 class EvalProbes(Probe):
@@ -64,9 +57,7 @@ class EvalProbes(Probe):
         super().__init__(session, patcher)
         self._hooks: list[Any] = []
         self._depth = 0  # nested tracked no_grad regions
-        self._quiet: dict[tuple[str, int], int] = {}  # line -> its regions in a row that reached no listener
-        self._site = ("", 0)  # the line that entered the open region
-        self._hits = -1  # the op-level mode's listener calls when this region began (-1: not held)
+        self._quiet = QuietLines()  # lines whose regions the op-level mode can skip
         self._region_t0 = 0.0
         self._fdepth = 0  # module call depth while hooked
         self._phase: Phase | None = None
@@ -111,7 +102,7 @@ class EvalProbes(Probe):
             out = orig(ctx)
             # Only regions after the round's optimizer step can be an evaluation (and not
             # traindoc's own: the session measures under no_grad after the step).
-            if probes._depth or (session.clock.round_done and not probes._busy and not _ours(sys._getframe(1))):
+            if probes._depth or (session.clock.round_done and not probes._busy and not ours(sys._getframe(1))):
                 probes._guard("eval", probes._enter, ctx, sys._getframe(1))
             if session.clock.measuring and type(ctx) is torch.inference_mode and not probes._busy:
                 probes._guard("eval", probes._inference.enter, ctx)
@@ -142,27 +133,16 @@ class EvalProbes(Probe):
         if self._depth == 1:
             self._region_t0 = time.perf_counter()
             self._set_hooks(True)  # until the region's first root forward
-            ops, self._site = self._patcher.ops, _site(frame)
-            quiet = self._quiet.get(self._site, 0)
-            if quiet < _QUIET_REGIONS or quiet % _RECHECK == 0:
-                self._hits = ops.hits
-                ops.hold("eval")  # loss calls of the evaluation (eval_metrics)
-            else:
-                self._hits = -1
-                self._quiet[self._site] = quiet + 1
+            if self._quiet.enter(frame, self._patcher.ops.hits):
+                self._patcher.ops.hold("eval")  # loss calls of the evaluation (eval_metrics)
 
     def _exit(self, ctx: Any) -> None:
         ctx.__dict__.pop("_traindoc_region", None)
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:
             self._set_hooks(False)
-            ops = self._patcher.ops
-            if self._hits >= 0:
-                ops.release("eval")
-                if len(self._quiet) > 1024:  # lines of generated code: start over
-                    self._quiet.clear()
-                self._quiet[self._site] = self._quiet.get(self._site, 0) + 1 if ops.hits == self._hits else 0
-                self._hits = -1
+            if self._quiet.exit(self._patcher.ops.hits):
+                self._patcher.ops.release("eval")
             if self._phase is not None:
                 self._phase.last_exit = time.perf_counter()
 
@@ -443,20 +423,3 @@ class EvalProbes(Probe):
             yield from events(reruns)
 
         self.s.defer(packed, decode)
-
-
-def _site(frame: Any) -> tuple[str, int]:
-    """The line that entered a region: past torch's own frames (``@torch.no_grad()``'s wrapper),
-    the call of the decorated function."""
-    for _ in range(4):
-        if frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIR):
-            break
-        frame = frame.f_back
-    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
-
-
-def _ours(frame: Any) -> bool:
-    name = frame.f_globals.get("__name__", "")
-    return name.startswith("traindoc.") and not name.startswith("traindoc.zoo")
-
-

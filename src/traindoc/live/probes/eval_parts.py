@@ -1,8 +1,10 @@
 """What an evaluation phase is made of, and the pieces its checks share: which modules change
-with train/eval mode, the model an EMA copy mirrors, and saving the RNG around a re-run."""
+with train/eval mode, the model an EMA copy mirrors, saving the RNG around a re-run and seeing
+its random ops, and the lines whose regions the op-level mode can skip."""
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 from typing import TYPE_CHECKING, Any
@@ -187,5 +189,62 @@ def _in_distribution(frame: Any) -> bool:
     return False
 
 
-__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "RandomDraws", "find_twin", "in_update_bn",
-           "is_dropout_entry", "mode_dependent", "rerun_safe", "restore_rng", "save_rng", "unwrap"]
+# Regions entered from one line whose ops reached no listener, in a row: from then on that
+# line's regions run without the op-level mode, but every 64th, which checks again.
+_QUIET_REGIONS = 8
+_RECHECK = 64
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+class QuietLines:
+    """The lines whose ``no_grad`` regions the op-level mode can skip: once 8 regions in a row
+    entered from one line reached no listener (an RL agent acting a step per region, a target
+    computed under ``no_grad`` in each step), that line's regions run without it, but every
+    64th, which checks again. An evaluation that calls its loss in each region keeps it."""
+
+    def __init__(self) -> None:
+        self._quiet: dict[tuple[str, int], int] = {}  # line -> its regions in a row with no listener call
+        self._site = ("", 0)  # the line that entered the open region
+        self._hits = -1  # the mode's listener calls when the open region began (-1: not held)
+
+    def enter(self, frame: Any, hits: int) -> bool:
+        """A region starts, entered from ``frame``: hold the mode for it?"""
+        self._site = _site(frame)
+        quiet = self._quiet.get(self._site, 0)
+        if quiet < _QUIET_REGIONS or quiet % _RECHECK == 0:
+            self._hits = hits
+            return True
+        self._hits = -1
+        self._quiet[self._site] = quiet + 1
+        return False
+
+    def exit(self, hits: int) -> bool:
+        """The region ends (``hits``: the mode's listener calls now): was the mode held for it?"""
+        if self._hits < 0:
+            return False
+        if len(self._quiet) > 1024:  # the lines of generated code: start over
+            self._quiet.clear()
+        self._quiet[self._site] = self._quiet.get(self._site, 0) + 1 if hits == self._hits else 0
+        self._hits = -1
+        return True
+
+
+def _site(frame: Any) -> tuple[str, int]:
+    """The line that entered a region: past torch's own frames (``@torch.no_grad()``'s wrapper),
+    the call of the decorated function."""
+    for _ in range(4):
+        if frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIR):
+            break
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)
+
+
+def ours(frame: Any) -> bool:
+    """Is ``frame`` traindoc's own code (not a zoo script of it)?"""
+    name = frame.f_globals.get("__name__", "")
+    return name.startswith("traindoc.") and not name.startswith("traindoc.zoo")
+
+
+__all__ = ["MAX_BUFFER_BYTES", "Pass", "Phase", "QuietLines", "RandomDraws", "find_twin",
+           "in_update_bn", "is_dropout_entry", "mode_dependent", "ours", "rerun_safe", "restore_rng",
+           "save_rng", "unwrap"]
