@@ -292,9 +292,10 @@ class DiscretePolicy(nn.Module):
     def __init__(self, p: float = 0.0) -> None:
         super().__init__()
         self.body, self.pi, self.v, self.p = nn.Linear(4, 32), nn.Linear(32, 2), nn.Linear(32, 1), p
+        self.drop = nn.Dropout(0.2)  # off in eval mode (F.dropout with training=False)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        h = torch.tanh(self.body(obs))
+        h = self.drop(torch.tanh(self.body(obs)))
         if self.p:
             h = F.dropout(h, self.p)
         dist = torch.distributions.Categorical(logits=self.pi(h))

@@ -147,14 +147,16 @@ def restore_rng(saved: dict[str, Any]) -> None:
         sys.modules["numpy"].random.set_state(saved["numpy"])
 
 
-# Ops that draw from torch's RNG (as torch names them to a TorchFunctionMode).
+# Ops that draw from torch's RNG (as torch names them to a TorchFunctionMode)
 _RANDOM_OPS = frozenset({
     "multinomial", "normal", "normal_", "bernoulli", "bernoulli_", "rand", "rand_like", "randn",
     "randn_like", "randint", "randint_like", "randperm", "poisson", "binomial", "uniform_",
-    "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "dropout", "dropout1d",
-    "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "native_dropout",
-    "_standard_gamma", "_sample_dirichlet",
+    "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "_standard_gamma",
+    "_sample_dirichlet",
 })
+# and the dropouts, when their third argument (training) is true; its default when left out
+_DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
+             "alpha_dropout": False, "feature_alpha_dropout": False, "native_dropout": True}
 
 
 class RandomDraws(TorchFunctionMode):
@@ -169,12 +171,18 @@ class RandomDraws(TorchFunctionMode):
         self.other = False
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if getattr(func, "__name__", "") in _RANDOM_OPS:
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _RANDOM_OPS:
             if _in_distribution(sys._getframe(1)):
                 self.sampled = True
             else:
                 self.other = True
-        return func(*args, **(kwargs or {}))
+        elif name in _DROPOUTS:  # an nn.Dropout in eval mode calls F.dropout(training=False)
+            training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else _DROPOUTS[name]))
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            self.other = self.other or bool(training and p)
+        return func(*args, **kwargs)
 
 
 def _in_distribution(frame: Any) -> bool:
