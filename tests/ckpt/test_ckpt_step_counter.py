@@ -108,3 +108,37 @@ def test_a_bare_state_dict_with_an_integer_is_not_a_training_checkpoint(tmp_path
     torch.save({"model": nn.Linear(2, 2).state_dict(), "iter_num": 0}, tmp_path / "w.pt")
     _, summary = produce.inspect(tmp_path / "w.pt")
     assert not summary.training and "step" not in summary.has
+
+
+def _weights() -> dict[str, object]:
+    torch.manual_seed(0)
+    return F.Net(bn=False).state_dict()
+
+
+@pytest.mark.parametrize("progress", [
+    {"trainer": {"epoch_length": 32, "iteration": 128, "max_epochs": 4}},  # PyTorch-Ignite's engine state
+    {"loop_state": {"epoch": 3, "step": 480}},  # a hand-written loop's counters, under a key of its own
+])
+def test_a_loop_progress_dict_under_any_key_is_the_step(tmp_path: Path, progress: dict[str, object]) -> None:
+    """Weights with the loop's counters beside them make a training checkpoint: without the
+    optimizer it cannot resume (and with it, it is complete)."""
+    torch.save({"model": _weights(), **progress}, tmp_path / "c.pt")
+    events, summary = produce.inspect(tmp_path / "c.pt")
+    assert "step" in summary.has
+    f = finding(events)
+    assert f is not None and f.evidence["missing"] == ["optimizer"]
+    torch.save(adamw_state(12, **progress), tmp_path / "c.pt")
+    assert finding(produce.inspect(tmp_path / "c.pt")[0]) is None
+
+
+@pytest.mark.parametrize("other", [
+    {"config": {"epochs": 300, "lr": 0.1, "arch": "resnet"}},  # a config: total epochs, not a counter
+    {"sizes": {"width": 64, "depth": 4}},  # integers under no step or epoch key
+    {"trainer": {"iteration": True}},
+    {"args": {"epochs": 90, "bs": 128}},  # argparse values as a dict: integers alone, the run's length
+])
+def test_dicts_that_are_no_progress_leave_bare_weights_bare(tmp_path: Path, other: dict[str, object]) -> None:
+    assert not steps.is_progress(next(iter(other.values())))
+    torch.save({"model": _weights(), **other}, tmp_path / "c.pt")
+    _, summary = produce.inspect(tmp_path / "c.pt")
+    assert "step" not in summary.has

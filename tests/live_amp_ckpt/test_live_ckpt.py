@@ -81,6 +81,32 @@ def test_tmp_then_rename_is_atomic(tmp_path: Path, mover: str) -> None:
     assert "checkpoint-not-atomic" not in ids(doc)
 
 
+@pytest.mark.parametrize("style", ["tempfile", "open"])
+def test_a_checkpoint_written_through_a_file_object_is_judged_at_its_final_path(tmp_path: Path, style: str) -> None:
+    """torch.save into an open file: a NamedTemporaryFile renamed into place (PyTorch-Ignite's
+    DiskSaver), or ``with open(path, "wb")``. Without the optimizer, a resume checkpoint (weights
+    and step) is incomplete, named by the path it ends at; the rename keeps it atomic."""
+    import tempfile
+
+    model, opt, sched = setup(sched=False)
+    path = tmp_path / "checkpoint_3.pt"
+    with traindoc.watch(announce=False) as doc:
+        train(model, opt, None, 3)
+        state = {"model": model.state_dict(), "step": 3}
+        if style == "tempfile":
+            tmp = tempfile.NamedTemporaryFile(delete=False, dir=tmp_path)
+            torch.save(state, tmp.file)
+            tmp.close()
+            os.replace(tmp.name, path)
+        else:
+            with open(path, "wb") as f:
+                torch.save(state, f)
+    f = next(f for f in doc.findings if f.id == "checkpoint-incomplete")
+    assert f.evidence["path"] == str(path) and f.evidence["missing"] == ["optimizer"]
+    assert "checkpoint-not-atomic" not in ids(doc)
+    assert torch.equal(torch.load(path)["model"]["0.weight"], model.state_dict()["0.weight"])
+
+
 def test_overwriting_the_latest_checkpoint_in_place_fires(tmp_path: Path) -> None:
     model, opt, sched = setup()
     path = tmp_path / "last.pt"

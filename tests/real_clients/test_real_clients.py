@@ -1,5 +1,5 @@
 """Real clients under `traindoc run`: a nanoGPT-style train.py, a Hugging Face Trainer script, a
-Lightning module and Stable-Baselines3 agents, each with its clean control and failures injected
+Lightning module, Stable-Baselines3 agents, a PyTorch-Ignite trainer and a skorch classifier, each with its clean control and failures injected
 the way users make them.
 
 Every script is tiny (CPU, one thread, 60-100 optimizer steps) and offline: the nanoGPT data is
@@ -42,10 +42,12 @@ NANOGPT = HERE / "nanogpt" / "train.py"
 HF = HERE / "hf_trainer" / "train.py"
 LIGHTNING = HERE / "lightning_module" / "train.py"
 SB3 = HERE / "sb3" / "train.py"
+IGNITE = HERE / "ignite" / "train.py"
+SKORCH = HERE / "skorch" / "train.py"
 # Nothing is downloaded: the clients are told so too.
 RUN_ENV = {**ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-NEEDS = {NANOGPT: None, HF: "transformers", LIGHTNING: "lightning", SB3: "stable_baselines3"}
+NEEDS = {NANOGPT: None, HF: "transformers", LIGHTNING: "lightning", SB3: "stable_baselines3", IGNITE: "ignite", SKORCH: "skorch"}
 
 # Known gaps of the product, one sentence each (the xfail reasons).
 GAP_LIGHTNING_UNDERFLOW = (
@@ -82,7 +84,8 @@ CLEAN = [V("nanogpt-clean", NANOGPT), V("hf-clean", HF), V("lightning-clean", LI
          # rollouts collected in eval mode: actions drawn from the policy's distribution (PPO,
          # SAC), a target network kept in eval mode (DQN, SAC)
          V("sb3-ppo", SB3, ("--algo", "ppo"), expect=SB3_PPO_CLIPS), V("sb3-dqn", SB3, ("--algo", "dqn")),
-         V("sb3-sac", SB3, ("--algo", "sac"))]
+         V("sb3-sac", SB3, ("--algo", "sac")),
+         V("ignite-clean", IGNITE), V("skorch-clean", SKORCH)]
 VARIANTS = [
     # nanoGPT-style train.py
     V("nanogpt-unscaled-accum", NANOGPT, ("--bug=unscaled_accum", *NO_CKPT),
@@ -120,6 +123,13 @@ VARIANTS = [
     # an LR of 1e-9: the last Q layer's bias rounds every update away
     V("sb3-sac-tiny-lr", SB3, ("--algo", "sac", "--bug", "tiny_lr"), expect=("tiny-updates",),
       allow=("frozen-parameters",)),
+    # PyTorch-Ignite: an evaluator written as an Engine of the user's own step, no model.eval()
+    V("ignite-eval-no-eval-mode", IGNITE, ("--bug", "eval_no_eval_mode"), expect=("eval-in-train-mode",)),
+    V("ignite-tiny-lr", IGNITE, ("--bug", "tiny_lr"), expect=("tiny-updates",), allow=("stalled-loss",)),
+    V("ignite-ckpt-no-optimizer", IGNITE, ("--bug", "ckpt_no_optimizer"), expect=("checkpoint-incomplete",)),
+    # skorch: logits handed to NeuralNetClassifier's default NLLLoss, which takes their log
+    V("skorch-logits-nll", SKORCH, ("--bug", "logits_nll"), expect=("nonfinite",)),
+    V("skorch-tiny-lr", SKORCH, ("--bug", "tiny_lr"), expect=("tiny-updates",), allow=("stalled-loss",)),
 ]
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from traindoc.detectors import _carry
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
-from traindoc.events import Checkpoint, Event, GradScale, RunStart, ScaledClip, SchedulerStep
+from traindoc.events import Checkpoint, Event, GradScale, RunStart, SaveFile, ScaledClip, SchedulerStep
 from traindoc.findings import Finding
 
 # What each part restores on resume (for the message).
@@ -77,7 +77,7 @@ class CheckpointIncomplete(Detector):
 
     id = "checkpoint-incomplete"
     needs = frozenset({"train_state"})
-    uses = frozenset({"amp", "scheduler", "run"})
+    uses = frozenset({"amp", "scheduler", "run", "save"})
     examples = (
         Example("ckpt/golden/incomplete_no_optimizer.jsonl", 300),
         Example("ckpt/golden/incomplete_no_scheduler.jsonl", 40),
@@ -128,6 +128,8 @@ class CheckpointIncomplete(Detector):
             self._schedulers.add(event.scheduler)
         elif isinstance(event, RunStart):
             self._live = event.source == "live"
+        elif isinstance(event, SaveFile) and event.op == "move":  # written to a temporary file first
+            self._ckpts = [replace(ck, path=event.path) if ck.path == event.source else ck for ck in self._ckpts]
         return iter(())
 
     def _missing(self, ck: Checkpoint, counted: set[str]) -> list[str]:

@@ -10,6 +10,7 @@ from traindoc.detectors._common import Example, finding, names
 from traindoc.events import (
     SKIPPED_BY_SCALER, Activation, Event, ParamStats, RunStart, Scalar, Series, StepEnd, scalars,
 )
+from traindoc.events.steps import LOSS_ORIGIN
 from traindoc.findings import Finding
 
 
@@ -18,6 +19,9 @@ class Nonfinite(Detector):
 
     The evidence names where it appeared: the first module whose forward output held NaN on
     that step (forward), and the parameters whose gradient or value is non-finite (backward).
+    Live, a non-finite loss is traced to its birth on a later sampled step whose loss is
+    non-finite again: the op that made NaN or Inf out of finite inputs, and its file and line;
+    the finding is then refined with it.
 
     On a live stream a step's verdict waits until the stream has moved past that step: an
     Inf/NaN gradient on a step that an AMP GradScaler skipped (a ``StepEnd`` with that outcome
@@ -51,6 +55,7 @@ class Nonfinite(Detector):
         self._loss: float | None = None
         self._lifecycle = False  # the stream says which steps were skipped (live)
         self._held: Finding | None = None  # a step's verdict, until the stream moves past it
+        self._born: tuple[str, str, str, int] | None = None  # the loss's NaN: op, file:line, module, step
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, RunStart):
@@ -90,6 +95,13 @@ class Nonfinite(Detector):
 
     def _observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Activation):
+            if event.type.startswith(LOSS_ORIGIN):
+                if self._born is None:
+                    op, _, site = event.type[len(LOSS_ORIGIN):].strip().partition(" at ")
+                    self._born = (op, site, event.module, event.step)
+                    if self._step is not None:  # found on a later step: the finding is refined
+                        yield from self._fire(self._step, self._what[0])
+                return
             if event.nan and not event.is_output and event.step not in self._module:
                 self._module[event.step] = event.module + ("()" if event.type == "function" else "")
                 if event.empty:
@@ -185,6 +197,13 @@ class Nonfinite(Detector):
             parts.append(f"{len(self._params)} parameter(s) are non-finite ({names(self._params, 3)})")
         if not parts:
             parts.append(f"the {', '.join(self._what)} is non-finite")
+        born = ""
+        if self._born is not None:
+            op, site, in_module, at = self._born
+            born = f"`{op}` ({site})" + (f" in module `{in_module}`" if in_module else "")
+            parts.append(f"{'on' if at == self._step else f'traced on step {at}, where it was again'} "
+                         f"non-finite, the loss's NaN/Inf was made by {born} from finite inputs")
+            where = [site, *where]
         yield finding(
             self.id, step=self._step,
             message=f"first non-finite value at step {self._step}: " + "; ".join(parts) + ".",
@@ -192,6 +211,9 @@ class Nonfinite(Detector):
                 f"`{module}` was given an empty batch: the index or mask that selects its rows "
                 "selected none (a split or slice past the end of the data, a filter that matched "
                 "nothing), and the mean of no elements is NaN." if empty else
+                f"{born} was given values outside its domain (log or sqrt of a negative or of 0, a "
+                "division by 0, an exp that overflows): its inputs were finite, its output was not."
+                if born else
                 "An op outside its domain (log/sqrt/div of 0 or a negative, exp overflow), an LR "
                 "too high, fp16 overflow, or bad input data."
                 + (f" The forward pass first produced NaN in `{module}`." if module else "")
@@ -199,10 +221,14 @@ class Nonfinite(Detector):
             fix=(
                 "Print the size of the selection handed to the loss and check the split or filter "
                 "that makes it against the data's length; a loss over a batch that can be empty "
-                "needs a guard (skip the step when it holds no row)." if empty else None
+                "needs a guard (skip the step when it holds no row)." if empty else
+                f"Look at what feeds {born}: a model that returns logits where probabilities are "
+                "expected, a missing activation (softplus, sigmoid) before a log or a division, a "
+                "variance of one element. Keep its input in the domain (clamp_min before log/sqrt, "
+                "an eps in denominators) rather than masking the NaN afterwards." if born else None
             ),
             evidence={"signals": list(self._what), "module": module or "", "empty_input": empty,
-                      "loss": self._loss,
+                      "loss": self._loss, "born_in": born.replace("`", ""),
                       "nonfinite_grads": self._grads[:20], "nonfinite_params": self._params[:20]},
             where=where,
         )

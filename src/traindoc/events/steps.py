@@ -195,6 +195,9 @@ REPLACED_INSIDE = "replaced inside the model"
 # Activation.type prefix, "<ORIGIN> <op> at <file:line>": the op that made a non-finite value out
 # of finite inputs, which a guard then replaced; module: the user's module running the op
 ORIGIN = "first non-finite from"
+# Activation.type prefix, "<LOSS_ORIGIN> <op> at <file:line>": the op that made a non-finite
+# loss's NaN/Inf out of finite inputs on that step (nothing replaced it); module as ORIGIN's
+LOSS_ORIGIN = "non-finite loss from"
 LOSS_INPUT = "loss input"  # Activation.type: the probabilities a loss function sees
 
 

@@ -116,19 +116,8 @@ def _leaves(loss: Any) -> list[torch.Tensor]:
     """The leaf tensors ``loss``'s backward accumulated gradients into (raw weight tensors
     trained without an nn.Module, as in "What is torch.nn really?"): a walk of its graph,
     whose node structure outlives the backward."""
-    node = getattr(loss, "grad_fn", None)
-    seen: set[int] = set()
-    stack, leaves = [node], []
-    while stack and len(seen) < 100_000:
-        n = stack.pop()
-        if n is None or id(n) in seen:
-            continue
-        seen.add(id(n))
-        v = getattr(n, "variable", None)
-        if isinstance(v, torch.Tensor):
-            leaves.append(v)
-        stack.extend(f for f, _ in n.next_functions)
-    return leaves[::-1]
+    nodes = measure.graph([getattr(loss, "grad_fn", None)])
+    return [v for n in nodes if isinstance(v := getattr(n, "variable", None), torch.Tensor)][::-1]
 
 
 def _script_names(params: list[torch.Tensor], frame: Any) -> list[tuple[torch.Tensor, str]]:

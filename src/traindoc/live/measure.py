@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -245,6 +245,20 @@ def _saved_multiplier(node: Any, name: str, i: int) -> torch.Tensor | None:
 
 
 _MEANS = re.compile(r"(Mean|Loss|Std|Var)\w*Backward\d*$")  # a reduction that makes NaN of nothing
+
+
+def graph(roots: Iterable[Any], limit: int = 100_000) -> Iterator[Any]:
+    """The autograd nodes reachable from ``roots`` (grad_fns; None ones skipped), each once,
+    depth first, at most ``limit`` of them. Their structure outlives the backward."""
+    todo = [r for r in roots if r is not None]
+    seen: set[int] = set()
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        todo.extend(n for n, _ in node.next_functions if n is not None)
 
 
 def empty_mean(grad_fn: Any, budget: int = 16) -> str | None:

@@ -23,9 +23,13 @@ def is_user_file(fn: str) -> bool:
 
 
 def file_line(fn: str, line: int) -> str:
-    """``file:line`` as the user reads it: relative to the working directory when under it."""
+    """``file:line`` as the user reads it: relative to the working directory when under it, an
+    installed package's file from its package (``skorch/classifier.py:154``)."""
     rel = os.path.relpath(fn) if not fn.startswith("<") else fn
-    return f"{fn if rel.startswith('..') else rel}:{line}"
+    if rel.startswith(".."):
+        _, sep, inside = fn.replace(os.sep, "/").rpartition("-packages/")
+        rel = inside if sep and inside else fn
+    return f"{rel}:{line}"
 
 
 def is_library_file(fn: str) -> bool:

@@ -91,17 +91,8 @@ class StrayGrads:
 def _reaches(output: torch.Tensor, held: set[int]) -> bool:
     """Does ``output``'s autograd graph reach a parameter in ``held`` (within GRAPH_BUDGET
     nodes; past it: yes)?"""
-    todo = [output.grad_fn] if output.grad_fn is not None else []
-    seen: set[int] = set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if len(seen) > GRAPH_BUDGET:
-            return True
+    for n, node in enumerate(measure.graph([output.grad_fn], GRAPH_BUDGET + 1)):
         variable = getattr(node, "variable", None)  # AccumulateGrad: a leaf tensor
-        if variable is not None and id(variable) in held:
+        if n == GRAPH_BUDGET or (variable is not None and id(variable) in held):
             return True
-        todo.extend(n for n, _ in node.next_functions if n is not None)
     return False

@@ -128,7 +128,10 @@ class CheckpointProbes(Probe):
     def _opening(self, f: Any, mode: str) -> None:
         path = _path_of(f)
         if "w" in mode:
-            self._file.save = None if path is None else (path, os.path.exists(path))
+            # A file object was opened (and created) by its owner: whether a file was there
+            # before is not known, and the open one is no evidence of an overwrite.
+            existed = isinstance(f, (str, os.PathLike)) and os.path.exists(path or "")
+            self._file.save = None if path is None else (path, existed)
         else:
             self._file.load = path
 
@@ -320,7 +323,10 @@ class CheckpointProbes(Probe):
 
 
 def _path_of(f: Any) -> str | None:
-    """The absolute path of a file argument; None for file objects and buffers."""
+    """The absolute path of a file argument, or of the file a file object has open (a
+    temporary file written and then renamed: PyTorch-Ignite's ``DiskSaver``); None for buffers."""
+    if not isinstance(f, (str, os.PathLike)):
+        f = getattr(f, "name", None)  # io.BytesIO has none; a file opened from an fd, an int
     if isinstance(f, (str, os.PathLike)):
         p = os.fspath(f)
         return os.path.abspath(p) if isinstance(p, str) else None

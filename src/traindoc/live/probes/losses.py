@@ -34,6 +34,7 @@ from torch.autograd.graph import GradientEdge
 
 from traindoc import metrics as api
 from traindoc.events import Event, LossTerm
+from traindoc.live.measure import graph
 from traindoc.live.objects import user_site
 from traindoc.live.probes._patch import Patcher, is_compiling
 from traindoc.live.probes.base import Probe
@@ -361,20 +362,12 @@ def _local_names(frame: Any, exclude: set[Any]) -> Named:
 def _scan(root: Any, limit: int = 100_000) -> tuple[list[torch.Tensor], str]:
     """The leaf tensors the loss reaches, and the first node that makes an extra backward unsafe."""
     leaves: list[torch.Tensor] = []
-    seen: set[Any] = set()
-    stack = [root]
-    while stack and len(seen) < limit:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
+    for n, node in enumerate(graph([root], limit + 1)):
         kind = type(node).__name__
+        if n == limit:
+            return leaves, "a graph too large to scan"
         if kind == "AccumulateGrad":
             leaves.append(node.variable)
-            continue
-        if any(u in kind for u in _UNSAFE):
+        elif any(u in kind for u in _UNSAFE):
             return leaves, kind
-        stack.extend(n for n, _ in node.next_functions if n is not None)
-    if stack:
-        return leaves, "a graph too large to scan"
     return leaves, ""

@@ -13,7 +13,9 @@ against the finite value handed to backward(). Outside any model's forward pass 
 the values' origin). Once a guard replaced something, the next sampled steps look for where the
 values were born (probes/nonfinite_origin.py): the first op among their autograd ancestors that
 made a non-finite value from finite inputs gives an ``Activation(type=ORIGIN ...)`` before the
-guard's own.
+guard's own. A sampled step's loss that comes out non-finite, unguarded, arms the same search:
+on a later sampled step whose loss is non-finite again, the op among the loss's ancestors where
+the NaN or Inf was born gives an ``Activation(type=LOSS_ORIGIN ...)`` (``nonfinite`` names it).
 
 The calls are seen by the op-level mode of sampled steps (probes/_ops.py): torch's functions
 stay torch's own. The probe reads a flag on the device (no sync) and takes the caller's file
@@ -27,7 +29,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from traindoc.events import REPLACED, Activation, Event
-from traindoc.events.steps import ORIGIN, REPLACED_INSIDE
+from traindoc.events.steps import LOSS_ORIGIN, ORIGIN, REPLACED_INSIDE
 from traindoc.live.objects import file_line
 from traindoc.live.probes._ops import caller, torch_function
 from traindoc.live.probes._patch import Patcher
@@ -56,6 +58,7 @@ class MaskingProbe(Probe):
     def install(self) -> None:
         self._ops.listen(self.name, self._values, self._seen)
         self._on = self.s.level.activations and self.s.clock.sampled
+        self._patcher.on_backward(self.name, before=self._on_loss, sampled_only=True)
 
     def uninstall(self) -> None:
         self._on = False
@@ -68,6 +71,31 @@ class MaskingProbe(Probe):
             frame = caller()
             self._check(func.__name__, frame.f_code.co_filename, frame.f_lineno, self._values[func](args, kwargs),
                         inside=self.clock.in_forward)
+
+    def _on_loss(self, loss: Any) -> None:
+        """A sampled step's backward: a non-finite loss arms the origin search; on a searched
+        step, the op its NaN/Inf was born in (read with the loss's own flag)."""
+        if self._origin.spent:  # its few sampled steps are used: nothing more to look for
+            self._patcher.drop_backward(self.name)
+            return
+        if not (self._on and isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad):
+            return
+        origins = self._origin.ancestors([loss])
+        with torch.no_grad():
+            flag = (~torch.isfinite(loss.detach())).reshape(())
+            packed = torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
+        step, origin = self.s.clock.step, self._origin
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            if not vals[0]:
+                return
+            origin.arm()
+            born = next((o for o, v in zip(origins, vals[1:]) if v), None)
+            if born is not None:
+                op, module, site, _ = born
+                yield Activation(step=step, module=module, type=f"{LOSS_ORIGIN} {op} at {site}")
+
+        self.s.defer(packed, decode)
 
     def _check(self, name: str, fn: str, line: int, tensors: list[Any], inside: bool = False) -> None:
         """A guard inside a model's forward is reported as such (``REPLACED_INSIDE``): a model

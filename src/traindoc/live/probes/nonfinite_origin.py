@@ -1,7 +1,9 @@
-"""Where a non-finite value that a guard replaced was born (``masked-nonfinite``).
+"""Where a non-finite value was born: one a guard replaced (``masked-nonfinite``), or a
+non-finite loss nothing replaced (``nonfinite``).
 
 Once the masking probe has seen non-finite values replaced (``nan_to_num``, ``torch.where``,
-``masked_fill`` on values that require grad), the next few sampled steps look for their origin:
+``masked_fill`` on values that require grad), or a sampled step's loss come out NaN or Inf, the
+next few sampled steps look for their origin:
 the calls of the functions that make NaN or Inf out of finite numbers (``log`` of a negative
 or zero, ``sqrt`` of a negative, a division by zero, an ``exp`` that overflows, ``std`` of one
 element ...) made in a training forward or loss are candidates. For each, a flag is computed on
@@ -13,12 +15,13 @@ it, and the file and line.
 
 A non-finite value that enters already non-finite (a ``-inf`` attention mask put in by
 ``masked_fill``, softmax over a fully masked row, NaN in the data) has no birth among these
-calls: that is masking by design, and the guard's step gets no origin.
+calls: that is masking by design, and the guard's step gets no origin. (A loss made NaN by
+NaN in the data has none either.)
 
 Cost: nothing until a guard is called on values that require grad (the next sampled step is
-searched) or replaced a non-finite value; then, on at most ``_BUDGET`` sampled
+searched), replaced a non-finite value or a loss came out non-finite; then, on at most ``_BUDGET`` sampled
 steps of the run, two reductions per candidate call and a bounded walk of the autograd graph
-per guard call.
+per guard call and per loss. Until then, one flag per sampled step: is the loss finite.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Callable
 
 import torch
 
+from traindoc.live.measure import graph
 from traindoc.live.objects import file_line
 from traindoc.live.probes._ops import caller, torch_function
 from traindoc.live.session import Session
@@ -81,6 +85,11 @@ class OriginSearch:
             self._listen(makers(), self.on_op)
         self._left = max(self._left, steps)
 
+    @property
+    def spent(self) -> bool:
+        """Have the sampled steps a run may search all been searched?"""
+        return self._budget <= 0
+
     def first_guard(self) -> None:
         """The run's first guard call on values that require grad: its values are read back at
         the step's end, too late for the next forward; the rest of this step and the next
@@ -120,14 +129,7 @@ class OriginSearch:
         """This step's candidates that ``tensors`` were computed from, in call order."""
         if not self._cands or self._step != self.s.clock.current_step:
             return []
-        seen: set[int] = set()
-        todo = [t.grad_fn for t in tensors if t.grad_fn is not None]
-        while todo and len(seen) < _NODES:
-            node = todo.pop()
-            if node is None or id(node) in seen:
-                continue
-            seen.add(id(node))
-            todo.extend(n for n, _ in node.next_functions if n is not None)
+        seen = {id(node) for node in graph([t.grad_fn for t in tensors], _NODES)}
         return [(op, module, where, born) for node, op, module, where, born in self._cands if id(node) in seen]
 
     def _module(self, frame: Any) -> str:

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Mapping, TypeGuard, TypeVar
 
 from traindoc.errors import UsageError
 from traindoc.sources.ckpt._load import check_file, torch_load
-from traindoc.sources.ckpt.steps import EPOCH_KEYS, META_KEYS, STEP_KEYS, counters, int_like, is_rng_key
+from traindoc.sources.ckpt.steps import (
+    EPOCH_KEYS, META_KEYS, STEP_KEYS, counters, int_like, is_progress, is_rng_key,
+)
 from traindoc.sources.ckpt.names import export_name, no_checkpoint_hint, resume_name
 from traindoc.sources.ckpt._tensors import MultiStore, SafetensorsStore, Store, TorchStore
 
@@ -304,7 +306,7 @@ def _training_dict(obj: Mapping[object, object], path: Path, mapped: bool) -> Ck
                 ck.notes.append(f"the EMA under {k!r} is not a state_dict; its buffers were not checked")
         elif isinstance(value, Mapping) and _is_state_dict(value):
             candidates[k] = value
-        elif isinstance(value, Mapping) and k in META_KEYS:
+        elif isinstance(value, Mapping) and (k in META_KEYS or is_progress(value)):
             for mk, mv in value.items():
                 if str(mk) in STEP_KEYS and ck.step is None:
                     ck.step = int_like(mv)

@@ -12,6 +12,7 @@ STEP_KEYS = ("global_step", "step", "iteration", "iter", "num_updates", "steps",
              "current_step", "global_steps", "num_steps_done")
 EPOCH_KEYS = ("epoch", "epochs", "current_epoch")
 META_KEYS = ("meta", "metadata", "trainer_state", "train_state", "state", "progress")
+_TOTALS = ("epochs", "steps", "global_steps")  # in a config: the run's length, not its progress
 
 
 def counters(obj: object) -> dict[str, int]:
@@ -36,6 +37,19 @@ def counters(obj: object) -> dict[str, int]:
         if len(out) >= 64:
             break
     return out
+
+
+def is_progress(value: object) -> bool:
+    """A small dict of counters alone, one under a step or epoch key, whatever its own key:
+    a loop's progress saved beside the weights (PyTorch-Ignite's engine state,
+    ``{"trainer": {"epoch_length": 32, "iteration": 128, "max_epochs": 4}}``). A config also
+    holds rates, names and flags, so it is none; and a plural (``epochs``, ``steps``) counts the
+    run's length in a config of integers alone (``{"args": {"epochs": 90, "bs": 128}}``)."""
+    if not isinstance(value, Mapping) or not 0 < len(value) <= 16:
+        return False
+    if not any(str(k) in STEP_KEYS + EPOCH_KEYS and str(k) not in _TOTALS for k in value):
+        return False
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
 
 
 def is_rng_key(k: str) -> bool:
