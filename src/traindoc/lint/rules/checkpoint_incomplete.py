@@ -31,6 +31,10 @@ class CheckpointIncomplete:
     optimizer, an LR scheduler, a GradScaler, or the step/epoch counter. A resumed run then
     restarts the schedule, the loss scale or the counters. A weights-only save
     (``{"model": model.state_dict()}``) is an export and stays quiet.
+
+    PyTorch-Ignite's ``Checkpoint(to_save, saver)`` is a save too: its dict holds the objects
+    themselves, and an engine of ignite's built in this file holds the loop's progress (the
+    step). Its ``ModelCheckpoint`` handler keeps weights and stays quiet.
     """
 
     id: ClassVar[str] = "checkpoint-incomplete"
@@ -112,8 +116,58 @@ class CheckpointIncomplete:
             """,
             17,
         ),
+        Invalid(
+            """
+            import torch
+            from ignite.engine import Events, create_supervised_trainer
+            from ignite.handlers import Checkpoint, DiskSaver
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            trainer = create_supervised_trainer(model, optimizer, criterion)
+            to_save = {"model": model, "trainer": trainer}
+            handler = Checkpoint(to_save, DiskSaver("ckpt", require_empty=False), n_saved=2)
+            trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
+            trainer.run(train_loader, max_epochs=10)
+            """,
+            7,
+        ),
+        Invalid(
+            """
+            import torch
+            from ignite.engine import Engine, Events
+            from ignite.handlers import Checkpoint, DiskSaver
+
+            def update(engine, batch):
+                x, y = batch
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+                loss.backward()
+                opt.step()
+                return loss.item()
+
+            opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+            trainer = Engine(update)
+            trainer.add_event_handler(
+                Events.ITERATION_COMPLETED(every=1000),
+                Checkpoint(to_save={"net": net, "engine": trainer}, save_handler=DiskSaver("runs/ckpt")),
+            )
+            """,
+            17,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        """
+        import torch
+        from ignite.engine import Events, create_supervised_trainer
+        from ignite.handlers import Checkpoint, DiskSaver, ModelCheckpoint
+
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        trainer = create_supervised_trainer(model, optimizer, criterion)
+        to_save = {"model": model, "optimizer": optimizer, "trainer": trainer}
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint(to_save, DiskSaver("ckpt"), n_saved=2))
+        best = ModelCheckpoint("ckpt", n_saved=1, filename_prefix="best")
+        trainer.add_event_handler(Events.COMPLETED, best, {"model": model})
+        """,
         # the same with the scaler among the dataclass's fields
         """
         from dataclasses import asdict, dataclass
@@ -255,7 +309,9 @@ class CheckpointIncomplete:
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
-        saves = list(torch_saves(mod))
+        ignite = _ignite_saves(mod)
+        saves = list(torch_saves(mod)) + ignite
+        by_object = {id(save[0]) for save in ignite}  # Ignite saves the objects, load_objects restores them
         if not saves:
             return
         uses = self._uses(mod)
@@ -264,15 +320,17 @@ class CheckpointIncomplete:
             if found is None or drops_optimizer(mod, obj, call) or in_temporary_dir(mod, path, call):
                 continue  # (a checkpoint in a temporary folder is not resumed by a later run)
             node, keys, receivers = found
+            objects = id(call) in by_object
             have = {part for part in PARTS if _has(part, keys, receivers, mod)}
             if "model" not in have or not ({"optimizer", "step"} & have):
                 continue
             missing, effects, entries = [], [], []
             for part in ("optimizer", "scheduler", "scaler"):
                 if part in uses and part not in have:
-                    missing.append(f"`{uses[part]}.state_dict()`")
+                    state = uses[part] if objects else f"{uses[part]}.state_dict()"
+                    missing.append(f"`{state}`")
                     effects.append(EFFECT[part])
-                    entries.append(f'"{part}": {uses[part]}.state_dict()')
+                    entries.append(f'"{part}": {state}')
             if "step" not in have and fixed_filename(mod, path, call) is not None:
                 missing.append("the step/epoch counter")
                 effects.append(EFFECT["step"])
@@ -287,7 +345,8 @@ class CheckpointIncomplete:
                 cause="Only part of the training state is saved, so resuming does not continue "
                 "the same run.",
                 fix=f"Add {_join([f'`{e}`' for e in entries])} to the checkpoint dict and restore "
-                "them on resume (`load_state_dict`, and the step counter).",
+                + ("them on resume (`Checkpoint.load_objects(to_load=to_save, checkpoint=...)`)." if objects else
+                   "them on resume (`load_state_dict`, and the step counter)."),
             )
 
     def _dict(self, mod: Module, obj: ast.expr | None,
@@ -319,7 +378,8 @@ class CheckpointIncomplete:
             if key is None or not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
                 return None  # **spread or computed keys: cannot know what is in it
             keys.append(key.value)
-            receivers.append(dotted(method(value, "state_dict")) or "")
+            # the object's own state_dict(), or the object itself (Ignite saves objects)
+            receivers.append(dotted(method(value, "state_dict")) or dotted(value) or "")
         if name:
             scope = mod.scope(call)
             for stmt in _subscript_sets(mod, scope, name, call.lineno):
@@ -378,9 +438,21 @@ def _has(part: str, keys: list[str], receivers: list[str], mod: Module) -> bool:
             return True
         if part == "scaler" and ("scaler" in low or low == "amp" or role == "scaler"):
             return True
-        if part == "step" and (any(k in low for k in STEP_KEYS) or low == "it"):
+        if part == "step" and (any(k in low for k in STEP_KEYS) or low == "it" or _engine(mod, receiver)):
             return True
     return False
+
+
+def _ignite_saves(mod: Module) -> list[tuple[ast.Call, ast.expr | None, ast.expr | None, ast.Call]]:
+    """PyTorch-Ignite's ``Checkpoint(to_save, save_handler, ...)``: (site, dict, no path, call)."""
+    return [(call, arg(call, 0, "to_save"), None, call) for call in mod.named("Checkpoint")
+            if mod.callee(call).startswith("ignite.")]
+
+
+def _engine(mod: Module, name: str) -> bool:
+    """An Ignite engine built in this file (``create_supervised_trainer``, ``Engine(step)``):
+    its state_dict is the loop's progress, the epoch and the iteration."""
+    return any(mod.callee(call).startswith("ignite.engine") for call in mod.built.get(name, ()))
 
 
 def _subscript_sets(mod: Module, scope: Scope, name: str, before: int) -> Iterator[tuple[str, str]]:
