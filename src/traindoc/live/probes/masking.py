@@ -80,19 +80,13 @@ class MaskingProbe(Probe):
             return
         if not (self._on and isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad):
             return
-        origins = self._origin.ancestors([loss])
-        with torch.no_grad():
-            flag = (~torch.isfinite(loss.detach())).reshape(())
-            packed = torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
+        origins, packed = self._origin.flags([loss])
         step, origin = self.s.clock.step, self._origin
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            if not vals[0]:
-                return
-            origin.arm()
-            born = next((o for o, v in zip(origins, vals[1:]) if v), None)
+            born = origin.found(origins, vals) if vals[0] else None
             if born is not None:
-                op, module, site, _ = born
+                op, module, site = born
                 yield Activation(step=step, module=module, type=f"{LOSS_ORIGIN} {op} at {site}")
 
         self.s.defer(packed, decode)
@@ -106,10 +100,7 @@ class MaskingProbe(Probe):
         if not picked:
             return
         self._origin.first_guard()
-        origins = self._origin.ancestors(picked)  # born flags of the ops they came from
-        with torch.no_grad():
-            flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in picked]).any()
-            packed = torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
+        origins, packed = self._origin.flags(picked)  # with the born flags of the ops they came from
         if not inside:
             self.s.next_step_begins()
         step = self.s.clock.current_step
@@ -119,10 +110,9 @@ class MaskingProbe(Probe):
         def decode(vals: list[float]) -> Iterable[Event]:
             if not vals[0]:
                 return
-            origin.arm()
-            born = next((o for o, v in zip(origins, vals[1:]) if v), None)
+            born = origin.found(origins, vals)
             if born is not None:  # first: the detector reads it with the guard
-                op, module, site, _ = born
+                op, module, site = born
                 yield Activation(step=step, module=module, type=f"{ORIGIN} {op} at {site}", nan=True)
             if inside:
                 yield Activation(step=step, module=f"{name} at {where}", type=REPLACED_INSIDE)

@@ -132,6 +132,20 @@ class OriginSearch:
         seen = {id(node) for node in graph([t.grad_fn for t in tensors], _NODES)}
         return [(op, module, where, born) for node, op, module, where, born in self._cands if id(node) in seen]
 
+    def flags(self, tensors: list[torch.Tensor]) -> tuple[list[tuple[str, str, str, torch.Tensor]], torch.Tensor]:
+        """The candidates ``tensors`` came from, and one tensor to read back: whether any of
+        ``tensors`` holds a non-finite value, then each candidate's born flag."""
+        origins = self.ancestors(tensors)
+        with torch.no_grad():
+            flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in tensors]).any()
+            return origins, torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
+
+    def found(self, origins: list[tuple[str, str, str, torch.Tensor]], vals: list[float]) -> tuple[str, str, str] | None:
+        """``flags``' values read back, for non-finite tensors: the search arms for the next
+        sampled steps, and the first candidate they were born in is (op, module, file:line)."""
+        self.arm()
+        return next(((op, module, site) for (op, module, site, _), v in zip(origins, vals[1:]) if v), None)
+
     def _module(self, frame: Any) -> str:
         """The user's module whose method made the call (a few frames up), by its name in the model."""
         for _ in range(6):
