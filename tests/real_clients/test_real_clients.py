@@ -1,6 +1,6 @@
 """Real clients under `traindoc run`: a nanoGPT-style train.py, a Hugging Face Trainer script, a
-Lightning module, Stable-Baselines3 agents, a PyTorch-Ignite trainer and a skorch classifier, each with its clean control and failures injected
-the way users make them.
+Lightning module, Stable-Baselines3 agents, a PyTorch-Ignite trainer and a skorch classifier,
+each with its clean control and failures injected the way users make them.
 
 Every script is tiny (CPU, one thread, 60-100 optimizer steps) and offline: the nanoGPT data is
 written here (a char-level corpus as data/tiny_chars/{train,val}.bin + meta.pkl, like nanoGPT's
@@ -47,7 +47,8 @@ SKORCH = HERE / "skorch" / "train.py"
 # Nothing is downloaded: the clients are told so too.
 RUN_ENV = {**ENV, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false"}
-NEEDS = {NANOGPT: None, HF: "transformers", LIGHTNING: "lightning", SB3: "stable_baselines3", IGNITE: "ignite", SKORCH: "skorch"}
+NEEDS = {NANOGPT: None, HF: "transformers", LIGHTNING: "lightning", SB3: "stable_baselines3",
+         IGNITE: "ignite", SKORCH: "skorch"}
 
 # Known gaps of the product, one sentence each (the xfail reasons).
 GAP_LIGHTNING_UNDERFLOW = (

@@ -15,8 +15,8 @@ from traindoc.findings import Finding
 class ClippingEveryStep(Detector):
     """Over at least ``min_calls`` calls, clip_grad_norm_ clipped on ``rate`` of them and the
     median norm was ``factor`` times max_norm or more: the clip, not the gradient, sets the
-    update's length (SGD: lr * max_norm each step; Adam: the batches' weights in its moments). Past 1,024 calls the
-    median is that of an even sample of them (the state stays bounded)."""
+    update's length (SGD: lr * max_norm each step; Adam: the batches' weights in its moments).
+    Past 1,024 calls the median is that of an even sample of them (the state stays bounded)."""
 
     id = "clipping-every-step"
     needs = frozenset({"clip"})

@@ -19,8 +19,8 @@ calls: that is masking by design, and the guard's step gets no origin. (A loss m
 NaN in the data has none either.)
 
 Cost: nothing until a guard is called on values that require grad (the next sampled step is
-searched), replaced a non-finite value or a loss came out non-finite; then, on at most ``_BUDGET`` sampled
-steps of the run, two reductions per candidate call and a bounded walk of the autograd graph
+searched), replaced a non-finite value or a loss came out non-finite; then, on at most
+``_BUDGET`` sampled steps of the run, two reductions per candidate call and a bounded walk of the autograd graph
 per guard call and per loss. Until then, one flag per sampled step: is the loss finite.
 """
 
@@ -46,6 +46,7 @@ _BUDGET = 6  # sampled steps of a run that may look for origins
 _AFTER = 2  # sampled steps searched after each guard that replaced a non-finite value
 _CANDIDATES = 512  # candidate calls remembered per step
 _NODES = 4096  # autograd nodes walked per guard call
+Candidate = tuple[str, str, str, torch.Tensor]  # op, module, file:line, born flag on the device
 
 
 def makers() -> list[Any]:
@@ -125,22 +126,19 @@ class OriginSearch:
         where = file_line(frame.f_code.co_filename, frame.f_lineno)
         self._cands.append((out.grad_fn, _op_name(func), self._module(frame), where, born))
 
-    def ancestors(self, tensors: list[torch.Tensor]) -> list[tuple[str, str, str, torch.Tensor]]:
-        """This step's candidates that ``tensors`` were computed from, in call order."""
-        if not self._cands or self._step != self.s.clock.current_step:
-            return []
-        seen = {id(node) for node in graph([t.grad_fn for t in tensors], _NODES)}
-        return [(op, module, where, born) for node, op, module, where, born in self._cands if id(node) in seen]
-
-    def flags(self, tensors: list[torch.Tensor]) -> tuple[list[tuple[str, str, str, torch.Tensor]], torch.Tensor]:
-        """The candidates ``tensors`` came from, and one tensor to read back: whether any of
-        ``tensors`` holds a non-finite value, then each candidate's born flag."""
-        origins = self.ancestors(tensors)
+    def flags(self, tensors: list[torch.Tensor]) -> tuple[list[Candidate], torch.Tensor]:
+        """This step's candidates that ``tensors`` were computed from (in call order), and one
+        tensor to read back: whether any of ``tensors`` holds a non-finite value, then each
+        candidate's born flag."""
+        origins: list[Candidate] = []
+        if self._cands and self._step == self.s.clock.current_step:
+            seen = {id(node) for node in graph([t.grad_fn for t in tensors], _NODES)}
+            origins = [(op, module, where, born) for node, op, module, where, born in self._cands if id(node) in seen]
         with torch.no_grad():
             flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in tensors]).any()
             return origins, torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
 
-    def found(self, origins: list[tuple[str, str, str, torch.Tensor]], vals: list[float]) -> tuple[str, str, str] | None:
+    def found(self, origins: list[Candidate], vals: list[float]) -> tuple[str, str, str] | None:
         """``flags``' values read back, for non-finite tensors: the search arms for the next
         sampled steps, and the first candidate they were born in is (op, module, file:line)."""
         self.arm()
