@@ -66,6 +66,28 @@ def test_no_gradient_leaves_a_single_dry_optimizer_to_constant_loss() -> None:
     assert _run(NoGradient(), events) == []
 
 
+def _critic(bias: float | None, weight: float = 0.3) -> list[object]:
+    return [_row(s, n, grad=g) for s in range(6)
+            for n, g in (("body.weight", 0.5), ("head.weight", weight), ("head.bias", bias))]
+
+
+def test_no_gradient_quiet_for_a_bias_whose_gradient_cancels() -> None:
+    """A WGAN critic's output bias: a gradient of exact zeros while its layer's weight learns."""
+    assert _run(NoGradient(), _critic(bias=0.0)) == []
+
+
+def test_no_gradient_fires_for_a_bias_the_forward_never_adds() -> None:
+    """A hand-written layer computing ``x @ self.weight.T`` without its bias: None, not zeros."""
+    found = _run(NoGradient(), _critic(bias=None))
+    assert found and found[-1].evidence["parameters"] == ["head.bias"]
+
+
+def test_no_gradient_fires_for_a_head_whose_every_gradient_is_zero() -> None:
+    """A head whose loss term is multiplied by 0: zeros in its every parameter, not a cancellation."""
+    found = _run(NoGradient(), _critic(bias=0.0, weight=0.0))
+    assert found and sorted(found[-1].evidence["parameters"]) == ["head.bias", "head.weight"]
+
+
 # ---- constant-loss: a loss whose graph reaches no parameter --------------------------------------
 def _leaf_loss(has_grad: bool, norm: float) -> list[object]:
     events: list[object] = []

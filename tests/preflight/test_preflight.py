@@ -44,6 +44,10 @@ ZOO_CASES = [
     ("healthy_mlp", "gradients", "pass", None),
     ("healthy_gpt", "gradients", "pass", None),  # attention's query/key start with tiny gradients
     ("healthy_rnn", "gradients", "pass", None),
+    ("gan_detached_fake_reused", "gradients", "fail", "no-gradient"),  # the generator's own step
+    ("healthy_gan", "gradients", "pass", None),
+    ("healthy_wgan_gp", "gradients", "pass", None),  # the critic's output bias: exact zeros that cancel
+    ("healthy_wgan_gp_trainer", "gradients", "pass", None),
     ("lr_zero_warmup", "overfit", "fail", "cannot-overfit-batch"),
     ("healthy_mlp", "overfit", "pass", None),
     ("healthy_gpt", "overfit", "pass", None),  # no DataLoader: random windows, the RNG rewound

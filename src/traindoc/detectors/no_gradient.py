@@ -28,6 +28,13 @@ class NoGradient(Detector):
     its loss reaches only the discriminator). Such a step has no gradient anywhere in the
     stepping optimizer, which alone would be constant-loss's; the other optimizer's gradients
     show that the losses do reach parameters, just not these.
+
+    A gradient of exact zeros on a parameter whose module's other parameters got a gradient on
+    the same step is not counted: the loss reaches that module, and this parameter's share
+    cancels. A WGAN critic's output bias is one: the real scores' mean enters the loss with -1
+    and the fake scores' with +1, so a shift of every score changes nothing and the bias's
+    gradient is exactly 0 while the layer's weights learn. A gradient that is None is counted,
+    and so is a module whose every gradient is zero (a head whose loss term is multiplied by 0).
     """
 
     id = "no-gradient"
@@ -42,6 +49,8 @@ class NoGradient(Detector):
         Example("zoo/healthy_gan.py", None),
         Example("zoo/healthy_dcgan_detach_for_d.py", None),
         Example("zoo/healthy_pix2pix_detach_for_d.py", None),
+        Example("zoo/healthy_wgan_gp.py", None),
+        Example("zoo/healthy_wgan_gp_trainer.py", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 
@@ -104,11 +113,14 @@ class NoGradient(Detector):
         if not any(r.has_grad and r.grad for r in held):
             return  # every gradient zero: constant-loss, or another optimizer's (_judge_dry)
         self._counted += 1
+        learning = {layer_of(r.name) for r in held if r.has_grad and r.grad}  # reached by the loss
         for r in held:
             self._numel[r.name] = r.numel
             if r.has_grad and r.grad:
                 self._got.add(r.name)
                 self._never.pop(r.name, None)
+            elif r.has_grad and layer_of(r.name) in learning:
+                continue  # reached by the loss, its gradient cancels: see the class docstring
             elif r.name not in self._got:
                 self._never.setdefault(r.name, r.step)
         if self._never and self._first is None:
@@ -227,3 +239,8 @@ class NoGradient(Detector):
                       "sampled_steps": self._counted},
             where=bad[:10],
         )
+
+
+def layer_of(name: str) -> str:
+    """The layer a parameter belongs to, by its qualified name (``net.4.bias`` -> ``net.4``)."""
+    return name.rpartition(".")[0]

@@ -144,12 +144,15 @@ def _timed(v: Verdict, seconds: float) -> Verdict:
 
 
 def _param_names(r: Result) -> tuple[dict[str, str], set[str]]:
-    """id -> the parameter's name in the model that ran first (the grad tables are by id), and
-    the ids of its embedding tables."""
+    """id -> the parameter's name in the model that ran first, or else in the first other module
+    that ran (the grad tables are by id), and the ids of the embedding tables."""
     import torch
 
-    if r.owner is None:
-        return {}, set()
-    embeddings = {str(id(m.weight)) for m in r.owner.modules()
-                  if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))}
-    return {str(id(p)): n for n, p in r.owner.named_parameters()}, embeddings
+    names: dict[str, str] = {}
+    embeddings: set[str] = set()
+    for model in ([r.owner] if r.owner is not None else []) + r.models:
+        for n, p in model.named_parameters():
+            names.setdefault(str(id(p)), n)
+        embeddings |= {str(id(m.weight)) for m in model.modules()
+                       if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))}
+    return names, embeddings

@@ -84,6 +84,7 @@ class Result:
     first_input: Any = None  # (root module, cloned args, cloned kwargs) of the first training forward
     report: Any = None  # the live report, for a launch run under traindoc.watch
     owner: Any = None  # the largest model in the script's frames holding the first module
+    models: list[Any] = field(default_factory=list)  # the modules that ran forward with autograd on, first call first
     repeated: str = ""  # how the batch was repeated: "loader", "rng" or ""
     moved: float = math.nan  # share of parameter elements changed from step 0 to the end
 
@@ -141,6 +142,7 @@ class Launch:
         self._step_loss = 0.0
         self._scaled: dict[int, float] = {}  # id of a loss scaled by a GradScaler -> the scale
         self._seen_input = False
+        self._ran: weakref.WeakSet[Any] = weakref.WeakSet()
         self._batch: Any = None
         self._dataset: Any = None  # a weak reference to the data set of the repeated batch
         self._rng_after_first: RngState | None = None
@@ -360,7 +362,12 @@ class Launch:
         return __next__
 
     def _forward_pre(self, module: Any, args: Any) -> None:
-        if self._seen_input or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
+            return
+        if module not in self._ran:  # to name the parameters of every model, a GAN's two
+            self._ran.add(module)
+            self.r.models.append(module)
+        if self._seen_input:
             return
         self._seen_input = True
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
@@ -397,13 +404,14 @@ class Launch:
             self.r.sizes = {str(id(p)): (p.numel(), p.dim()) for g in opt.param_groups for p in g["params"]}
         if all(r() is not opt for r in self._optimizers):
             self._optimizers.append(weakref.ref(opt))
-        if opt is not self._first_opt():
-            return
         # A step given a closure (Lightning) runs the forward and backward inside it: the
         # gradients of this step exist only after it
-        self._closure_grads = kwargs.get("closure", args[0] if args else None) is not None
-        if self.r.steps < GRAD_STEPS and not self._closure_grads:
+        closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None  # args[0]: the optimizer
+        if self.r.steps < GRAD_STEPS and not closure:  # every optimizer's: a GAN's generator too
             self.r.grads.append(grad_table(opt))
+        if opt is not self._first_opt():
+            return
+        self._closure_grads = closure
         if self.want_snapshots:
             self.r.snapshots.append(self._snapshot())
 

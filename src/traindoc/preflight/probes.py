@@ -13,6 +13,7 @@ from typing import Any
 
 from traindoc.catalog import finding
 from traindoc.detectors.bad_initial_loss import BadInitialLoss
+from traindoc.detectors.no_gradient import layer_of
 from traindoc.events import Classification
 from traindoc.findings import Finding, fmt
 from traindoc.preflight.launch import Result, Snapshot
@@ -121,17 +122,22 @@ def gradients(r: Result, names: dict[str, str], skip: set[str], config: Config) 
     if not r.grads:
         return not_run("gradients", "no optimizer step ran" + (f" ({r.error})" if r.error else ""))
     steps = len(r.grads)
-    keys = list(r.grads[0])
-    none = [k for k in keys if all(not t.get(k, (True, 1.0, True))[0] for t in r.grads)]
-    zero = [k for k in keys if k not in none and all(t.get(k, (True, 1.0, True))[1] == 0 for t in r.grads)]
-    bad = [k for k in keys if any(not t.get(k, (True, 1.0, True))[2] for t in r.grads)]
+    # Each step's table holds the parameters of the optimizer that stepped (a GAN's two take turns).
+    keys = list(dict.fromkeys(k for t in r.grads for k in t))
+    none = [k for k in keys if not any(t[k][0] for t in r.grads if k in t)]
+    # Zeros in a layer whose other parameters learn on that step cancel (no_gradient.NoGradient).
+    learning = [{layer_of(names[k]) for k, (_, norm, _) in t.items() if norm and k in names} for t in r.grads]
+    zero = [k for k in keys if k not in none and all(
+        t[k][1] == 0 and not (k in names and layer_of(names[k]) in on)
+        for t, on in zip(r.grads, learning) if k in t)]
+    bad = [k for k in keys if any(not t[k][2] for t in r.grads if k in t)]
     name = lambda k: names.get(k, f"parameter #{keys.index(k)}")  # noqa: E731
     found: list[Finding] = []
     if none or zero:
         missing = [name(k) for k in none + zero]
         found.append(finding(
             "no-gradient", step=0,
-            message=(f"{len(missing)} of {len(keys)} trainable parameter(s) the optimizer holds got no gradient "
+            message=(f"{len(missing)} of {len(keys)} trainable parameter(s) the optimizers hold got no gradient "
                      f"({len(none)} None, {len(zero)} exactly zero) on each of the first {steps} step(s): "
                      f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}."),
             fix=(f"Trace how {missing[0]} reaches the loss; remove the detach or add its branch's term to the "
@@ -140,7 +146,7 @@ def gradients(r: Result, names: dict[str, str], skip: set[str], config: Config) 
             where=missing[:10],
         ))
     if bad:
-        first = next(i for i, t in enumerate(r.grads) if any(not t.get(k, (True, 1.0, True))[2] for k in bad))
+        first = next(i for i, t in enumerate(r.grads) if any(not t[k][2] for k in bad if k in t))
         found.append(finding(
             "nonfinite", step=first,
             message=(f"{len(bad)} parameter(s) had NaN or Inf gradients within the first {steps} step(s), "
