@@ -7,7 +7,9 @@ random points between real and fake samples (``torch.autograd.grad(..., create_g
 penalty's own backward differentiates through that gradient). The generator steps on every
 fifth iteration with ``-mean(D(G(z)))``. Both use Adam with betas (0.5, 0.999).
 
-The critic's last layer keeps its bias, as these scripts do. The Wasserstein loss does not
+The generator's BatchNorms take the default eps (PyTorch-GAN's ``BatchNorm1d(out_feat, 0.8)``
+passes 0.8 as eps: zoo/norm_eps_as_momentum_gan.py). The critic's last layer keeps its bias,
+as these scripts do. The Wasserstein loss does not
 depend on it: a shift of every score cancels between the real and the fake mean, and the
 penalty sees only gradients. Its gradient is exactly zero on every critic step (-1/n and +1/n
 per sample), while that layer's weights learn. That is a property of the loss, not a bug: a
@@ -45,7 +47,7 @@ class Generator(nn.Module):
         def block(in_feat, out_feat, normalize=True):
             layers = [nn.Linear(in_feat, out_feat)]
             if normalize:
-                layers.append(nn.BatchNorm1d(out_feat, 0.8))
+                layers.append(nn.BatchNorm1d(out_feat))
             layers.append(nn.LeakyReLU(0.2, inplace=True))
             return layers
 

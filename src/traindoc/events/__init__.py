@@ -29,8 +29,8 @@ from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankPara
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
-    Batch, Cast, Classification, Clip, Forwards, Optimizer, ParamGroup, ParamStats, Phase, RunEnd, RunStart,
-    Scalar, Series, StepBegin, StepEnd,
+    Batch, Cast, Classification, Clip, Forwards, NormInput, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
+    RunStart, Scalar, Series, StepBegin, StepEnd,
 )
 
 # The signals a source may carry. Descriptions are used in "not applicable" reasons.
@@ -73,6 +73,7 @@ SIGNALS: dict[str, str] = {
     "eval_order": "modules evaluated in eval mode before the training-mode forward their state needs (legacy spectral_norm; live)",
     "collective": "torch.distributed collectives called on tensors inside the autograd graph (live)",
     "inference_forward": "trainable modules run under torch.inference_mode() while a training step was built (live, sampled steps)",
+    "norms": "the variance normalization layers built with a large eps divide by (live, sampled steps)",
     "unstepped": "models that got gradients though no optimizer holds them, off the trained parameters' path: a target network or teacher run with autograd on (live, sampled steps)",
 }
 
@@ -83,7 +84,7 @@ Event = Union[
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
     RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
-    InferenceForward, UnsteppedModel,
+    InferenceForward, UnsteppedModel, NormInput,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -95,6 +96,7 @@ EVENT_TYPES: dict[str, type] = {
     "forwards": Forwards,
     "param_stats": ParamStats,
     "activation": Activation,
+    "norm_input": NormInput,
     "clip": Clip,
     "batch": Batch,
     "classification": Classification,
@@ -175,7 +177,7 @@ def _tupled(d: dict[str, object]) -> dict[str, object]:
 
 __all__ = [
     "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar", "Series",
-    "Backward", "ParamStats", "Activation", "Clip", "Batch", "Classification", "Cast", "RunEnd",
+    "Backward", "ParamStats", "Activation", "NormInput", "Clip", "Batch", "Classification", "Cast", "RunEnd",
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",

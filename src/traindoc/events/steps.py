@@ -230,6 +230,20 @@ class Activation:
     signal: ClassVar[str] = "activations"
 
 @dataclass(frozen=True)
+class NormInput:
+    """A normalization layer built with a large ``eps``, on a sampled training forward (live).
+    ``var`` is what the layer divides by before ``eps`` is added: its input's variance (a
+    BatchNorm's per channel, a LayerNorm's per row; an RMSNorm's mean square), the median over
+    those. The layer's output has a standard deviation of sqrt(var / (var + eps)) instead of 1."""
+
+    step: int
+    module: str
+    cls: str
+    eps: float
+    var: float
+    signal: ClassVar[str] = "norms"
+
+@dataclass(frozen=True)
 class Clip:
     """A clipping: the total norm before clipping and the max_norm asked for. ``via``: what
     clipped, as the user wrote it (``clip_grad_norm_``, ``clip_grads_with_norm_``, FSDP's,

@@ -159,6 +159,36 @@ def output_spread(out: torch.Tensor) -> torch.Tensor:
 
 
 # Nodes a constant passes through unchanged in kind: scalings and copies of one input.
+# The normalization layers whose eps is compared with what they divide by (norm-eps-too-large).
+BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
+INSTANCE_NORMS = (torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d)
+ROW_NORMS = (torch.nn.LayerNorm, torch.nn.RMSNorm)
+NORMS = (*BATCH_NORMS, *INSTANCE_NORMS, *ROW_NORMS, torch.nn.GroupNorm)
+
+
+def norm_divisor(module: Any, x: torch.Tensor) -> torch.Tensor | None:
+    """The median of what a normalization layer divides by before adding its eps, as it computes
+    it on input ``x``: the variance per channel over the batch (BatchNorm), per sample and
+    channel (InstanceNorm), per sample and group (GroupNorm), per row over the normalized
+    dimensions (LayerNorm), the mean square per row (RMSNorm). None for an input it would not
+    take, or a layer it does not know."""
+    x = x.detach().float()
+    if isinstance(module, BATCH_NORMS) and x.ndim >= 2:
+        per = x.var([d for d in range(x.ndim) if d != 1], unbiased=False)  # no copy of x
+    elif isinstance(module, INSTANCE_NORMS):
+        spatial = 1 + next(i for i, c in enumerate(INSTANCE_NORMS) if isinstance(module, c))
+        per = x.flatten(-spatial).var(-1, unbiased=False)
+    elif isinstance(module, ROW_NORMS):
+        k = len(module.normalized_shape)
+        rows = x.flatten(-k) if k > 1 else x
+        per = rows.pow(2).mean(-1) if isinstance(module, torch.nn.RMSNorm) else rows.var(-1, unbiased=False)
+    elif isinstance(module, torch.nn.GroupNorm) and x.ndim >= 2:
+        per = x.reshape(x.shape[0], module.num_groups, -1).var(-1, unbiased=False)
+    else:
+        return None
+    return per.reshape(-1).median() if per.numel() else None
+
+
 _THROUGH = ("MulBackward0", "DivBackward0", "NegBackward0", "ToCopyBackward0", "CloneBackward0",
             "AliasBackward0", "ViewBackward0", "SqueezeBackward0", "UnsqueezeBackward0",
             "ExpandBackward0", "AddBackward1", "SubBackward1")

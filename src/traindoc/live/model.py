@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
 
-from traindoc.events import LOSS_INPUT, Activation, Event, Optimizer, ParamGroup, ParamStats
+from traindoc.events import LOSS_INPUT, Activation, Event, NormInput, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container
 from traindoc.live.ranks import is_shard, local_part  # traindoc-ranks
@@ -30,6 +30,9 @@ RELU_ROWS = 256
 # call: its output's rows are gathered over the step's measured calls, when they are this small.
 ROW_NUMEL = 1024
 MIN_ROWS = 4
+# A normalization layer is measured when its eps is above this (PyTorch's default is 1e-5,
+# Keras's 1e-3): the detector judges the ones at 0.01 and more; others pay one comparison.
+NORM_EPS = 1e-3
 _UNIT_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
@@ -273,11 +276,15 @@ class ModelWatch:
             self._track_units(module, name, type(module).__name__, outs[0], None)
 
     def on_module_input(self, module: Any, args: Any) -> None:
-        """The input of a Linear/Conv layer computed inside the model (it requires grad):
+        """What a normalization layer built with a large eps divides by (``_norm_input``), and
+        the input of a Linear/Conv layer computed inside the model (it requires grad):
         units exactly 0 on every row of every batch of a window are dead, whatever made them
         (``F.relu``, ``torch.relu``, ``x.relu()``, ``relu_``, ``clamp(min=0)``). Only inputs
         that are never negative count (a ReLU-family output); inputs straight from an
         ``nn.ReLU`` module are that module's, judged once."""
+        if isinstance(module, measure.NORMS) and args:
+            self._norm_input(module, args[0])
+            return
         if not isinstance(module, _UNIT_LAYERS) or not args:
             return
         x = args[0]
@@ -287,6 +294,23 @@ class ModelWatch:
         units = x if isinstance(module, torch.nn.Linear) else x.movedim(1, -1)
         name = self._mnames.get(module, type(module).__name__)
         self._track_units(module, f"input of {name}", "relu-like", units, (x < 0).any())
+
+    def _norm_input(self, module: Any, x: Any) -> None:
+        """Only layers whose eps is above ``NORM_EPS`` are measured: the others cost one check."""
+        eps = getattr(module, "eps", None)  # RMSNorm's may be None; an int where a size was passed
+        if (not isinstance(eps, (int, float)) or eps <= NORM_EPS or not isinstance(x, torch.Tensor)
+                or x.numel() < 2):
+            return
+        eps = float(eps)
+        var = measure.norm_divisor(module, x)
+        if var is None:
+            return
+        step, name, cls = self.s.clock.step, self._mnames.get(module, type(module).__name__), type(module).__name__
+
+        def decode(vals: list[float]) -> Iterable[Event]:
+            yield NormInput(step=step, module=name, cls=cls, eps=eps, var=vals[0])
+
+        self.s.defer(var.reshape(1), decode)
 
     def _track_units(self, key: Any, name: str, type_: str, out: torch.Tensor,
                      negative: torch.Tensor | None) -> None:

@@ -39,7 +39,7 @@ _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global
 
 class CoreProbes(Probe):
     name = "core"
-    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase", "unstepped")
+    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase", "unstepped", "norms")
     required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
