@@ -34,7 +34,10 @@ the benchmark can find them (CleanRL's, into a folder named after the time) has 
 weights written at exit (``exit_state``). The data each script reads is made here (``prepare``): a word corpus drawn from a small
 random grammar (seeded), its characters for nanoGPT, sine waves for the sequence model, each
 sized so that a run takes seconds; a script that never seeds torch is seeded at start-up
-(``torch_seed``: a sitecustomize on its PYTHONPATH). Exit status 1 when a case is not identical, raises a false
+(``torch_seed``: a sitecustomize on its PYTHONPATH). PyTorch-GAN's scripts import torchvision,
+whose wheels need a torch build this machine does not have: ``vision`` writes a stand-in with
+the three things they use (``datasets.MNIST`` drawing digit-like strokes, ``transforms``,
+``utils.save_image`` writing nothing), seeds numpy and torch, and writes the weights at exit. Exit status 1 when a case is not identical, raises a false
 alarm or fails; 2 when a checkout is missing or the manifest is malformed.
 """
 
@@ -291,10 +294,106 @@ def _exit_state(where: Path) -> None:
     (folder / "sitecustomize.py").write_text(_EXIT_STATE, encoding="utf-8")
 
 
+_VISION = {
+    "__init__.py": '''"""A stand-in for torchvision, written by benchmarks/live_real.py: the wheels of the real
+one need a torch build this machine does not have. It holds what the GAN scripts of
+PyTorch-GAN import: datasets.MNIST (drawn digits-like images), transforms, utils.save_image."""
+from . import datasets, transforms, utils  # noqa: F401
+''',
+    "datasets.py": '''import os
+
+import numpy as np
+import torch
+
+
+class MNIST(torch.utils.data.Dataset):
+    """LIVE_REAL_IMAGES images of 28x28 uint8 pixels and labels 0-9, the same in every process:
+    per class a stroke at its own angle and offset, drawn with noise."""
+
+    def __init__(self, root, train=True, download=False, transform=None, target_transform=None):
+        rng = np.random.RandomState(0 if train else 1)
+        n = int(os.environ.get("LIVE_REAL_IMAGES", "1280"))
+        yy, xx = np.mgrid[0:28, 0:28] - 13.5
+        self.targets = rng.randint(0, 10, n)
+        angle = self.targets * np.pi / 10 + rng.normal(0, 0.1, n)
+        offset = (self.targets % 5 - 2) * 3 + rng.normal(0, 1, n)
+        dist = np.abs(np.cos(angle)[:, None, None] * xx + np.sin(angle)[:, None, None] * yy - offset[:, None, None])
+        ink = np.clip(255 * np.exp(-dist**2 / 4) + rng.normal(0, 20, (n, 28, 28)), 0, 255)
+        self.data = torch.from_numpy(ink.astype(np.uint8))
+        self.transform, self.target_transform = transform, target_transform
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        img, target = self.data[i], int(self.targets[i])
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+''',
+    "transforms.py": '''import torch
+import torch.nn.functional as F
+
+
+class Compose:
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, img):
+        for t in self.transforms:
+            img = t(img)
+        return img
+
+
+class Resize:
+    """A uint8 HxW image to size x size, bilinear."""
+
+    def __init__(self, size):
+        self.size = size if isinstance(size, int) else size[0]
+
+    def __call__(self, img):
+        if img.shape[-1] == self.size:
+            return img
+        out = F.interpolate(img[None, None].float(), size=(self.size, self.size), mode="bilinear", align_corners=False)
+        return out[0, 0].round().clamp(0, 255).to(torch.uint8)
+
+
+class ToTensor:
+    def __call__(self, img):
+        return img[None].float() / 255
+
+
+class Normalize:
+    def __init__(self, mean, std):
+        self.mean, self.std = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
+
+    def __call__(self, x):
+        return (x - self.mean) / self.std
+''',
+    "utils.py": '''def save_image(tensor, fp, **kwargs):
+    """Nothing is written: the benchmark compares the weights and the printed losses."""
+''',
+}
+
+
+def _vision(where: Path) -> None:
+    """live_real_vision/: ``torchvision`` (the stand-in above) and a sitecustomize that seeds
+    numpy and torch at start-up and writes the models' weights at exit (``exit_state``), for
+    PyTorch-GAN's scripts, which seed nothing and save no weights."""
+    folder = where / "live_real_vision"
+    (folder / "torchvision").mkdir(parents=True, exist_ok=True)
+    for name, text in _VISION.items():
+        (folder / "torchvision" / name).write_text(text, encoding="utf-8")
+    seed = "import numpy\nimport torch\n\nnumpy.random.seed(0)\ntorch.manual_seed(0)\n"
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE + "\n" + seed, encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
-    "gym": _gym, "exit_state": _exit_state,
+    "gym": _gym, "exit_state": _exit_state, "vision": _vision,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
