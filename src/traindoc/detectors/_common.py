@@ -85,3 +85,12 @@ def phase_note(det: Any) -> str:
     if phase is None:
         return ""
     return f" (training phase {phase.index + 1}, from step {phase.step}: {phase.reason})"
+
+
+# Optimizers that divide each update by a running size of the gradient: a constant factor on the
+# gradients barely changes their step (matched as a prefix of the class name).
+ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adagrad", "RMSprop", "Adafactor", "Lion")
+
+
+def is_adaptive(cls: str) -> bool:
+    return cls.startswith(ADAPTIVE)

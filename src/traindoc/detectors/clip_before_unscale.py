@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt
+from traindoc.detectors._common import Example, finding, fmt, is_adaptive
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Optimizer, ScaledClip
 from traindoc.findings import EvidenceValue, Finding
 
-_ADAPTIVE = ("Adam", "AdamW", "NAdam", "RAdam", "Adamax", "Adagrad", "RMSprop", "Adafactor", "Lion")
 
 
 class ClipBeforeUnscale(Detector):
@@ -84,7 +83,7 @@ class ClipBeforeUnscale(Detector):
         else:
             measured = (f"Each gradient element was clipped to +-{fmt(first.max_norm)} while multiplied by "
                         f"{fmt(scale)}: after unscaling every element is at most {fmt(first.max_norm / scale)}.")
-        if self._optimizer.startswith(_ADAPTIVE):
+        if is_adaptive(self._optimizer):
             effect = (f"{opt} divides by its running gradient size, so the damage is partly hidden: every "
                       "step's gradient is rescaled to the same norm (the LR schedule no longer sets the "
                       "step size), and where it falls near eps the updates shrink.")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, require
+from traindoc.detectors._common import Example, finding, fmt, is_adaptive, require
 from traindoc.detectors._maths import Head
 from traindoc.events import Event, GradAccumulation
 from traindoc.findings import Finding
@@ -108,16 +108,21 @@ class UnscaledGradAccumulation(Detector):
             ),
             cause=(
                 f"The loss of each micro-batch is not divided by the number of micro-batches ({n}), "
-                f"so the gradients add up instead of averaging. With {e.cls} at lr {fmt(e.lr)} the "
-                f"update is about {n}x what one batch of the same total size gives (for SGD and "
-                f"momentum SGD the effective LR is {fmt(e.lr * n)}); Adam-type optimizers cancel most "
-                f"of a constant factor, but clip_grad_norm_ and gradient-norm logging see {n}x the norm."
+                "so the gradients add up instead of averaging. " + (
+                    f"{e.cls} divides its update by the gradients' running size, so its step barely "
+                    f"changes; what sees {n}x the norm is clip_grad_norm_ (a limit tuned for one batch "
+                    f"clips {n}x harder), gradient-norm logging, an L2 weight_decay added to the "
+                    "gradient (its share shrinks) and the optimizer's eps."
+                    if is_adaptive(e.cls) else
+                    f"With {e.cls} at lr {fmt(e.lr)} the update is about {n}x what one batch of the "
+                    f"same total size gives: the effective LR is {fmt(e.lr * n)}.")
             ),
             fix=(
                 f"Divide before backward{where}: `loss = loss / {n}` (your accumulation steps), then "
                 "`loss.backward()`. If micro-batches differ in size, divide by the total number of "
                 "samples or tokens of the accumulated batch. If the summed gradient is intended, "
-                f"lower the LR by {n}x and silence this id."
+                + ("silence this id (and scale any clipping limit by it)." if is_adaptive(e.cls) else
+                   f"lower the LR by {n}x and silence this id.")
             ),
             evidence={
                 "micro_batches": n, "batches": e.batches, "loss_scale": e.scale,
