@@ -14,7 +14,14 @@ class FrozenParamUpdated(Detector):
     """An optimizer step changed a parameter whose requires_grad is False: the freeze does not
     hold (momentum or weight decay keep moving it through a stale zero gradient). Also: an
     optimizer step changed a parameter that a module's ``train()`` override would freeze, when
-    that override never ran before training (``FreezeSkipped``): the freeze never happened."""
+    that override never ran before training (``FreezeSkipped``): the freeze never happened.
+
+    Autograd never fills the gradient of a tensor with requires_grad=False, so a non-zero
+    gradient that changes from one sampled step to the next was written by the script: training
+    on detached parameters with gradients computed by ``torch.func.grad`` (or an evolution
+    strategy's estimate) assigned to ``.grad`` before ``optimizer.step()``. Such a parameter is
+    not frozen and is not judged. A non-zero gradient is judged at the next sampled step: the
+    same norm again is a stale gradient still moving the parameter."""
 
     id = "frozen-param-updated"
     needs = frozenset({"params"})
@@ -24,11 +31,12 @@ class FrozenParamUpdated(Detector):
         Example("zoo/freeze_in_train_never_called.py", 0),
         Example("zoo/healthy_freeze_in_train.py", None),
         Example("zoo/healthy_finetune.py", None),
+        Example("zoo/healthy_dp_sgd_functional.py", None),  # gradients written to detached tensors
     )
 
     # Carried over a resume: the optimizers' groups, the frozen parameters that moved, and the
     # freezes that never ran.
-    carry = ("_opt", "_moved", "_skipped", "_unfrozen")
+    carry = ("_opt", "_moved", "_skipped", "_unfrozen", "_stale")
 
     def __init__(self, config: Detector.Config | None = None) -> None:
         self.config = config or self.Config()
@@ -36,6 +44,9 @@ class FrozenParamUpdated(Detector):
         self._moved: dict[str, tuple[int, float, int]] = {}
         self._skipped: dict[str, FreezeSkipped] = {}  # parameter -> the freeze that never ran
         self._unfrozen: dict[str, tuple[int, float]] = {}  # of those, moved: (step, change)
+        # A frozen parameter that moved with a non-zero gradient: (step, change, its gradient norm),
+        # until the next sampled step tells a stale gradient from one the script writes each step.
+        self._stale: dict[str, tuple[int, float, float]] = {}
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, Optimizer):
@@ -52,11 +63,17 @@ class FrozenParamUpdated(Detector):
                 if len(self._unfrozen) == 1:
                     yield self._skipped_finding()
             return
-        if event.requires_grad or event.optimizer < 0 or not event.update:
+        if event.requires_grad or event.optimizer < 0 or not event.update or event.name in self._moved:
             return
-        if event.name not in self._moved:
-            self._moved[event.name] = (event.step, event.update, event.optimizer)
-            yield self._finding()
+        step, update = event.step, event.update
+        if event.grad:  # see the class docstring
+            seen = self._stale.get(event.name)
+            if seen is None or seen[2] != event.grad:
+                self._stale[event.name] = (step, update, event.grad)
+                return
+            step, update = seen[0], seen[1]
+        self._moved[event.name] = (step, update, event.optimizer)
+        yield self._finding()
 
     def finish(self) -> Iterator[Finding]:
         if len(self._unfrozen) > 1:

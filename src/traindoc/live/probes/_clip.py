@@ -22,9 +22,9 @@ from typing import Any, Callable
 import torch
 
 from traindoc.live import warning_site
+from traindoc.live.probes._ops import is_traced
 from traindoc.live.session import Session
 
-is_compiling = torch.compiler.is_compiling
 ClipHook = Callable[["ClipCall"], None]
 
 # torch >= 2.6 clips in _clip_grads_with_norm_ (clip_grad_norm_ measures, then calls it); before,
@@ -113,7 +113,7 @@ class ClipEntry:
 
         @functools.wraps(orig)
         def clip(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling() or not entry._hooks:
+            if is_traced() or not entry._hooks:
                 return orig(*args, **kwargs)
             session = entry._session
             call = ClipCall(_user_name(name), list(args), kwargs)

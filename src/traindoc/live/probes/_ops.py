@@ -37,7 +37,6 @@ from torch.overrides import TorchFunctionMode
 from traindoc.live.session import Session
 from traindoc.live.warning_site import entry
 
-is_compiling = torch.compiler.is_compiling
 Listener = Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OUR_DIR = os.path.dirname(os.path.dirname(os.path.dirname(__file__))) + os.sep
@@ -164,7 +163,7 @@ class OpsWatch:
             self._hook = None
 
     def _pre(self, module: Any, args: Any) -> None:
-        if is_compiling() or next(module.parameters(), None) is None:
+        if is_traced() or next(module.parameters(), None) is None:
             return
         self._disarm()
         if is_compiled_module(module):  # before dynamo looks at the mode stack and the hooks
@@ -204,7 +203,7 @@ class OpsWatch:
             self._unsettle()
 
     def _settle_pre(self, module: Any, args: Any) -> None:
-        if not is_compiling():
+        if not is_traced():
             self.settle()
             self._unsettle()
 
@@ -254,7 +253,7 @@ class _Mode(TorchFunctionMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         if kwargs is None:
             kwargs = {}
-        if is_compiling():  # dynamo traces a compiled function the mode was up for
+        if torch.compiler.is_compiling():  # dynamo traces a compiled function the mode was up for
             return func(*args, **kwargs)
         watch = self.watch
         try:
@@ -276,6 +275,13 @@ entry(_Mode.__torch_function__)  # a warning torch raises in the call names the 
 # Watches whose mode may be up: a process forked now (DataLoader workers) takes its copy of the
 # mode stack along, and takes ours off it, so that the workers' own ops run as without traindoc.
 _pushed: weakref.WeakSet[OpsWatch] = weakref.WeakSet()
+
+
+def is_traced() -> bool:
+    """torch.compile is tracing the code, or a torch.func transform (vmap, grad, jacrev) runs it.
+    The tensors seen there are the tracer's or the transform's stand-ins (a batched tensor must
+    not leave its vmap): probes measure nothing, patched functions call through."""
+    return torch.compiler.is_compiling() or torch._C._functorch.get_dynamic_layer_stack_depth() > 0
 
 
 def _after_fork_in_child() -> None:

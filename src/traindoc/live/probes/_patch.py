@@ -25,11 +25,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from traindoc.live.probes import _ops
 from traindoc.live.probes._clip import ClipEntry
-from traindoc.live.probes._ops import OpsWatch, dynamo_compiled
+from traindoc.live.probes._ops import OpsWatch, dynamo_compiled, is_traced
 from traindoc.live.session import Session
 from traindoc.live.warning_site import entry
-
-is_compiling = torch.compiler.is_compiling
 
 Hook = tuple[str, Callable[[Any], None]]
 
@@ -147,7 +145,7 @@ class Patcher:
 
         @functools.wraps(orig)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if local.busy or is_compiling():
+            if local.busy or is_traced():
                 return orig(tensors, *args, **kwargs)
             _ops.shield_from_dynamo()
             if patcher.ops.active:  # the forward is over: backward and the step run without the mode
@@ -224,7 +222,7 @@ class Patcher:
             self._step_post.append((probe, post))
 
     def _dispatch_pre(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if is_compiling():
+        if is_traced():
             return
         self.ops.settle()  # the step and its measurements run without the mode of the backward
         # torch's step hooks get the optimizer itself as args[0]
@@ -234,7 +232,7 @@ class Patcher:
         call_each(self._step_pre, self.session, opt, closure)  # sampled rounds only: off the hot path
 
     def _dispatch_post(self, opt: Any, args: Any, kwargs: Any) -> None:
-        if is_compiling():
+        if is_traced():
             return
         session = self.session
         failed = session.failed
@@ -284,7 +282,7 @@ class Patcher:
     def guard(self, probe: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run our part of a hook. An exception disables ``probe`` (reported once by the
         session) and never reaches the user's script; inside torch.compile tracing, do nothing."""
-        if probe in self.session.failed or is_compiling():
+        if probe in self.session.failed or is_traced():
             return
         try:
             fn(*args)

@@ -30,7 +30,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from traindoc.events import Event, GradScale, ScaledClip
 from traindoc.live.probes._clip import ClipCall
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.autocast import AutocastCoverage
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.clipping import local_norm, norm_key
@@ -66,7 +66,7 @@ class AmpProbes(Probe):
         self._patcher.guard(self.name, fn, *args)
 
     def _off(self) -> bool:
-        return self.name in self.s.failed or is_compiling()
+        return self.name in self.s.failed or is_traced()
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:

@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from traindoc.events import AutocastCheck
-from traindoc.live.probes._patch import is_compiling
+from traindoc.live.probes._patch import is_traced
 from traindoc.live.probes.base import FirstCalls
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class AutocastCoverage:
             self._fwd = []
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if is_compiling() or not torch.is_grad_enabled() or not self._calls.take(module):
+        if is_traced() or not torch.is_grad_enabled() or not self._calls.take(module):
             return
         self._guard(self._record, module, output)
 

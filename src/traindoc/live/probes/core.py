@@ -25,12 +25,12 @@ from traindoc.events import BatchShape, Cast, Classification, Event
 from traindoc.live import measure
 from traindoc.live.objects import file_line, library_caller, user_site
 from traindoc.live.probes._ops import is_compiled_module, torch_function
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import FirstCalls, Probe
 from traindoc.live.probes.batches import BatchContent
 from traindoc.live.session import Session
 
-_is_compiling = is_compiling
+_is_traced = is_traced
 # Keys of a batch whose sequences are concatenated on purpose (padding-free packing, e.g.
 # transformers' DataCollatorWithFlattening): batch dimension 1 is intended there.
 _PACKED_KEYS = ("position_ids", "cu_seq_lens_q", "cu_seqlens", "seq_idx")
@@ -221,7 +221,7 @@ class CoreProbes(Probe):
         self._calls.clear()
 
     def _pre(self, module: Any, args: Any) -> None:
-        if _is_compiling():
+        if _is_traced():
             return
         if self._depth == 0 and is_compiled_module(module):  # before dynamo sees our hooks
             self.s.mark_compiled()
@@ -241,7 +241,7 @@ class CoreProbes(Probe):
         self._depth += 1
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if _is_compiling():
+        if _is_traced():
             return
         self._depth = max(0, self._depth - 1)
         if self._depth == 0:

@@ -32,7 +32,7 @@ from torch.nn.modules import module as _module
 from traindoc.events import BatchNormState, EvalPass, Event
 from traindoc.live import measure
 from traindoc.live.probes._ops import is_compiled_module
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.eval_parts import (
     Pass, Phase, QuietLines, RandomDraws, find_twin, in_update_bn, is_dropout_entry, mode_dependent,
@@ -125,7 +125,7 @@ class EvalProbes(Probe):
         return __exit__
 
     def _enter(self, ctx: Any, frame: Any) -> None:
-        if is_compiling():
+        if is_traced():
             return
         ctx.__dict__["_traindoc_region"] = True
         self._depth += 1
@@ -160,7 +160,7 @@ class EvalProbes(Probe):
 
     # ---- forward hooks (only inside an evaluation region, until its first root forward) ------
     def _pre(self, module: Any, args: Any) -> None:
-        if is_compiling():
+        if is_traced():
             return
         if self.name in self.s.failed:  # disabled after an error of ours: stop hooking
             self._set_hooks(False)
@@ -182,7 +182,7 @@ class EvalProbes(Probe):
             self._first_input = None
 
     def _post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
-        if is_compiling():
+        if is_traced():
             return
         self._fdepth = max(0, self._fdepth - 1)
         if self._prints is not None and self._fdepth > 0 and len(self._prints) < 2 * _FINGERPRINTS:

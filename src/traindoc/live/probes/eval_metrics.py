@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from traindoc.events import Event
 from traindoc.live.probes._ops import torch_function
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.publisher import Publisher, publisher
 from traindoc.live.probes.printed import Printed
@@ -156,7 +156,7 @@ class EvalMetricsProbe(Probe):
     # ---- one loss call ---------------------------------------------------------------------------
     def _on_loss(self, kind: str, logits: bool, input: Any, target: Any, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
-        if is_compiling() or not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
+        if is_traced() or not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         grad = torch.is_grad_enabled()
         if grad and not self._in_eval_mode():

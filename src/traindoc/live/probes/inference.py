@@ -19,7 +19,7 @@ from torch.nn.modules.module import register_module_forward_pre_hook
 
 from traindoc.events import Event, InferenceForward
 from traindoc.live.objects import user_site
-from traindoc.live.probes._patch import is_compiling
+from traindoc.live.probes._patch import is_traced
 from traindoc.live.session import Session
 
 _MAX_MODULES = 64  # modules noted per region (a whole model run under it: its first ones)
@@ -35,7 +35,7 @@ class InferenceRegions:
 
     def enter(self, ctx: Any) -> None:
         """An ``inference_mode`` region opened on a sampled step (``inference_mode(False)`` is none)."""
-        if is_compiling() or self.s.compiled or not torch.is_inference_mode_enabled():
+        if is_traced() or self.s.compiled or not torch.is_inference_mode_enabled():
             return
         ctx.__dict__["_traindoc_inference"] = True
         self._depth += 1

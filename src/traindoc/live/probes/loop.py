@@ -24,7 +24,7 @@ import torch
 from torch.optim import lr_scheduler as _sched
 
 from traindoc.events import Scalar, SchedulerStep
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
 from traindoc.live.objects import ObjectMap, user_site
 from traindoc.live.session import Session
@@ -161,7 +161,7 @@ class LoopProbes(Probe):
             if opt not in self._stepped:
                 self._guard("scheduler", self._first_step, opt)
             self._last_opt = weakref.ref(opt)
-        if self.s.clock.sampled and not is_compiling():
+        if self.s.clock.sampled and not is_traced():
             self._guard("lr", self._emit_lr, opt)
 
     def _first_step(self, opt: Any) -> None:

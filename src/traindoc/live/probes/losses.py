@@ -36,7 +36,7 @@ from traindoc import metrics as api
 from traindoc.events import Event, LossTerm
 from traindoc.live.measure import graph
 from traindoc.live.objects import user_site
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
@@ -96,7 +96,7 @@ class LossTermsProbe(Probe):
 
         @functools.wraps(orig)
         def checkpoint(*args: Any, **kwargs: Any) -> Any:
-            if not is_compiling():
+            if not is_traced():
                 probe._off = "activation checkpointing recomputes the forward in backward"
             return orig(*args, **kwargs)
 

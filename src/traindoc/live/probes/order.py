@@ -23,7 +23,7 @@ from traindoc.events import EvalBeforeTrain
 import sys
 
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
-from traindoc.live.probes._patch import Patcher, is_compiling
+from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
 
@@ -51,7 +51,7 @@ class OrderProbe(Probe):
         @functools.wraps(orig)
         def __call__(hook: Any, module: Any, inputs: Any) -> Any:
             state = probe._seen.get(module)
-            if state != "train" and not is_compiling():
+            if state != "train" and not is_traced():
                 if module.training:
                     probe._seen[module] = "train"
                 elif state is None:
