@@ -30,7 +30,10 @@ class UnscaledGradAccumulation(Detector):
     closure evaluations: none accumulates), steps where another optimizer stepped in
     between, and calls with no forward of the model between them after a first that had them
     (a rollout's per-time-step terms of one objective, summed on purpose: REINFORCE's
-    return-weighted log-probabilities backpropagated one by one). Needs sampled steps (live)."""
+    return-weighted log-probabilities backpropagated one by one). Nor a sum the script divides by N
+    itself between the last backward() and the step (the step's gradient norm is 1/N of the
+    last backward's: learn2learn's MAML, ``p.grad.data.mul_(1.0 / meta_batch_size)``). Needs
+    sampled steps (live)."""
 
     id = "unscaled-grad-accumulation"
     needs = frozenset({"accumulation"})
@@ -39,6 +42,7 @@ class UnscaledGradAccumulation(Detector):
         Example("zoo/healthy_accumulation.py", None),
         Example("zoo/healthy_gpt.py", None),
         Example("zoo/healthy_rl_reinforce_term_backwards.py", None),
+        Example("zoo/healthy_maml_grads_averaged.py", None),
         Example("live/golden/unscaled_accumulation.jsonl", 0),
         Example("live/golden/healthy_accumulation.jsonl", None),
     )
@@ -73,7 +77,7 @@ class UnscaledGradAccumulation(Detector):
                 or not (e.batches == e.backwards or one_loop):
             return
         self._judged += 1
-        if e.scale * e.backwards < self.config.min_factor:
+        if e.scale * e.backwards < self.config.min_factor or _divided_after(e):
             return
         self._hits.append(e)
         if not self._fired and self._hits.count >= self.config.confirm:
@@ -132,3 +136,11 @@ class UnscaledGradAccumulation(Detector):
             },
             where=[w for w in (e.backward_where, e.where) if w],
         )
+
+
+def _divided_after(e: GradAccumulation) -> bool:
+    """The script divided the summed gradients by N between the last backward() and the step
+    (learn2learn's MAML: ``p.grad.mul_(1 / meta_batch_size)``): the step used 1/N of the norm
+    the last backward left, within 2%. A clipping that happens to land there is not told apart."""
+    last = e.norms[-1] if e.norms else 0.0
+    return last > 0 and math.isfinite(e.stepped) and abs(e.stepped * e.backwards / last - 1) < 0.02

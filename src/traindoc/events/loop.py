@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -72,7 +74,9 @@ class GradAccumulation:
     accumulated (an optimizer's step evaluating its closure: LBFGS); ``rollout``: every call
     after the first came with no forward of the model since the one before, while forwards came
     before the first (the terms of one objective computed in a rollout and backpropagated one by
-    one, as per-time-step REINFORCE does: not micro-batches)."""
+    one, as per-time-step REINFORCE does: not micro-batches). ``stepped``: the total gradient
+    norm the step itself used, after whatever the script did to the gradients since the last
+    backward (NaN: not measured)."""
 
     step: int
     optimizer: int
@@ -92,6 +96,7 @@ class GradAccumulation:
     retained: bool = False
     restarted: bool = False
     rollout: bool = False
+    stepped: float = math.nan
     signal: ClassVar[str] = "accumulation"
 
 @dataclass(frozen=True)

@@ -259,7 +259,7 @@ class AccumulationProbe(Probe):
         sites = len(iv.sites) if backwards == len(iv.factors) else 0
         retained, restarted, rollout = iv.retained, iv.restarted, bool(iv.rollout)
 
-        def event(pre: list[float], post: list[float]) -> GradAccumulation:
+        def event(pre: list[float], post: list[float], stepped: float = math.nan) -> GradAccumulation:
             carried = 0.0 if first_none or not pre else pre[0]
             cleared = none_seen or any(v == 0.0 for v in pre)
             again = restarted or any(v == 0.0 for v in pre[1:])  # zeroed, not set to None
@@ -267,19 +267,21 @@ class AccumulationProbe(Probe):
                 step=step, optimizer=index, cls=cls, lr=lr, backwards=backwards, batches=batches,
                 scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
                 interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
-                sites=sites, retained=retained, restarted=again, rollout=rollout,
+                sites=sites, retained=retained, restarted=again, rollout=rollout, stepped=stepped,
             )
 
         parts = iv.pre + iv.post
         if not parts:
             s.emit(event([], []))
             return
+        grads = _grads(opt)  # after the step, as the step used them (a script may divide them)
         with torch.no_grad():
             dev = parts[0].device
-            packed = torch.stack([t.to(dev) for t in parts])
+            packed = torch.stack([t.to(dev) for t in parts] + [_total_norm(grads).to(dev) if grads
+                                                                else torch.full((), math.nan, device=dev)])
 
         def decode(vals: list[float]) -> list[Event]:
-            return [event(vals[:npre], vals[npre:])]
+            return [event(vals[:npre], vals[npre:-1], vals[-1])]
 
         s.defer(packed, decode)
 
