@@ -3,9 +3,12 @@ what a normalization layer divides by, checked against the layer's own output.""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
+import traindoc
 from traindoc.detectors.norm_eps_too_large import NormEpsTooLarge
 from traindoc.events import NormInput
 from traindoc.live.measure import norm_divisor
@@ -79,3 +82,33 @@ def test_rms_norm_divides_by_the_mean_square() -> None:
 
 def test_other_modules_are_not_measured() -> None:
     assert norm_divisor(torch.nn.Linear(3, 3), torch.randn(2, 3)) is None
+
+
+def test_the_finding_names_where_the_layer_was_built() -> None:
+    found = _run(_steps(0.8, 1e-4) + [NormInput(step=40, module="model.4", cls="BatchNorm2d", eps=0.8, var=1e-4,
+                                                where="gan.py:82")])
+    assert "model.4 (BatchNorm2d, built at gan.py:82)" in found[-1].message
+    assert list(found[-1].where) == ["gan.py:82"] and "at gan.py:82" in found[-1].fix
+
+
+def test_live_measures_and_names_the_line_that_built_the_layer() -> None:
+    torch.manual_seed(0)
+    with traindoc.watch(announce=False) as doc:
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16, 0.8), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 1))
+        line = inspect.currentframe().f_lineno - 2  # type: ignore[union-attr]
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                torch.nn.init.normal_(m.weight, 0.0, 0.02)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for _ in range(20):
+            loss = model(torch.randn(32, 8)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    (found,) = [f for f in doc.findings if f.id == "norm-eps-too-large"]
+    assert found.step == 0 and found.evidence["modules"] == ["1"]
+    assert found.evidence["built_at"] == [f"tests/test_norm_eps_too_large.py:{line}"]
+    variances = found.evidence["variance"]
+    assert isinstance(variances, list) and isinstance(variances[0], float)
+    assert variances[0] < 0.01  # N(0, 0.02) weights on unit inputs: ~0.003

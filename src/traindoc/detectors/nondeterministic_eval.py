@@ -18,14 +18,19 @@ class NondeterministicEval(Detector):
     afterwards) and compared the outputs. Fires when they differ by more than ``tolerance``
     relative to the output's largest magnitude: a random op ignores ``model.eval()``. Differences
     of nondeterministic GPU kernels (about 1e-6 relative) stay below the tolerance. A model whose
-    only random ops are draws from a ``torch.distributions`` distribution (``sampled``: a
-    stochastic policy acting) differs on purpose and is not judged."""
+    only random ops are draws from a distribution it predicts (``sampled``: inside a
+    ``torch.distributions`` distribution, a stochastic policy acting; or a draw multiplied by a
+    tensor the model computed, a VAE's ``mu + torch.randn_like(std) * std``) differs on purpose
+    and is not judged. Noise of a fixed scale (``x + 0.3 * torch.randn_like(x)``) is judged."""
 
     id = "nondeterministic-eval"
     needs = frozenset({"eval"})
     examples = (
         Example("zoo/nondeterministic_eval.py", 29),
+        Example("zoo/noise_layer_not_gated_eval.py", 15),
         Example("zoo/healthy_cnn_bn.py", None),
+        Example("zoo/healthy_vae_sampled_eval.py", None),
+        Example("zoo/healthy_cvae_inplace_sampling.py", None),
         Example("live/golden/nondeterministic_eval.jsonl", 29),
         Example("live/golden/healthy_eval.jsonl", None),
     )

@@ -33,7 +33,7 @@ class NormEpsTooLarge(Detector):
 
     # Carried over a resume: per layer, its class and eps, the sampled steps where eps dominated,
     # the first of them and the latest variance; whether it fired.
-    carry = ("_cls", "_eps", "_count", "_first", "_var", "_fired")
+    carry = ("_cls", "_eps", "_count", "_first", "_var", "_where", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -50,6 +50,7 @@ class NormEpsTooLarge(Detector):
         self._count: dict[str, int] = {}
         self._first: dict[str, int] = {}
         self._var: dict[str, float] = {}
+        self._where: dict[str, str] = {}  # where the layer was built, when known
         self._fired = False
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -58,6 +59,8 @@ class NormEpsTooLarge(Detector):
             return
         name = event.module
         self._cls[name], self._eps[name], self._var[name] = event.cls, event.eps, event.var
+        if event.where:
+            self._where[name] = event.where
         self._count[name] = self._count.get(name, 0) + 1
         self._first.setdefault(name, event.step)
         if not self._fired and self._count[name] >= self.config.confirm:
@@ -74,11 +77,13 @@ class NormEpsTooLarge(Detector):
         name = bad[0]
         cls, eps, var = self._cls[name], self._eps[name], self._var[name]
         std = math.sqrt(var / (var + eps))
+        built = f", built at {self._where[name]}" if name in self._where else ""
+        sites = sorted({self._where[n] for n in bad if n in self._where})
         return finding(
             self.id, step=first,
             message=(
                 f"{len(bad)} normalization layer(s) divide by sqrt(var + eps) with eps at least the "
-                f"variance of their input: {names(bad)}. {name} ({cls}) has eps={fmt(eps)} and its "
+                f"variance of their input: {names(bad)}. {name} ({cls}{built}) has eps={fmt(eps)} and its "
                 f"input's variance is {fmt(var)} (median over what it normalizes; at most eps on "
                 f"{self._count[name]} sampled steps from step {self._first[name]}; judged from eps >= "
                 f"{fmt(self.config.min_eps)}), so its output's std is {fmt(std)} instead of 1: it damps "
@@ -87,12 +92,13 @@ class NormEpsTooLarge(Detector):
             cause=(f"eps={fmt(eps)} is almost never meant: the second positional argument of {cls} is "
                    "eps, not momentum (Keras's BatchNormalization takes momentum first), or the "
                    "layer's size was passed again (`nn.BatchNorm2d(n5x5, n5x5)`)."),
-            fix=(f"Build {name} with the default eps: `nn.{cls}(C)`; a momentum goes by keyword, and "
-                 "Keras's momentum m is PyTorch's 1 - m (`nn.BatchNorm2d(C, momentum=0.2)` for "
-                 "Keras's 0.8). `traindoc lint` points at the line that builds it."),
+            fix=(f"Build {name}{' at ' + self._where[name] if built else ''} with the default eps: "
+                 f"`nn.{cls}(C)`; a momentum goes by keyword, and Keras's momentum m is PyTorch's 1 - m "
+                 "(`nn.BatchNorm2d(C, momentum=0.2)` for Keras's 0.8). `traindoc lint` points at every "
+                 "line that builds one."),
             evidence={"modules": bad[:50], "classes": [self._cls[n] for n in bad[:50]],
                       "eps": [self._eps[n] for n in bad[:50]], "variance": [self._var[n] for n in bad[:50]],
                       "sampled_steps": [self._count[n] for n in bad[:50]], "count": len(bad),
-                      "threshold_eps": self.config.min_eps},
-            where=bad[:10],
+                      "built_at": [self._where.get(n, "") for n in bad[:50]], "threshold_eps": self.config.min_eps},
+            where=(sites or bad)[:10],
         )

@@ -234,13 +234,15 @@ class NormInput:
     """A normalization layer built with a large ``eps``, on a sampled training forward (live).
     ``var`` is what the layer divides by before ``eps`` is added: its input's variance (a
     BatchNorm's per channel, a LayerNorm's per row; an RMSNorm's mean square), the median over
-    those. The layer's output has a standard deviation of sqrt(var / (var + eps)) instead of 1."""
+    those. The layer's output has a standard deviation of sqrt(var / (var + eps)) instead of 1.
+    ``where``: the file:line that built the layer ("" when it was built before watching began)."""
 
     step: int
     module: str
     cls: str
     eps: float
     var: float
+    where: str = ""
     signal: ClassVar[str] = "norms"
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import torch
 
 from traindoc.events import LOSS_INPUT, Activation, Event, NormInput, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
-from traindoc.live.objects import ObjectMap, frame_modules, largest_container
+from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
 from traindoc.live.ranks import is_shard, local_part  # traindoc-ranks
 from traindoc.live.stray import StrayGrads
 
@@ -46,6 +46,7 @@ class ModelWatch:
         self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
         self._roots = ObjectMap()  # model -> the step of its latest training forward
         self._mnames = ObjectMap()  # module -> name
+        self._built_at = ObjectMap()  # normalization layer with a large eps -> where it was built
         # ReLU module, or a layer whose input is judged -> (name, type, ever-active units,
         # batches, ever-negative flag or None, rows)
         self._relu = ObjectMap()
@@ -295,20 +296,25 @@ class ModelWatch:
         name = self._mnames.get(module, type(module).__name__)
         self._track_units(module, f"input of {name}", "relu-like", units, (x < 0).any())
 
+    def note_registration(self, module: Any) -> None:
+        """A module registers a parameter or buffer while it is built: where a normalization
+        layer with a large eps was built (``nn.BatchNorm2d(C, 0.8)``: its eps is set first)."""
+        if isinstance(module, measure.NORMS) and _large_eps(module) and module not in self._built_at:
+            self._built_at[module] = user_site(2)
+
     def _norm_input(self, module: Any, x: Any) -> None:
         """Only layers whose eps is above ``NORM_EPS`` are measured: the others cost one check."""
-        eps = getattr(module, "eps", None)  # RMSNorm's may be None; an int where a size was passed
-        if (not isinstance(eps, (int, float)) or eps <= NORM_EPS or not isinstance(x, torch.Tensor)
-                or x.numel() < 2):
+        eps = _large_eps(module)
+        if eps is None or not isinstance(x, torch.Tensor) or x.numel() < 2:
             return
-        eps = float(eps)
         var = measure.norm_divisor(module, x)
         if var is None:
             return
         step, name, cls = self.s.clock.step, self._mnames.get(module, type(module).__name__), type(module).__name__
+        where = self._built_at.get(module, "")
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            yield NormInput(step=step, module=name, cls=cls, eps=eps, var=vals[0])
+            yield NormInput(step=step, module=name, cls=cls, eps=eps, var=vals[0], where=where)
 
         self.s.defer(var.reshape(1), decode)
 
@@ -381,3 +387,10 @@ class ModelWatch:
                                      units=active.numel(), batches=batches, rows=rows)
 
         self.s.defer(packed, decode)
+
+
+def _large_eps(module: Any) -> float | None:
+    """A normalization layer's eps when it is above ``NORM_EPS`` (an int where a size was passed
+    as eps; RMSNorm's may be None, the dtype's own epsilon)."""
+    eps = getattr(module, "eps", None)
+    return float(eps) if isinstance(eps, (int, float)) and eps > NORM_EPS else None

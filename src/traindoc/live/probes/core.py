@@ -52,6 +52,7 @@ class CoreProbes(Probe):
         self._iterators = 0
         self._filter: object = None
         self._content = BatchContent(session)  # Batch events (repeated-batch)
+        self._registration: list[Any] = []  # parameter/buffer registration hooks, until the first step
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -73,9 +74,27 @@ class CoreProbes(Probe):
         self._filter = warnings.filters[0]
         if s.level.activations and s.clock.sampled:
             self.on_sampling(True)
+        if not s.clock.trained:  # the model is being built: where its layers are made
+            from torch.nn.modules import module as _module
+
+            note = self._note_registration
+            self._registration = [_module.register_module_parameter_registration_hook(note),
+                                  _module.register_module_buffer_registration_hook(note)]
+
+    def _note_registration(self, module: Any, name: str, value: Any) -> None:
+        self._guard("forward", self.s.model.note_registration, module)
+
+    def on_first_step(self, opt: Any) -> None:
+        self._end_registration()
+
+    def _end_registration(self) -> None:
+        for h in self._registration:
+            h.remove()
+        self._registration = []
 
     def uninstall(self) -> None:
         self.on_sampling(False)
+        self._end_registration()
         filters: list[Any] = warnings.filters  # type: ignore[assignment]  # typeshed: Sequence; it is a list
         if self._filter in filters:
             filters.remove(self._filter)

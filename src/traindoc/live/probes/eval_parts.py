@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -160,29 +161,63 @@ _DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d":
 
 
 class RandomDraws(TorchFunctionMode):
-    """The random ops a forward runs, on traindoc's own re-run: ``sampled`` when one ran inside
-    a ``torch.distributions`` distribution (the model's output is a draw from the distribution
-    it predicts: a stochastic policy acting, a posterior sample), ``other`` when one ran
-    anywhere else (functional dropout, noise added by hand)."""
+    """The random ops a forward runs, on traindoc's own re-run: ``sampled`` when its output is a
+    draw from a distribution it predicts (a stochastic policy acting, a posterior sample), either
+    inside a ``torch.distributions`` distribution or by the reparameterization trick (a draw
+    multiplied by a tensor the forward computed: a VAE's ``mu + torch.randn_like(std) * std``);
+    ``other`` when a draw is anything else (functional dropout, noise of a fixed scale added by
+    hand). Tensors are followed by identity, checked through weak references."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.sampled = False
-        self.other = False
+        self._sampled = False
+        self._other = False
+        self._draws: dict[int, weakref.ref[torch.Tensor]] = {}  # draws outside a distribution
+        self._scaled: set[int] = set()  # of those, multiplied by a tensor the forward computed
+        self._made: dict[int, weakref.ref[torch.Tensor]] = {}  # the outputs of its other ops
+
+    @property
+    def sampled(self) -> bool:
+        return self._sampled or bool(self._scaled)
+
+    @property
+    def other(self) -> bool:
+        return self._other or len(self._scaled) < len(self._draws)
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        out = func(*args, **kwargs)
         if name in _RANDOM_OPS:
             if _in_distribution(sys._getframe(1)):
-                self.sampled = True
+                self._sampled = True
+            elif isinstance(out, torch.Tensor):
+                self._draws[id(out)] = weakref.ref(out)
             else:
-                self.other = True
+                self._other = True
         elif name in _DROPOUTS:  # an nn.Dropout in eval mode calls F.dropout(training=False)
             training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else _DROPOUTS[name]))
             p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-            self.other = self.other or bool(training and p)
-        return func(*args, **kwargs)
+            self._other = self._other or bool(training and p)
+        else:
+            if name in _PRODUCTS and len(args) == 2:
+                self._note_scale(*args)
+            if isinstance(out, torch.Tensor):
+                self._made[id(out)] = weakref.ref(out)
+        return out
+
+    def _note_scale(self, a: Any, b: Any) -> None:
+        for draw, scale in ((a, b), (b, a)):
+            if _held(self._draws, draw) and _held(self._made, scale) and scale.numel() > 1:
+                self._scaled.add(id(draw))
+
+
+_PRODUCTS = frozenset({"mul", "mul_", "multiply", "__mul__", "__rmul__"})
+
+
+def _held(table: dict[int, weakref.ref[torch.Tensor]], t: Any) -> bool:
+    ref = table.get(id(t))
+    return ref is not None and ref() is t
 
 
 def _in_distribution(frame: Any) -> bool:
