@@ -365,6 +365,14 @@ class ToTensor:
         return img[None].float() / 255
 
 
+class Lambda:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        return self.fn(x)
+
+
 class Normalize:
     def __init__(self, mean, std):
         self.mean, self.std = torch.tensor(mean)[:, None, None], torch.tensor(std)[:, None, None]
