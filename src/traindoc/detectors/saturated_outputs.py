@@ -47,6 +47,8 @@ class SaturatedOutputs(Detector):
         Example("zoo/healthy_rl_actor_critic.py", None),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_dcgan_normal_init.py", None),
+        Example("zoo/vq_ema_codebook_collapse.py", 1),
+        Example("zoo/healthy_vq_ema_codebook.py", None),
     )
 
     # Carried over a resume: each output's counts, recent spreads (deques of 64) and the forwards of
@@ -128,6 +130,7 @@ class SaturatedOutputs(Detector):
         lo, hi = median(list(out.lo)), median(list(out.hi))
         spread = median(list(out.spreads))
         pinned = lo <= 0.01 and hi >= 0.99  # probabilities at 0 and 1, not squashed in the middle
+        collapsed = lo < 0.0 or hi > 1.0  # not probabilities: the same vector for every input
         start, span, _ = out.longest or (out.first, 0, 0)
         return finding(
             self.id, step=start,
@@ -140,11 +143,22 @@ class SaturatedOutputs(Detector):
             cause=(f"{out.what[0].upper()}{out.what[1:]} sit at 0 and 1 whatever the input: the "
                    "logits grew so large that the softmax/sigmoid saturated, and its gradient "
                    "vanishes (a policy that collapsed to one action in every state)."
-                   if pinned else None),
+                   if pinned else
+                   f"{out.what[0].upper()}{out.what[1:]} is nearly the same vector for every input: a "
+                   "collapse. A vector quantizer whose inputs all pick one code (codebook collapse: "
+                   "unused codes drift out of reach, as when an EMA codebook divides an unused code's "
+                   "sum by a count near 0), a self-supervised representation that collapsed to a "
+                   "constant, or a module whose input no longer carries the data."
+                   if collapsed else None),
             fix=("Keep the logits bounded: an entropy bonus for a policy (subtract beta * "
                  "entropy from the loss, beta ~0.01), a lower LR or gradient clipping, label "
                  "smoothing or a temperature for a classifier; watch the outputs' entropy."
-                 if pinned else None),
+                 if pinned else
+                 "Count the distinct outputs (for a quantizer, the codes in use per batch). For a "
+                 "codebook: start an EMA codebook's counts at 1, not 0, re-seed unused codes from "
+                 "encoder outputs, or initialise the codebook from them (k-means). For a "
+                 "self-supervised model: check the stop-gradient, predictor and variance terms."
+                 if collapsed else None),
             evidence={"module": out.module, "median_spread": spread, "low": lo, "high": hi,
                       "saturated_steps": out.saturated, "sampled_steps": out.seen,
                       "saturated_span": out.saturated_span, "span": out.span,
