@@ -43,6 +43,7 @@ class UnscaledGradAccumulation(Detector):
         Example("zoo/healthy_gpt.py", None),
         Example("zoo/healthy_rl_reinforce_term_backwards.py", None),
         Example("zoo/healthy_maml_grads_averaged.py", None),
+        Example("zoo/healthy_accumulation_grads_divided.py", None),
         Example("live/golden/unscaled_accumulation.jsonl", 0),
         Example("live/golden/healthy_accumulation.jsonl", None),
     )
