@@ -45,6 +45,8 @@ def train(steps: int = 12) -> tuple[nn.Module, list[float]]:
 
 @pytest.mark.parametrize("cls,method,probe", [
     (AccumulationProbe, "_pre_backward", "accumulation"),
+    (AccumulationProbe, "install", "accumulation"),  # a torch it does not know (2.14's Function.apply was)
+    (AccumulationProbe, "uninstall", "accumulation"),
     (LoopProbes, "_before_sched", "scheduler"),
     (EvalProbes, "_look", "eval"),
     (EvalProbes, "_enter", "eval"),

@@ -32,6 +32,7 @@ if sys.version_info < (3, 12):  # no sys.monitoring: the collectives are timed b
     DOCUMENTED |= {("torch.distributed", op) for op in COLLECTIVES}
 SPACES = {"torch": torch, "torch.nn.functional": F, "torch.Tensor": torch.Tensor,
           "torch.nn.utils": torch.nn.utils, "torch.nn.init": torch.nn.init, "torch.autograd": torch.autograd,
+          "torch.autograd.Function": torch.autograd.Function,
           "torch.distributed": torch.distributed}
 
 
@@ -42,6 +43,8 @@ def _ours() -> set[tuple[str, str]]:
     found = set()
     for space, ns in SPACES.items():
         for name, value in list(vars(ns).items()):
+            if isinstance(value, (classmethod, staticmethod)):
+                value = value.__func__
             code = getattr(value, "__code__", None) if callable(value) else None
             if isinstance(getattr(code, "co_filename", None), str) and code.co_filename.startswith(package):
                 found.add((space, name))

@@ -92,7 +92,11 @@ class Probes:
         session = self.session
         self.patcher.patch(warnings, "showwarning", attributed)
         for probe in self._probes:
-            probe.install()
+            try:
+                probe.install()
+            except Exception as exc:  # a torch this probe does not know: the others still watch
+                session.fail(probe.name, exc)
+                continue
             session.clock.subscribe(probe)
             if type(probe).on_module_output is not Probe.on_module_output:
                 session.output_listeners.append(probe.on_module_output)
@@ -101,7 +105,10 @@ class Probes:
     def uninstall(self) -> None:
         session = self.session
         for probe in reversed(self._probes):
-            probe.uninstall()
+            try:
+                probe.uninstall()
+            except Exception as exc:  # the rest still comes down, and torch is restored below
+                session.fail(probe.name, exc)
             session.clock.unsubscribe(probe)
         session.output_listeners.clear()
         self.patcher.restore()

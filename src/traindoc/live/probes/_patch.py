@@ -67,14 +67,6 @@ class Patcher:
         self._patched.append((owner, name, orig if own else _INHERITED, new))
         setattr(owner, name, new)
 
-    def patch_descriptor(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
-        """Like ``patch`` for an attribute whose descriptor matters (a classmethod): the raw
-        ``owner.__dict__`` entry is handed to ``make`` and put back by ``restore``."""
-        orig = owner.__dict__[name]
-        new = entry(make(orig))
-        self._patched.append((owner, name, orig, new))
-        setattr(owner, name, new)
-
     def restore(self) -> None:
         self.ops.close()
         self.clips.close()

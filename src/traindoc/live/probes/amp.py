@@ -75,7 +75,7 @@ class AmpProbes(Probe):
         patch(GradScaler, "unscale_", self._wrap_unscale)
         patch(GradScaler, "step", self._wrap_step)
         patch(GradScaler, "update", self._wrap_update)
-        self._patcher.patch_descriptor(torch.autograd.Function, "apply", self.autocast.wrap_apply)
+        self._patcher.on_backward(self.name, before=self.autocast.on_backward, sampled_only=True)
         if self.s.level.activations and self.clock.sampled:
             self.autocast.on_sampling(True)
 

@@ -2,14 +2,13 @@
 in float32 inside a mixed-precision step, and why.
 
 Forward hooks (sampled steps only) record the output dtype of matmul-heavy modules and the
-autocast state they ran under; ``autograd.Function.apply`` sees a Function whose forward is
-``custom_fwd(cast_inputs=torch.float32)``. One ``AutocastCheck`` per sampled step of a
+autocast state they ran under; the graph of the step's first backward shows the Functions whose
+forward is ``custom_fwd(cast_inputs=torch.float32)``. One ``AutocastCheck`` per sampled step of a
 mixed-precision run (autocast on, or a GradScaler that scaled a loss in the step).
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable
@@ -39,6 +38,7 @@ class AutocastCoverage:
         self._calls = FirstCalls()  # the calls of each module a sampled step measures
         self._rows: list[tuple[int, str, int, bool, str, str]] = []
         self._seen: dict[int, set[str]] = {}
+        self._walked: set[int] = set()  # the steps whose graph was read (micro-batches share their Functions)
         self._main = threading.main_thread().ident
         self._devices = _autocast_devices()
 
@@ -97,34 +97,27 @@ class AutocastCoverage:
         numel = sum(p.numel() for p in module.parameters())
         self._rows.append((step, name, numel, fp32, device, reason))
 
-    def wrap_apply(self, orig: Any) -> Any:
-        """``autograd.Function.apply``: on sampled steps inside autocast, a Function whose
-        forward is ``custom_fwd(cast_inputs=torch.float32)`` runs its parameters in float32."""
-        probe, apply = self, orig.__func__
-
-        @functools.wraps(apply)
-        def wrapper(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            if probe._fwd:  # forward hooks on: a sampled step
-                probe._guard(probe._on_function, cls, args)
-            return apply(cls, *args, **kwargs)
-
-        return classmethod(wrapper)
-
-    def _on_function(self, cls: Any, args: tuple[Any, ...]) -> None:
-        device = _casts_to_fp32(cls)
-        if not device or not torch.is_grad_enabled() or not torch.is_autocast_enabled(device):
-            return
-        params = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad and a.is_leaf]
-        if not params:
-            return
+    def on_backward(self, loss: Any) -> None:
+        """The first backward of a sampled mixed-precision step: the Functions in its graph
+        whose forward is ``custom_fwd(cast_inputs=torch.float32)``, with the parameters they
+        took. Read from the graph (each node keeps its ``_forward_cls``), so
+        ``autograd.Function.apply`` stays torch's own (a C method since torch 2.14)."""
         step = self._s.clock.current_step
-        self._seen.setdefault(step, set()).add(
-            f"{device}:{str(torch.get_autocast_dtype(device)).removeprefix('torch.')}")
-        name = f"{cls.__name__}({self._s.model.param_name(params[0])})"
-        self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type, "custom_fwd"))
+        autocast = self._seen.get(step)
+        if not self._fwd or loss is None or not autocast or step in self._walked:
+            return
+        self._walked.add(step)
+        on = {a.split(":")[0] for a in autocast}
+        for cls, params in _custom_functions(loss.grad_fn):
+            device = _casts_to_fp32(cls)
+            if device in on and params:
+                name = f"{cls.__name__}({self._s.model.param_name(params[0])})"
+                self._rows.append((step, name, sum(p.numel() for p in params), True, params[0].device.type,
+                                   "custom_fwd"))
 
     def on_sampled_round_end(self, step: int) -> None:
         self._calls.clear()
+        self._walked.clear()
         if self._rows or self._scaled:  # a sampled round: its forward's autocast rows
             self._guard(self._emit_autocast, step)
 
@@ -164,6 +157,26 @@ class AutocastCoverage:
 
 
 _FP32_FUNCTIONS: dict[Any, str] = {}  # Function class -> device of its float32 custom_fwd, or ""
+_MAX_NODES = 100_000  # a graph read on a sampled step stops here (an unrolled RNN's can be huge)
+
+
+def _custom_functions(root: Any) -> list[tuple[Any, list[Any]]]:
+    """The custom autograd Functions in the graph below ``root``, each with the leaf tensors
+    it took directly (its inputs that are parameters, not activations)."""
+    found: list[tuple[Any, list[Any]]] = []
+    seen: set[Any] = set()
+    stack = [root]
+    while stack and len(seen) < _MAX_NODES:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        nexts = node.next_functions
+        cls = getattr(node, "_forward_cls", None)
+        if cls is not None:
+            found.append((cls, [fn.variable for fn, _ in nexts if hasattr(fn, "variable")]))
+        stack.extend(fn for fn, _ in nexts)
+    return found
 
 
 def _casts_to_fp32(cls: Any) -> str:
