@@ -93,10 +93,13 @@ class UpdateUnderflow(Detector):
         if per_param is None:
             per_param = self._per_param[event.name] = Thinned(_PER_PARAM)
         per_param.append(event.unchanged)
-        if event.spacing is not None and event.spacing == event.spacing:
+        # The step and the spacing quoted are those of the parameters that mostly stayed put:
+        # over all of them, the many small biases (spacing 1e-6 near 0) would hide the weights
+        # whose updates round away.
+        if event.unchanged >= 0.5 and event.spacing is not None and event.spacing == event.spacing:
             self._spacing.append(event.spacing)
-        if event.intended is not None:
-            self._intended.append(event.intended)
+            if event.intended is not None:
+                self._intended.append(event.intended)
 
     def finish(self) -> Iterator[Finding]:
         yield from self._judge()
@@ -126,8 +129,9 @@ class UpdateUnderflow(Detector):
         worst = sorted(self._per_param, key=lambda n: -medians[n])
         stuck = [n for n in worst if medians[n] >= 0.99] or self._diff_stuck
         sp, want = median(self._spacing.values), median(self._intended.values)
-        size = (f" The optimizer's typical step is about {fmt(want)} per element, against a "
-                f"{self._dtype.split('.')[-1]} spacing of {fmt(sp)} at the weights' typical magnitude.") \
+        size = (f" For the parameters left mostly unchanged, the optimizer's typical step is about {fmt(want)} "
+                f"per element, against a {self._dtype.split('.')[-1]} spacing of {fmt(sp)} at their typical "
+                "magnitude.") \
             if self._intended.count and self._spacing.count else ""
         return finding(
             self.id, step=self._first_bad,
