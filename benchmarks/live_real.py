@@ -37,13 +37,25 @@ sized so that a run takes seconds; a script that never seeds torch is seeded at 
 (``torch_seed``: a sitecustomize on its PYTHONPATH). PyTorch-GAN's scripts import torchvision,
 whose wheels need a torch build this machine does not have: ``vision`` writes a stand-in with
 the three things they use (``datasets.MNIST`` drawing digit-like strokes, ``transforms``,
-``utils.save_image`` writing nothing), seeds numpy and torch, and writes the weights at exit. Exit status 1 when a case is not identical, raises a false
-alarm or fails; 2 when a checkout is missing or the manifest is malformed.
+``utils.save_image`` writing nothing), seeds numpy and torch, and writes the weights at exit.
+
+A case that ``needs`` modules this Python lacks is listed as not run, with what it needs. timm's
+train.py needs the real torchvision, whose wheel here goes with torch 2.14.1, not the project's
+pinned 2.13.0: those cases run in an environment of their own, with traindoc installed in it,
+
+    python -m venv /tmp/tv && /tmp/tv/bin/pip install torch==2.14.1 torchvision==0.29.1 \
+        pyyaml huggingface_hub safetensors && /tmp/tv/bin/pip install -e .
+    /tmp/tv/bin/python benchmarks/live_real.py --case timm-resnet-ema ...
+
+on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colour and a square
+telling them apart). Exit status 1 when a case is not identical, raises a false alarm or fails;
+2 when a checkout is missing or the manifest is malformed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pickle
@@ -83,6 +95,7 @@ class Case:
     expect: list[str] = field(default_factory=list)
     why: str = ""
     longer: int = 3  # the length factor of the timing's longer run
+    needs: list[str] = field(default_factory=list)  # modules it imports that a plain set-up lacks
 
     @property
     def folder(self) -> str:
@@ -398,10 +411,28 @@ def _vision(where: Path) -> None:
     (folder / "sitecustomize.py").write_text(_EXIT_STATE + "\n" + seed, encoding="utf-8")
 
 
+def _image_folder(where: Path) -> None:
+    """live_real_images/{train,validation}/classN/*.png, as torchvision's ImageFolder reads them."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, per_class in (("train", 12), ("validation", 4)):
+        for c in range(4):
+            folder = where / "live_real_images" / split / f"class{c}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                img = rng.integers(0, 80, (32, 32, 3)).astype(np.uint8)
+                img[:, :, c % 3] += 100 + 40 * (c // 3)
+                if c == 3:
+                    img[8:24, 8:24] = 250
+                Image.fromarray(img).save(folder / f"{i}.png")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
-    "gym": _gym, "exit_state": _exit_state, "vision": _vision,
+    "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
@@ -527,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
         scratch = Path(tmp)
         for case in cases:
             root = args.checkouts / case.folder
+            lacking = [m for m in case.needs if importlib.util.find_spec(m) is None]
+            if lacking:
+                rows.append(f"| {case.name} | not run: this Python lacks {', '.join(lacking)} | | | | |")
+                print(rows[-1], file=sys.stderr)
+                continue
             if case.prepare:
                 PREPARE[case.prepare](root / case.cwd)
             whole, per_step, notes, alarms, expected = [], [], [], set(), set()
