@@ -520,6 +520,8 @@ def _differences(case: Case, root: Path, bare: Run, seen: Run) -> list[str]:
 def _alarms(case: Case, run: Run) -> list[str]:
     if run.report is None:
         return ["no report written"]
+    if run.report.get("run", {}).get("trained") is False:
+        return ["no training observed"]  # training in processes traindoc did not follow
     found = [f for f in run.report.get("findings", []) if f.get("severity") in ("warning", "error")]
     return sorted({f"{f['id']}@{f.get('step')}" for f in found if f["id"] not in case.expect})
 

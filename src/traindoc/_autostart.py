@@ -13,8 +13,9 @@ live/ending.py) the report goes to stderr, as with ``traindoc run``, from each p
 worker that never trained says nothing); under torchrun only rank 0 reports. A script that
 starts its ranks with ``mp.spawn`` (the ``spawn`` or ``forkserver`` start method) gives one
 report too, the parent's: its session follows the children (``live/spawn.py``), which do not
-autostart, and takes rank 0's report with the other ranks' findings merged in. Children made
-with the ``fork`` start method are not followed and nothing reports for them.
+autostart, and takes rank 0's report with the other ranks' findings merged in; so does one that
+trains in ``multiprocessing.Process`` children of its own (Hogwild). Children made with the
+``fork`` start method are not followed and nothing reports for them.
 
 Options, from the environment: ``TRAINDOC_JSON``, ``TRAINDOC_HTML`` (report files),
 ``TRAINDOC_LEVEL`` (cheap | standard | thorough), ``TRAINDOC_FAIL_ON`` (error | warning | info:

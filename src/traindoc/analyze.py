@@ -61,7 +61,7 @@ def analyze_ranks(streams: Mapping[int, list[Event]], *, select: Iterable[str] |
 
 
 def merge_ranks(report: Report, ends: Mapping[int, RankEnd], found: Mapping[int, list[Finding]],
-                size: int) -> Report:
+                size: int, unit: str = "rank") -> Report:
     """Rank 0's report with every rank's findings: a finding carries the ranks that found it in
     ``evidence["ranks"]`` (a cross-rank finding already names the ranks it concerns); one found
     on other ranks only is added from the lowest of them, its message saying so. The run block
@@ -80,8 +80,9 @@ def merge_ranks(report: Report, ends: Mapping[int, RankEnd], found: Mapping[int,
             continue
         evidence = {**f.evidence, "ranks": ranks}
         if min(found) not in ranks:
-            only = f"on rank {ranks[0]}" if len(ranks) == 1 else f"on ranks {', '.join(map(str, ranks))}"
-            f = dataclasses.replace(f, message=f"{only} (not rank {min(found)}): {f.message}")
+            units = unit + ("es" if unit.endswith("s") else "s")  # ranks, processes
+            only = f"on {unit} {ranks[0]}" if len(ranks) == 1 else f"on {units} {', '.join(map(str, ranks))}"
+            f = dataclasses.replace(f, message=f"{only} (not {unit} {min(found)}): {f.message}")
         merged.append(dataclasses.replace(f, evidence=evidence))
     report.findings[:] = merged
     backends = {e.backend for e in ends.values() if e.backend}

@@ -321,7 +321,7 @@ class Ranks:
         """Other ranks: publish how this rank ended and what it found. Rank 0: merge the other
         ranks' ends and findings into the report (the one report of the job)."""
         if self._spawn is not None:
-            child = self._spawn.report()
+            child = self._spawn.report(report)
             if child is not None:  # the training ran in spawned children: theirs is the report
                 return child
         if self._store is None:  # never joined a group of several ranks (or could not reach it)

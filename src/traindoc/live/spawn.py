@@ -1,4 +1,4 @@
-"""Following ``torch.multiprocessing.spawn``: a script that starts its own ranks.
+"""Following the training a script starts in processes of its own.
 
 ``traindoc run train.py`` where train.py calls ``mp.spawn(worker, nprocs=N)``: the training runs
 in the N children, not in the process traindoc started. While a watch is open, torch's
@@ -6,15 +6,28 @@ in the N children, not in the process traindoc started. While a watch is open, t
 inside a watch of its own, with the parent's options; the child that is rank 0 of the job's
 process group (the child with index 0 when the group was never joined) hands its report back
 through a file, and the parent's report becomes that one. ``--record`` gives each child its own
-stream (``record.rank_path``). Only the ``spawn`` and ``forkserver`` start methods are followed:
-a forked child inherits the parent's open watch, half-copied, and is left alone.
+stream (``record.rank_path``).
+
+A ``multiprocessing.Process`` (``torch.multiprocessing.Process``) whose target is a function of
+the user's own code is followed the same way: Hogwild (pytorch/examples' ``mnist_hogwild``, A3C)
+trains one shared model in several such processes and none in the parent. Each child that
+trained hands its report back, and the parent's report is theirs merged (the parent's own
+first if it trained too), each finding naming the processes that found it. DataLoader workers
+and library processes (a Manager's server) are not followed: their targets are not the user's.
+
+Only the ``spawn`` and ``forkserver`` start methods are followed: a forked child inherits the
+parent's open watch, half-copied, and is left alone.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.process
+import os
 import pickle
 import shutil
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -22,6 +35,10 @@ from typing import Any, Callable, Mapping
 from traindoc.engine import Report
 
 _REPORT = "report.pkl"
+_PROCESS = "process-{}.pkl"
+# Targets of these packages are library machinery (a DataLoader worker's loop, a Manager's
+# server), not training the user wrote.
+_LIBRARY = ("torch", "multiprocessing", "concurrent", "traindoc")
 
 
 class SpawnFollower:
@@ -31,6 +48,8 @@ class SpawnFollower:
         self._options = dict(options)
         self._recorder = recorder  # the parent's own recording, dropped once children train
         self._dirs: list[str] = []
+        self._process_dir: str | None = None  # where followed Process children write their reports
+        self._processes = 0  # Process children followed so far
 
     def install(self, patcher: Any) -> None:
         """Through the probes' ``patcher``, which takes it down again."""
@@ -47,6 +66,26 @@ class SpawnFollower:
 
         for owner in (module, tmp):  # torch.multiprocessing re-exports it
             patcher.patch(owner, "start_processes", lambda _: start_processes)
+        patcher.patch(multiprocessing.process.BaseProcess, "start", self._wrap_start)
+
+    def _wrap_start(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
+        def start(process: Any) -> None:
+            # ``_target`` is the one place the Process API keeps its target (stdlib, since 2.6);
+            # a spawned child gets it pickled inside start(), so it is ours for that call only.
+            target = getattr(process, "_target", None)
+            if target is None or not _followed(process, target):
+                return original(process)
+            if self._process_dir is None:
+                self._process_dir = tempfile.mkdtemp(prefix="traindoc-processes-")
+                self._dirs.append(self._process_dir)
+            process._target = _ProcessChild(target, self._options, self._process_dir, self._processes)
+            self._processes += 1
+            try:
+                return original(process)
+            finally:
+                process._target = target
+
+        return start
 
     def _child(self, fn: Callable[..., Any], nprocs: int) -> "_Child":
         options = dict(self._options)
@@ -62,16 +101,22 @@ class SpawnFollower:
             self._recorder = None
         return _Child(fn, options, out, nprocs)
 
-    def report(self) -> Report | None:
-        """Rank 0's report of the last spawned job that wrote one (then the files are removed)."""
+    def report(self, own: Report) -> Report | None:
+        """The report of the training the children did, if they wrote one (then the files are
+        removed): rank 0's of the last spawned job, else the followed processes' merged."""
         found: Report | None = None
+        processes: list[Report] = []
         for out in self._dirs:
             path = Path(out) / _REPORT
             if path.is_file():
-                with open(path, "rb") as fh:
-                    found = pickle.load(fh)  # our own file, written by our child a moment ago
+                found = _read(path)
+            processes += [_read(Path(out) / _PROCESS.format(i)) for i in range(self._processes)
+                          if (Path(out) / _PROCESS.format(i)).is_file()]
             shutil.rmtree(out, ignore_errors=True)
         self._dirs.clear()
+        self._process_dir, self._processes = None, 0
+        if found is None and processes:
+            found = merge_processes(([own] if own.run.get("trained") is not False else []) + processes)
         return found
 
 
@@ -105,6 +150,80 @@ class _Child:
             rank = watch.ranks.rank if watch.ranks is not None else -1
             if rank == 0 or (rank < 0 and index == 0):
                 _write(Path(self.out) / _REPORT, report)
+
+
+class _ProcessChild:
+    """The target a followed ``multiprocessing.Process`` runs: the user's inside a watch."""
+
+    def __init__(self, fn: Callable[..., Any], options: Mapping[str, Any], out: str, index: int) -> None:
+        self.fn, self.options, self.out, self.index = fn, dict(options), out, index
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from traindoc.live.watch import Watch
+        from traindoc.record import rank_path
+
+        options = dict(self.options)
+        options.pop("guard", None)  # the guard rolls back one model; these processes share it
+        if options.get("record"):  # a stream of its own, named as a rank's (the count is not known yet)
+            options["record"] = str(rank_path(options["record"], self.index, 2))
+        watch = Watch(**options, announce=self.index == 0)
+        watch.__enter__()
+        status = "exception"
+        try:
+            result = self.fn(*args, **kwargs)
+            status = "ok"
+            return result
+        except SystemExit:
+            status = "exit"
+            raise
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        finally:
+            report = watch.close(status)
+            if report.run.get("trained") is not False:
+                _write(Path(self.out) / _PROCESS.format(self.index), report)
+
+
+def merge_processes(reports: list[Report]) -> Report:
+    """One report of several processes that trained (Hogwild): the first one's, with every
+    process's findings, each naming the processes that found it (numbered in start order)."""
+    from traindoc.analyze import merge_ranks
+    from traindoc.events import RankEnd
+
+    size = len(reports)
+    ends, found = {}, {}
+    for i, r in enumerate(reports):
+        steps = r.run.get("steps")
+        ends[i] = RankEnd(rank=i, world_size=size, steps=steps if isinstance(steps, int) else 0,
+                          status=str(r.run.get("status", "ok")))
+        found[i] = list(r.findings)
+    report = merge_ranks(reports[0], ends, found, size, unit="process")
+    run = report.run  # processes of one script, not the ranks of a distributed job
+    run.update(ranks=1, processes=run.pop("world_size"), process_steps=run.pop("rank_steps"),
+               process_status=run.pop("rank_status"))
+    run.pop("backend", None)
+    return report
+
+
+def _followed(process: Any, target: Any) -> bool:
+    """A spawn or forkserver child whose target is a function of the user's own code."""
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    if module is None or module.__name__.split(".")[0] in _LIBRARY or isinstance(target, _ProcessChild):
+        return False
+    if module.__name__ not in ("__main__", "__mp_main__"):
+        file = os.path.realpath(getattr(module, "__file__", None) or "")
+        libraries = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
+        if not file or any(file.startswith(lib + os.sep) for lib in libraries):
+            return False
+    method = getattr(process, "_start_method", None) or multiprocessing.get_start_method()
+    return method in ("spawn", "forkserver")
+
+
+def _read(path: Path) -> Report:
+    with open(path, "rb") as fh:
+        report: Report = pickle.load(fh)  # our own file, written by our child a moment ago
+    return report
 
 
 def _write(path: Path, report: Report) -> None:

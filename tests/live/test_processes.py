@@ -1,0 +1,107 @@
+"""Training a script runs in processes of its own (``multiprocessing.Process``, Hogwild, an
+ensemble one member per process) is followed: each spawned child whose target is the user's
+function watches itself, and the parent's report is theirs. Library processes (DataLoader
+workers), children that never train and forked children are left alone. The zoo holds the
+end-to-end cases (process_ensemble_no_zero_grad, healthy_process_ensemble)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import traindoc
+
+TIMEOUT = 240
+
+_TRAIN = '''
+import sys
+import torch
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+
+def fit(model, steps, zero):
+    torch.manual_seed(0)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        x = torch.randn(16, 4)
+        loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
+        if zero:
+            opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def idle(queue):
+    queue.put(sum(range(10)))  # a producer process: no training
+
+
+if __name__ == "__main__":
+    method, what = sys.argv[1], sys.argv[2]
+    ctx = mp.get_context(method)
+    model = torch.nn.Linear(4, 1)
+    model.share_memory()
+    if what == "loader":  # the parent trains; its DataLoader's workers are spawned processes
+        data = torch.utils.data.TensorDataset(torch.randn(64, 4))
+        loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=1, multiprocessing_context=ctx)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for (x,) in loader:
+            loss = F.mse_loss(model(x), x.sum(1, keepdim=True))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        p = ctx.Process(target=print)  # a library function: not followed
+        p.start()
+        p.join()
+    elif what == "idle":
+        q = ctx.Queue()
+        p = ctx.Process(target=idle, args=(q,))
+        p.start()
+        print("got", q.get())
+        p.join()
+        fit(model, 12, zero=True)  # the parent trains itself
+    else:
+        p = ctx.Process(target=fit, args=(model, 12, what == "healthy"))
+        p.start()
+        p.join()
+    print("exit", p.exitcode)
+'''
+
+
+def _run(tmp_path: Path, method: str, what: str) -> tuple[dict, str]:
+    script, report = tmp_path / "procs.py", tmp_path / "r.json"
+    script.write_text(_TRAIN)
+    out = traindoc("run", "--json", str(report), str(script), method, what, timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "exit 0" in out.stdout and "Traceback" not in out.stderr, out.stderr[-3000:]
+    return json.loads(report.read_text()), out.stderr
+
+
+def test_a_spawned_process_that_trains_is_followed(tmp_path: Path) -> None:
+    data, err = _run(tmp_path, "spawn", "no_zero_grad")
+    assert data["run"]["trained"] is True and data["run"]["steps"] == 12
+    assert data["run"]["processes"] == 1 and data["run"]["ranks"] == 1
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]
+    assert err.count("traindoc report") == 1
+
+
+def test_a_healthy_spawned_process_is_quiet(tmp_path: Path) -> None:
+    data, _ = _run(tmp_path, "forkserver", "healthy")
+    assert data["run"]["steps"] == 12
+    assert [f["id"] for f in data["findings"] if f["severity"] in ("warning", "error")] == []
+
+
+def test_a_process_that_never_trains_leaves_the_parents_report(tmp_path: Path) -> None:
+    data, _ = _run(tmp_path, "spawn", "idle")
+    assert data["run"]["steps"] == 12 and "processes" not in data["run"]
+
+
+def test_dataloader_workers_are_not_followed(tmp_path: Path) -> None:
+    data, _ = _run(tmp_path, "spawn", "loader")
+    assert data["run"]["steps"] == 4 and "processes" not in data["run"]
+
+
+def test_a_forked_process_is_not_followed(tmp_path: Path) -> None:
+    # It inherits the parent's open watch, half-copied: the parent says it saw no training.
+    data, _ = _run(tmp_path, "fork", "no_zero_grad")
+    assert data["run"]["trained"] is False
