@@ -102,6 +102,8 @@ def test_dataloader_workers_are_not_followed(tmp_path: Path) -> None:
 
 
 def test_a_forked_process_is_not_followed(tmp_path: Path) -> None:
-    # It inherits the parent's open watch, half-copied: the parent says it saw no training.
-    data, _ = _run(tmp_path, "fork", "no_zero_grad")
-    assert data["run"]["trained"] is False
+    # It inherits the parent's open watch, half-copied: the report says it was not followed.
+    data, err = _run(tmp_path, "fork", "no_zero_grad")
+    assert data["run"]["trained"] is False and data["run"]["forked_processes"] == 1
+    assert "It started 1 process(es) of its own with the fork start method" in err
+    assert 'mp.get_context("spawn")' in err

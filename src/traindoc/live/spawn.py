@@ -16,7 +16,8 @@ first if it trained too), each finding naming the processes that found it. DataL
 and library processes (a Manager's server) are not followed: their targets are not the user's.
 
 Only the ``spawn`` and ``forkserver`` start methods are followed: a forked child inherits the
-parent's open watch, half-copied, and is left alone.
+parent's open watch, half-copied, and is left alone; a report that saw no training says how
+many processes of the user's own code the script forked, and how to have them watched.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class SpawnFollower:
         self._dirs: list[str] = []
         self._process_dir: str | None = None  # where followed Process children write their reports
         self._processes = 0  # Process children followed so far
+        self._forked = 0  # Process children of the user's own code started by fork: not followed
 
     def install(self, patcher: Any) -> None:
         """Through the probes' ``patcher``, which takes it down again."""
@@ -73,7 +75,10 @@ class SpawnFollower:
             # ``_target`` is the one place the Process API keeps its target (stdlib, since 2.6);
             # a spawned child gets it pickled inside start(), so it is ours for that call only.
             target = getattr(process, "_target", None)
-            if target is None or not _followed(process, target):
+            if target is None or not _users(target):
+                return original(process)
+            if (getattr(process, "_start_method", None) or multiprocessing.get_start_method()) == "fork":
+                self._forked += 1  # not followed: said in the report if nothing else trained
                 return original(process)
             if self._process_dir is None:
                 self._process_dir = tempfile.mkdtemp(prefix="traindoc-processes-")
@@ -117,6 +122,8 @@ class SpawnFollower:
         self._process_dir, self._processes = None, 0
         if found is None and processes:
             found = merge_processes(([own] if own.run.get("trained") is not False else []) + processes)
+        if found is None and self._forked:
+            own.run["forked_processes"] = self._forked
         return found
 
 
@@ -206,8 +213,8 @@ def merge_processes(reports: list[Report]) -> Report:
     return report
 
 
-def _followed(process: Any, target: Any) -> bool:
-    """A spawn or forkserver child whose target is a function of the user's own code."""
+def _users(target: Any) -> bool:
+    """A function of the user's own code, not of a library (torch, the standard library)."""
     module = sys.modules.get(getattr(target, "__module__", None) or "")
     if module is None or module.__name__.split(".")[0] in _LIBRARY or isinstance(target, _ProcessChild):
         return False
@@ -216,8 +223,7 @@ def _followed(process: Any, target: Any) -> bool:
         libraries = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
         if not file or any(file.startswith(lib + os.sep) for lib in libraries):
             return False
-    method = getattr(process, "_start_method", None) or multiprocessing.get_start_method()
-    return method in ("spawn", "forkserver")
+    return True
 
 
 def _read(path: Path) -> Report:
