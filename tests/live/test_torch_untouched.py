@@ -43,7 +43,7 @@ def _ours() -> set[tuple[str, str]]:
     found = set()
     for space, ns in SPACES.items():
         for name, value in list(vars(ns).items()):
-            if isinstance(value, (classmethod, staticmethod)):
+            if type(value) in (classmethod, staticmethod):  # type(): isinstance would warn on deprecated names
                 value = value.__func__
             code = getattr(value, "__code__", None) if callable(value) else None
             if isinstance(getattr(code, "co_filename", None), str) and code.co_filename.startswith(package):
