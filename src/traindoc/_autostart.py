@@ -64,11 +64,19 @@ def _is_traindoc_cli() -> bool:
         name == "__main__.py" and os.path.basename(os.path.dirname(argv0)) == "traindoc")
 
 
+def _is_torch_worker() -> bool:
+    """A process of torch's own (inductor's compile workers run a script inside torch): it never
+    trains, and ``traindoc run`` hands ``TRAINDOC=1`` to every child of the script."""
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None) or ""
+    argv0 = os.path.realpath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return bool(torch_file and argv0) and argv0.startswith(os.path.dirname(os.path.realpath(torch_file)) + os.sep)
+
+
 def _start() -> None:
     global _watch, _signals
     # A multiprocessing spawn child (mp.spawn's ranks, DataLoader workers) inherits TRAINDOC:
     # the parent's session follows the ranks itself (live/spawn.py) and workers never train.
-    if _watch is not None or _is_traindoc_cli() or "--multiprocessing-fork" in sys.orig_argv:
+    if _watch is not None or _is_traindoc_cli() or "--multiprocessing-fork" in sys.orig_argv or _is_torch_worker():
         return
     try:
         from traindoc.live.ending import Signals
@@ -125,13 +133,16 @@ def _end(status: str, code: int) -> None:
         return
     if _signals is not None:
         with _signals.reporting():  # a signal now waits for the report, then ends the process
-            _give(doc.close(status, code))
+            _give(doc.close(status, code), doc)
     else:
-        _give(doc.close(status, code))
+        _give(doc.close(status, code), doc)
 
 
-def _give(report: Any) -> None:
-    if report.run.get("trained") is False or int(os.environ.get("RANK", "0")) != 0:
+def _give(report: Any, doc: Any) -> None:
+    # Rank 0 speaks for the job: the rank of the group the script joined (Lightning's ranks
+    # started by re-running the script know theirs only from it), else torchrun's RANK.
+    rank = doc.ranks.rank if doc.ranks is not None and doc.ranks.rank >= 0 else int(os.environ.get("RANK", "0"))
+    if report.run.get("trained") is False or rank != 0:
         return
     import argparse
 

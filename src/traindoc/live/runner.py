@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     doc = Watch(level=args.level, select=select, ignore=ignore, record=args.record,
                 settings=settings, script=argv0, argv=script_args, guard=getattr(args, "guard", False))
     rank0 = int(os.environ.get("RANK", "0")) == 0
+    _watch_child_processes(args.level)
 
     def give(status: str, code: int) -> int:
         report = doc.close(status, code)
@@ -84,6 +85,17 @@ def run(args: argparse.Namespace) -> int:
     if ctrl_c:  # as CPython after an uncaught KeyboardInterrupt: exit handlers, then death by SIGINT
         ending.end_by_signal_at_exit(signal.SIGINT)
     return code if code != 0 else fail
+
+
+def _watch_child_processes(level: str) -> None:
+    """Python processes the script starts with its own command line watch themselves too
+    (``TRAINDOC=1``, _autostart.py): Lightning's ranks 1..N-1 re-run the script, and rank 0
+    here waits for their fingerprints and merges their findings. A child reports only if it is
+    rank 0 of a job of its own and trained; report files stay this process's."""
+    os.environ["TRAINDOC"] = "1"
+    os.environ["TRAINDOC_LEVEL"] = level
+    for name in ("TRAINDOC_JSON", "TRAINDOC_HTML", "TRAINDOC_FAIL_ON"):
+        os.environ.pop(name, None)
 
 
 def _execute(doc: Watch, target: str, script_args: list[str], *,

@@ -134,29 +134,18 @@ class _Child:
         self.fn, self.options, self.out, self.nprocs = fn, dict(options), out, nprocs
 
     def __call__(self, index: int, *args: Any) -> None:
-        from traindoc.live.watch import Watch
         from traindoc.record import rank_path
 
         options = dict(self.options)
         if options.get("record"):
             options["record"] = str(rank_path(options["record"], index, self.nprocs))
-        watch = Watch(**options, announce=index == 0)
-        watch.__enter__()
-        status = "exception"
-        try:
-            self.fn(index, *args)
-            status = "ok"
-        except SystemExit:
-            status = "exit"
-            raise
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            report = watch.close(status)
+
+        def hand_back(watch: Any, report: Report) -> None:
             rank = watch.ranks.rank if watch.ranks is not None else -1
             if rank == 0 or (rank < 0 and index == 0):
                 _write(Path(self.out) / _REPORT, report)
+
+        _watched(options, index == 0, lambda: self.fn(index, *args), hand_back)
 
 
 class _ProcessChild:
@@ -166,30 +155,35 @@ class _ProcessChild:
         self.fn, self.options, self.out, self.index = fn, dict(options), out, index
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from traindoc.live.watch import Watch
         from traindoc.record import rank_path
 
         options = dict(self.options)
         options.pop("guard", None)  # the guard rolls back one model; these processes share it
         if options.get("record"):  # a stream of its own, named as a rank's (the count is not known yet)
             options["record"] = str(rank_path(options["record"], self.index, 2))
-        watch = Watch(**options, announce=self.index == 0)
-        watch.__enter__()
-        status = "exception"
-        try:
-            result = self.fn(*args, **kwargs)
-            status = "ok"
-            return result
-        except SystemExit:
-            status = "exit"
-            raise
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            report = watch.close(status)
+
+        def hand_back(watch: Any, report: Report) -> None:
             if report.run.get("trained") is not False:
                 _write(Path(self.out) / _PROCESS.format(self.index), report)
+
+        return _watched(options, self.index == 0, lambda: self.fn(*args, **kwargs), hand_back)
+
+
+def _watched(options: Mapping[str, Any], announce: bool, call: Callable[[], Any],
+             hand_back: Callable[[Any, Report], None]) -> Any:
+    """``call()`` inside a watch with ``options``; ``hand_back(watch, report)`` however it ends."""
+    from traindoc.live.watch import Watch, _status
+
+    watch = Watch(**options, announce=announce)
+    watch.__enter__()
+    ended: BaseException | None = None
+    try:
+        return call()
+    except BaseException as exc:
+        ended = exc
+        raise
+    finally:
+        hand_back(watch, watch.close(_status(ended)))
 
 
 def merge_processes(reports: list[Report]) -> Report:
