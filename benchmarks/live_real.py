@@ -48,7 +48,8 @@ pinned 2.13.0: those cases run in an environment of their own, with traindoc ins
     /tmp/tv/bin/python benchmarks/live_real.py --case timm-resnet-ema ...
 
 on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colour and a square
-telling them apart). Exit status 1 when a case is not identical, raises a false alarm or fails;
+telling them apart). A library with no training script of its own (denoising-diffusion-pytorch)
+runs the driver its README shows, written into its checkout by ``prepare``. Exit status 1 when a case is not identical, raises a false alarm or fails;
 2 when a checkout is missing or the manifest is malformed.
 """
 
@@ -429,10 +430,39 @@ def _image_folder(where: Path) -> None:
                 Image.fromarray(img).save(folder / f"{i}.png")
 
 
+_DDPM_1D = """import sys
+
+import torch
+from denoising_diffusion_pytorch import Dataset1D, GaussianDiffusion1D, Trainer1D, Unet1D
+
+# A user's driver, as the library's README writes one: a 1-D U-Net denoiser on sine/cosine
+# pairs, the library's Trainer1D (Accelerate, an EMA, norm clipping, 2 accumulated batches).
+steps, out = int(sys.argv[1]), sys.argv[2]
+precision = sys.argv[3] if len(sys.argv) > 3 else ""
+torch.manual_seed(0)
+model = Unet1D(dim=16, dim_mults=(1, 2), channels=2)
+diffusion = GaussianDiffusion1D(model, seq_length=32, timesteps=100, objective="pred_v")
+t = torch.linspace(0, 6.28, 32)
+phase = torch.rand(64, 1) * 6.28
+seqs = torch.stack([torch.sin(t + phase), torch.cos(t + phase)], dim=1)
+trainer = Trainer1D(diffusion, dataset=Dataset1D(seqs), train_batch_size=8, train_lr=8e-4, train_num_steps=steps,
+                    gradient_accumulate_every=2, ema_decay=0.995, save_and_sample_every=steps, num_samples=4,
+                    results_folder=out, amp=bool(precision), mixed_precision_type=precision or "fp16")
+trainer.train()
+"""
+
+
+def _ddpm_driver(where: Path) -> None:
+    """live_real_ddpm1d.py: the driver above, beside the library it imports (the repository's
+    root), since a library has no training script of its own."""
+    (where / "live_real_ddpm1d.py").write_text(_DDPM_1D, encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
+    "ddpm_driver": _ddpm_driver,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
@@ -548,7 +578,9 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if c.name in args.case]
     if args.export:
         export([Entry(c.repo, c.commit, c.script) for c in cases], args.export, args.checkouts)
-    missing = sorted({c.folder for c in cases if not (args.checkouts / c.folder / c.script).is_file()})
+    # A library's case runs a driver its preparation writes: its checkout must be there.
+    missing = sorted({c.folder for c in cases if not (args.checkouts / c.folder / c.script).is_file()
+                      and not (c.prepare and (args.checkouts / c.folder).is_dir())})
     if missing:
         print(f"live_real: error: no checkout of {', '.join(missing)} under {args.checkouts} "
               "(see --export)", file=sys.stderr)
