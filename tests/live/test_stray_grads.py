@@ -124,3 +124,29 @@ def test_a_target_no_variable_holds_is_named_by_its_class() -> None:
     f = findings(targets_in_a_list)["target-not-detached"]
     assert f.evidence["model"] == "Linear" and f.message.startswith("the Linear model (10 elements")
     assert "`model.requires_grad_(False)`" in f.fix
+
+
+def a3c_worker(steps: int = 30) -> None:
+    """A3C's worker, in one process: a local copy computes the loss, its gradient tensors are
+    handed to the shared model's parameters by assignment, the optimizer steps the shared one
+    (minimalRL's a3c.py, ikostrikov's ensure_shared_grads)."""
+    torch.manual_seed(0)
+    shared = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 3))
+    local = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 3))
+    local.load_state_dict(shared.state_dict())
+    opt = torch.optim.Adam(shared.parameters(), lr=1e-3)
+    for _ in range(steps):
+        x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+        loss = F.cross_entropy(local(x), y)
+        opt.zero_grad()
+        local.zero_grad()
+        loss.backward()
+        for g, lp in zip(shared.parameters(), local.parameters()):
+            g._grad = lp.grad
+        opt.step()
+        local.load_state_dict(shared.state_dict())
+
+
+def test_a_local_copy_whose_gradients_the_optimizer_steps_with_is_neither() -> None:
+    found = findings(a3c_worker)
+    assert "target-not-detached" not in found and "optimizer-param-mismatch" not in found, found

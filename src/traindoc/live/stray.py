@@ -5,6 +5,8 @@ which no optimizer holds (a learnable temperature left out, a model re-created a
 optimizer) is ``optimizer-param-mismatch``. A whole model that no optimizer holds and whose
 output's graph reaches no parameter an optimizer holds (a DQN's target network, a distillation
 teacher, called with autograd on) gets gradients that train nothing: ``target-not-detached``.
+A model whose gradient tensors the optimizer steps with, handed over by assignment (A3C's local
+copy of a shared model), is neither.
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ class StrayGrads:
         # A target network is told apart from a model re-created after its optimizer by the
         # optimizer's own parameters getting gradients.
         trained = any(p.grad is not None for p in params)
+        # The gradient tensors the optimizers step with: a model whose own .grad is one of them
+        # feeds them by assignment (A3C's `shared._grad = local.grad`), neither stray nor a target.
+        fed = {p.grad.data_ptr() for p in params if p.grad is not None and p.grad.numel()}
         stray: list[tuple[str, Any]] = []
         side: list[tuple[Any, tuple[str, str], list[Any]]] = []
         for root in roots:
             got = []
             for n, p in root.named_parameters():
-                if p.requires_grad and p.grad is not None and id(p) not in held and p not in self.s.framework_held:
+                if p.requires_grad and p.grad is not None and id(p) not in held and p not in self.s.framework_held \
+                        and not (p.grad.numel() and p.grad.data_ptr() in fed):
                     held.add(id(p))  # shared by two roots: once
                     got.append((n, p))
             site = self._side.get(root) if trained else None
