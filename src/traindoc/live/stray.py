@@ -58,14 +58,14 @@ class StrayGrads:
         trained = any(p.grad is not None for p in params)
         # The gradient tensors the optimizers step with: a model whose own .grad is one of them
         # feeds them by assignment (A3C's `shared._grad = local.grad`), neither stray nor a target.
-        fed = {p.grad.data_ptr() for p in params if p.grad is not None and p.grad.numel()}
+        fed = {_storage(p.grad) for p in params if p.grad is not None} - {0}
         stray: list[tuple[str, Any]] = []
         side: list[tuple[Any, tuple[str, str], list[Any]]] = []
         for root in roots:
             got = []
             for n, p in root.named_parameters():
                 if p.requires_grad and p.grad is not None and id(p) not in held and p not in self.s.framework_held \
-                        and not (p.grad.numel() and p.grad.data_ptr() in fed):
+                        and _storage(p.grad) not in fed:
                     held.add(id(p))  # shared by two roots: once
                     got.append((n, p))
             site = self._side.get(root) if trained else None
@@ -92,6 +92,11 @@ class StrayGrads:
                                      grad=math.sqrt(sum(g * g for g in mine)), where=where)
 
         self.s.defer(norms, decode)
+
+
+def _storage(grad: torch.Tensor) -> int:
+    """Where a dense gradient's data starts (0: empty, or sparse, which has no one place)."""
+    return grad.data_ptr() if grad.layout == torch.strided and grad.numel() else 0
 
 
 def _reaches(output: torch.Tensor, held: set[int]) -> bool:
