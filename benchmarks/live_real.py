@@ -49,8 +49,10 @@ pinned 2.13.0: those cases run in an environment of their own, with traindoc ins
 
 on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colour and a square
 telling them apart). A library with no training script of its own (denoising-diffusion-pytorch)
-runs the driver its README shows, written into its checkout by ``prepare``. Exit status 1 when a case is not identical, raises a false alarm or fails;
-2 when a checkout is missing or the manifest is malformed.
+runs the driver its README shows, written into its checkout by ``prepare``.
+
+Exit status 1 when a case is not identical, raises a false alarm or fails; 2 when a checkout is
+missing or the manifest is malformed.
 """
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ _PROCESS = "process-{}.pkl"
 # Targets of these packages are library machinery (a DataLoader worker's loop, a Manager's
 # server), not training the user wrote.
 _LIBRARY = ("torch", "multiprocessing", "concurrent", "traindoc")
+# Where the standard library and installed packages live: a target defined there is not the user's.
+_INSTALLED = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
 
 
 class SpawnFollower:
@@ -121,7 +123,7 @@ class SpawnFollower:
         self._dirs.clear()
         self._process_dir, self._processes = None, 0
         if found is None and processes:
-            found = merge_processes(([own] if own.run.get("trained") is not False else []) + processes)
+            found = _merge_processes(([own] if own.run.get("trained") is not False else []) + processes)
         if found is None and self._forked:
             own.run["forked_processes"] = self._forked
         return found
@@ -186,7 +188,7 @@ def _watched(options: Mapping[str, Any], announce: bool, call: Callable[[], Any]
         hand_back(watch, watch.close(_status(ended)))
 
 
-def merge_processes(reports: list[Report]) -> Report:
+def _merge_processes(reports: list[Report]) -> Report:
     """One report of several processes that trained (Hogwild): the first one's, with every
     process's findings, each naming the processes that found it (numbered in start order)."""
     from traindoc.analyze import merge_ranks
@@ -214,8 +216,7 @@ def _users(target: Any) -> bool:
         return False
     if module.__name__ not in ("__main__", "__mp_main__"):
         file = os.path.realpath(getattr(module, "__file__", None) or "")
-        libraries = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")}
-        if not file or any(file.startswith(lib + os.sep) for lib in libraries):
+        if not file or any(file.startswith(lib + os.sep) for lib in _INSTALLED):
             return False
     return True
 
