@@ -237,7 +237,8 @@ def _torch_seed(where: Path) -> None:
 
 _GYM = '''"""gym for scripts written against gym 0.26: gymnasium's environments (the same API),
 the first reset seeded, and the process ended (status 0) when LIVE_REAL_EPISODES episodes
-have run, for a script whose episode count is written in it."""
+have run, for a script whose episode count is written in it. LIVE_REAL_GYM_OLD=1: gym's API
+before 0.26 (reset() returns the observation, step() four values) for older scripts."""
 import os
 import sys
 
@@ -245,6 +246,7 @@ import gymnasium
 from gymnasium import *  # noqa: F401,F403
 
 _LIMIT = int(os.environ.get("LIVE_REAL_EPISODES", "300"))
+_OLD = os.environ.get("LIVE_REAL_GYM_OLD") == "1"
 _episodes = 0
 
 
@@ -257,7 +259,15 @@ class _Capped(gymnasium.Wrapper):
         if _episodes == 0:
             kwargs.setdefault("seed", 0)
         _episodes += 1
-        return self.env.reset(**kwargs)
+        out = self.env.reset(**kwargs)
+        return out[0] if _OLD else out
+
+    def step(self, action):
+        out = self.env.step(action)
+        if _OLD:
+            obs, reward, terminated, truncated, info = out
+            return obs, reward, terminated or truncated, info
+        return out
 
 
 def make(*args, **kwargs):
@@ -454,6 +464,36 @@ trainer.train()
 """
 
 
+_A3C = '''"""minimalRL's a3c.py trained by one worker process started with spawn (live_real).
+
+a3c.py starts three training processes and a test process with the platform's start method; one
+trainer keeps the run reproducible (several race on the shared weights), and spawn is the start
+method traindoc follows. The worker runs a3c.py's own train() on its own ActorCritic.
+"""
+import os
+
+import torch
+import torch.multiprocessing as mp
+
+import a3c
+
+if __name__ == "__main__":
+    mp.set_start_method("spawn")
+    model = a3c.ActorCritic()
+    model.share_memory()
+    worker = mp.Process(target=a3c.train, args=(model, 1))
+    worker.start()
+    worker.join()
+    torch.save(model.state_dict(), os.path.join(os.environ["LIVE_REAL_OUT"], "a3c.pt"))
+'''
+
+
+def _a3c_driver(where: Path) -> None:
+    """live_real_a3c.py, the launcher above, beside a3c.py; and the gym of ``_gym``."""
+    _gym(where)
+    (where / "live_real_a3c.py").write_text(_A3C, encoding="utf-8")
+
+
 def _ddpm_driver(where: Path) -> None:
     """live_real_ddpm1d.py: the driver above, beside the library it imports (the repository's
     root), since a library has no training script of its own."""
@@ -464,7 +504,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
-    "ddpm_driver": _ddpm_driver,
+    "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),

@@ -1,8 +1,9 @@
 """Training a script runs in processes of its own (``multiprocessing.Process``, Hogwild, an
 ensemble one member per process) is followed: each spawned child whose target is the user's
-function watches itself, and the parent's report is theirs. Library processes (DataLoader
-workers), children that never train and forked children are left alone. The zoo holds the
-end-to-end cases (process_ensemble_no_zero_grad, healthy_process_ensemble)."""
+function, or whose class's run() is the user's, watches itself, and the parent's report is
+theirs. Library processes (DataLoader workers), children that never train and forked children
+are left alone. The zoo holds the end-to-end cases (process_ensemble_no_zero_grad,
+healthy_process_ensemble)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,15 @@ def fit(model, steps, zero):
             opt.zero_grad()
         loss.backward()
         opt.step()
+
+
+class Trainer(mp.Process):  # a worker class whose own run() trains (MorvanZhou's A3C Worker)
+    def __init__(self, model, steps, zero):
+        super().__init__()
+        self.model, self.steps, self.zero = model, steps, zero
+
+    def run(self):
+        fit(self.model, self.steps, self.zero)
 
 
 def idle(queue):
@@ -60,6 +70,12 @@ if __name__ == "__main__":
         print("got", q.get())
         p.join()
         fit(model, 12, zero=True)  # the parent trains itself
+    elif what.startswith("class"):
+        if method != "default":
+            mp.set_start_method(method)
+        p = Trainer(model, 12, what == "class-healthy")
+        p.start()
+        p.join()
     else:
         p = ctx.Process(target=fit, args=(model, 12, what == "healthy"))
         p.start()
@@ -107,3 +123,17 @@ def test_a_forked_process_is_not_followed(tmp_path: Path) -> None:
     assert data["run"]["trained"] is False and data["run"]["forked_processes"] == 1
     assert "It started 1 process(es) of its own with the fork start method" in err
     assert 'mp.get_context("spawn")' in err
+
+
+def test_a_process_subclass_whose_run_trains_is_followed(tmp_path: Path) -> None:
+    data, _ = _run(tmp_path, "spawn", "class")
+    assert data["run"]["processes"] == 1 and data["run"]["steps"] == 12
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]
+    healthy, _ = _run(tmp_path, "spawn", "class-healthy")
+    assert healthy["run"]["processes"] == 1
+    assert [f["id"] for f in healthy["findings"] if f["severity"] in ("warning", "error")] == []
+
+
+def test_a_forked_process_subclass_is_counted(tmp_path: Path) -> None:
+    data, _ = _run(tmp_path, "fork", "class")
+    assert data["run"]["trained"] is False and data["run"]["forked_processes"] == 1

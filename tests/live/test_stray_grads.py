@@ -5,7 +5,10 @@ DQN's target network, a teacher: their inputs are data) got gradients that train
 target-not-detached, named as the code calls it. A module left out of the optimizer whose
 input comes from a trained model (a decoder fed by a trained encoder) is on the trained
 parameters' path: it was meant to train, optimizer-param-mismatch. And a model re-created
-after its optimizer (the optimizer's own parameters get no gradient) stays a mismatch."""
+after its optimizer (the optimizer's own parameters get no gradient) stays a mismatch. A model
+whose gradients are handed to the optimizer's parameters by assignment (A3C's local copy, a
+bf16 working copy of fp32 master weights) is neither: its gradients are the optimizer's, and
+missing-zero-grad judges whether they are cleared."""
 
 from __future__ import annotations
 
@@ -126,7 +129,7 @@ def test_a_target_no_variable_holds_is_named_by_its_class() -> None:
     assert "`model.requires_grad_(False)`" in f.fix
 
 
-def a3c_worker(steps: int = 30) -> None:
+def a3c_worker(steps: int = 30, clear_local: bool = True) -> None:
     """A3C's worker, in one process: a local copy computes the loss, its gradient tensors are
     handed to the shared model's parameters by assignment, the optimizer steps the shared one
     (minimalRL's a3c.py, ikostrikov's ensure_shared_grads)."""
@@ -139,7 +142,8 @@ def a3c_worker(steps: int = 30) -> None:
         x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
         loss = F.cross_entropy(local(x), y)
         opt.zero_grad()
-        local.zero_grad()
+        if clear_local:
+            local.zero_grad()
         loss.backward()
         for g, lp in zip(shared.parameters(), local.parameters()):
             g._grad = lp.grad
@@ -150,3 +154,63 @@ def a3c_worker(steps: int = 30) -> None:
 def test_a_local_copy_whose_gradients_the_optimizer_steps_with_is_neither() -> None:
     found = findings(a3c_worker)
     assert "target-not-detached" not in found and "optimizer-param-mismatch" not in found, found
+    assert "missing-zero-grad" not in found
+
+
+def test_a_local_copy_never_cleared_is_missing_zero_grad_in_its_terms() -> None:
+    f = findings(lambda: a3c_worker(clear_local=False))["missing-zero-grad"]
+    assert f.evidence["handed_over_from"] == "local" and "`local.zero_grad()`" in f.fix
+    norms = f.evidence["grad_norm_at_steps"]
+    assert norms[-1] > 2 * norms[0]  # the sum of every batch so far
+
+
+def working_copy(steps: int = 20, clear: bool = True) -> None:
+    """Mixed precision by hand, in a module style: the optimizer holds fp32 master weights, a
+    half-precision copy computes, its gradients are copied (not shared) into the masters'."""
+
+    class Trainer:
+        def __init__(self) -> None:
+            torch.manual_seed(4)
+            self.master = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+            self.half = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2)).to(torch.bfloat16)
+            self.half.load_state_dict(self.master.state_dict())
+            self.opt = torch.optim.SGD(self.master.parameters(), lr=0.05, momentum=0.9)
+
+        def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+            if clear:
+                for p in self.half.parameters():
+                    p.grad = None
+            F.cross_entropy(self.half(x.to(torch.bfloat16)).float(), y).backward()
+            for m, h in zip(self.master.parameters(), self.half.parameters()):
+                m.grad = h.grad.detach().to(torch.float32)
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=False)
+            self.half.load_state_dict(self.master.state_dict())
+
+    t = Trainer()
+    for _ in range(steps):
+        x = torch.randn(16, 8)
+        t.step(x, (x[:, 0] > 0).long())
+
+
+def test_a_working_copy_whose_gradients_are_copied_is_neither() -> None:
+    found = findings(working_copy)
+    assert not found, found
+
+
+def test_a_working_copy_never_cleared_is_missing_zero_grad() -> None:
+    f = findings(lambda: working_copy(clear=False))["missing-zero-grad"]
+    assert f.evidence["handed_over_from"] == "self.half" and "target-not-detached" not in f.message
+
+
+def test_a_target_of_the_trained_models_shapes_is_never_a_feeder() -> None:
+    """The copy rule needs every model of the step off the optimizer: a DQN's online network ran
+    in the step, so its target (same shapes, gradients of its own) is not handed over."""
+    from traindoc.live.stray import handed_over
+
+    online, target = nn.Linear(4, 2), nn.Linear(4, 2)
+    F.mse_loss(online(torch.randn(8, 4)), target(torch.randn(8, 4))).backward()
+    held = {id(p) for p in online.parameters()}
+    assert handed_over(list(online.parameters()), [online, target], held) == []
+    # Without the online network in the step, the same gradients are a copy's.
+    assert handed_over(list(online.parameters()), [target], held) == [(target, list(target.parameters()))]

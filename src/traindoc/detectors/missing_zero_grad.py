@@ -16,13 +16,19 @@ class MissingZeroGrad(Detector):
     nor zero before any backward() since its previous step: each step's first backward() added
     to the gradient the previous steps left (``carried`` > 0). Gradient accumulation is not this
     failure: it clears once per optimizer step, so the interval before each step starts from
-    None or zero however many backward() calls it holds. Needs sampled steps (live)."""
+    None or zero however many backward() calls it holds. When the optimizer's gradients are
+    handed over from another model's (``fed_by``: A3C's local copy, a bf16 working copy), that
+    model's gradients are the ones that must be cleared. Needs sampled steps (live)."""
 
     id = "missing-zero-grad"
     needs = frozenset({"accumulation"})
     examples = (
         Example("zoo/missing_zero_grad.py", 1),
         Example("zoo/manual_sgd_no_zero_grad.py", 1),
+        Example("zoo/a3c_local_grads_accumulate.py", 2),
+        Example("zoo/bf16_working_copy_no_zero_grad.py", 2),
+        Example("zoo/healthy_a3c.py", None),
+        Example("zoo/healthy_bf16_working_copy.py", None),
         Example("zoo/healthy_manual_sgd.py", None),
         Example("zoo/healthy_accumulation.py", None),
         Example("live/golden/missing_zero_grad.jsonl", 1),
@@ -82,24 +88,34 @@ class MissingZeroGrad(Detector):
         growth = run.last_norm / at_step[0] if run.normed >= 2 and at_step[0] > 0 else None
         where = f" at {e.where}" if e.where else ""
         steps = list(run.steps)
+        whose = (f"the gradients {e.cls} steps with, handed over from {e.fed_by}'s .grad,"
+                 if e.fed_by else f"the gradients of {e.cls}'s {e.params} parameters")
         return finding(
             self.id, step=e.step,
             message=(
-                f"the gradients of {e.cls}'s {e.params} parameters were not cleared between optimizer "
+                f"{whose} were not cleared between optimizer "
                 f"steps on {run.count} sampled steps in a row ({steps[0]}-{last.step}): each step's "
                 f"first backward() added to what the previous steps left (gradient norm "
                 f"{fmt(e.carried)} carried into step {e.step}), and the gradient norm at the steps "
-                f"grew {series}" + (f" ({fmt(growth)}x)" if growth else "") + ". No zero_grad(), "
-                "set-to-None or zeroing ran in between (threshold: "
+                f"grew {series}" + (f" ({fmt(growth)}x)" if growth else "") + (
+                f". {e.cls}.zero_grad() ran, but nothing cleared {e.fed_by}'s gradients "
+                if e.fed_by else ". No zero_grad(), set-to-None or zeroing ran ") + "in between (threshold: "
                 f"{self.config.confirm} steps)."
             ),
             cause=(
+                f"{e.cls}.zero_grad() clears only the .grad of the parameters it holds, not "
+                f"{e.fed_by}'s, where each backward() adds its gradients (since torch 2.0 it sets "
+                "them to None, so a gradient tensor shared by assignment is no longer zeroed in "
+                "place either). Each step then applies the sum of all gradients so far: the update "
+                "follows old batches instead of the current one." if e.fed_by else
                 f"optimizer.zero_grad() is missing from the loop, runs on another optimizer or "
                 f"module than the one stepped ({e.cls}), sits in a branch that rarely runs, or is "
                 "placed after the loop. Each step then applies the sum of all gradients so far: "
                 "the update grows every step and follows old batches instead of the current one."
             ),
             fix=(
+                f"Clear {e.fed_by}'s gradients before each backward(): `{e.fed_by}.zero_grad()` "
+                f"(or after the gradients are handed to {e.cls}{where})." if e.fed_by else
                 f"Clear once per optimizer step, right after {e.cls}.step(){where}: "
                 "`optimizer.zero_grad()` (sets .grad to None). With gradient accumulation, clear "
                 "after the step that closes the micro-batches; with several optimizers, clear each "
@@ -109,6 +125,7 @@ class MissingZeroGrad(Detector):
                 "optimizer": e.cls, "parameters": e.params, "consecutive_steps": run.count,
                 "steps": steps, "carried_norm": e.carried,
                 "grad_norm_at_steps": at_step, "backwards_per_step": last.backwards,
+                **({"handed_over_from": e.fed_by} if e.fed_by else {}),
             },
             where=[e.where] if e.where else [],
         )

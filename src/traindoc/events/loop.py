@@ -76,7 +76,9 @@ class GradAccumulation:
     before the first (the terms of one objective computed in a rollout and backpropagated one by
     one, as per-time-step REINFORCE does: not micro-batches). ``stepped``: the total gradient
     norm the step itself used, after whatever the script did to the gradients since the last
-    backward (NaN: not measured)."""
+    backward (NaN: not measured). ``fed_by``: the model whose gradients the optimizer's were
+    handed over from by assignment (A3C's local copy, a bf16 working copy), when they were: the
+    norms and the clearing are then that model's gradients'."""
 
     step: int
     optimizer: int
@@ -97,6 +99,7 @@ class GradAccumulation:
     restarted: bool = False
     rollout: bool = False
     stepped: float = math.nan
+    fed_by: str = ""
     signal: ClassVar[str] = "accumulation"
 
 @dataclass(frozen=True)

@@ -60,6 +60,10 @@ class ModelWatch:
     def models(self) -> list[Any]:
         return [m for m, _ in self._roots.items()]
 
+    def step_roots(self, step: int) -> list[Any]:
+        """The models whose latest training forward ran in ``step``."""
+        return [m for m, at in self._roots.items() if at == step]
+
     def is_trained(self, module: Any) -> bool:
         """Is ``module`` a model that trains, or a copy of one (its parameter shapes: a target
         network, an EMA)? Decided once per copy, after a model has trained."""
@@ -162,7 +166,7 @@ class ModelWatch:
 
         self.s.defer(packed, decode)
         # Only models trained in this step: a model of an earlier phase keeps stale gradients.
-        self.strays.at_step(step, [m for m, at in self._roots.items() if at == step], self._pnames)
+        self.strays.at_step(step, self.step_roots(step), self._pnames)
 
     def optimizer_event(self, opt: Any, index: int, reevaluates: bool = False) -> Optimizer:
         groups = []

@@ -9,7 +9,8 @@ through a file, and the parent's report becomes that one. ``--record`` gives eac
 stream (``record.rank_path``).
 
 A ``multiprocessing.Process`` (``torch.multiprocessing.Process``) whose target is a function of
-the user's own code is followed the same way: Hogwild (pytorch/examples' ``mnist_hogwild``, A3C)
+the user's own code, or a subclass of it whose ``run()`` is (MorvanZhou's A3C ``Worker``), is
+followed the same way: Hogwild (pytorch/examples' ``mnist_hogwild``, A3C)
 trains one shared model in several such processes and none in the parent. Each child that
 trained hands its report back, and the parent's report is theirs merged (the parent's own
 first if it trained too), each finding naming the processes that found it. DataLoader workers
@@ -22,6 +23,7 @@ many processes of the user's own code the script forked, and how to have them wa
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import multiprocessing.process
 import os
@@ -74,10 +76,12 @@ class SpawnFollower:
 
     def _wrap_start(self, original: Callable[[Any], None]) -> Callable[[Any], None]:
         def start(process: Any) -> None:
-            # ``_target`` is the one place the Process API keeps its target (stdlib, since 2.6);
-            # a spawned child gets it pickled inside start(), so it is ours for that call only.
+            # ``_target`` is the one place the Process API keeps its target (stdlib, since 2.6).
             target = getattr(process, "_target", None)
-            if target is None or not _users(target):
+            run = type(process).run
+            # A subclass's own run() (which need not call the target) is what the child runs.
+            overridden = run is not multiprocessing.process.BaseProcess.run
+            if not _users(run if overridden else target):
                 return original(process)
             if (getattr(process, "_start_method", None) or multiprocessing.get_start_method()) == "fork":
                 self._forked += 1  # not followed: said in the report if nothing else trained
@@ -85,12 +89,20 @@ class SpawnFollower:
             if self._process_dir is None:
                 self._process_dir = tempfile.mkdtemp(prefix="traindoc-processes-")
                 self._dirs.append(self._process_dir)
-            process._target = _ProcessChild(target, self._options, self._process_dir, self._processes)
+            # The child runs the process object pickled inside start(): ours for that call only.
+            # A subclass gets an instance attribute ``run`` (its own run, bound by partial).
+            fn = functools.partial(run, process) if overridden else target
+            assert fn is not None  # _users(None) is False
+            child = _ProcessChild(fn, self._options, self._process_dir, self._processes)
+            setattr(process, "run" if overridden else "_target", child)
             self._processes += 1
             try:
                 return original(process)
             finally:
-                process._target = target
+                if overridden:
+                    del process.run
+                else:
+                    process._target = target
 
         return start
 
@@ -211,6 +223,8 @@ def _merge_processes(reports: list[Report]) -> Report:
 
 def _users(target: Any) -> bool:
     """A function of the user's own code, not of a library (torch, the standard library)."""
+    if target is None:
+        return False
     module = sys.modules.get(getattr(target, "__module__", None) or "")
     if module is None or module.__name__.split(".")[0] in _LIBRARY or isinstance(target, _ProcessChild):
         return False

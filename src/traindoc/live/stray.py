@@ -5,13 +5,15 @@ which no optimizer holds (a learnable temperature left out, a model re-created a
 optimizer) is ``optimizer-param-mismatch``. A whole model that no optimizer holds and whose
 output's graph reaches no parameter an optimizer holds (a DQN's target network, a distillation
 teacher, called with autograd on) gets gradients that train nothing: ``target-not-detached``.
-A model whose gradient tensors the optimizer steps with, handed over by assignment (A3C's local
-copy of a shared model), is neither.
+A model whose gradients the optimizer steps with, handed over by assignment (A3C's local copy
+of a shared model, a bf16 working copy of fp32 master weights), is neither: ``handed_over``
+finds it, and the accumulation probe follows its gradients as the optimizer's.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Iterable
 
 import torch
@@ -56,16 +58,16 @@ class StrayGrads:
         # A target network is told apart from a model re-created after its optimizer by the
         # optimizer's own parameters getting gradients.
         trained = any(p.grad is not None for p in params)
-        # The gradient tensors the optimizers step with: a model whose own .grad is one of them
-        # feeds them by assignment (A3C's `shared._grad = local.grad`), neither stray nor a target.
-        fed = {_storage(p.grad) for p in params if p.grad is not None} - {0}
+        # A model whose gradients the optimizers step with feeds them by assignment: neither
+        # stray nor a target.
+        fed = {id(p) for _, ps in handed_over(params, roots, held) for p in ps}
         stray: list[tuple[str, Any]] = []
         side: list[tuple[Any, tuple[str, str], list[Any]]] = []
         for root in roots:
             got = []
             for n, p in root.named_parameters():
                 if p.requires_grad and p.grad is not None and id(p) not in held and p not in self.s.framework_held \
-                        and _storage(p.grad) not in fed:
+                        and id(p) not in fed:
                     held.add(id(p))  # shared by two roots: once
                     got.append((n, p))
             site = self._side.get(root) if trained else None
@@ -92,6 +94,39 @@ class StrayGrads:
                                      grad=math.sqrt(sum(g * g for g in mine)), where=where)
 
         self.s.defer(norms, decode)
+
+
+def handed_over(params: list[Any], roots: list[Any], held: set[int]) -> list[tuple[Any, list[Any]]]:
+    """The models among ``roots`` (those that ran forward in the step) whose gradients the
+    optimizer of ``params`` steps with, handed over by assignment, and their parameters that
+    feed it. A parameter no optimizer holds (``held``: ids) feeds it when its ``.grad`` is one of
+    the optimizer's gradient tensors (A3C's ``shared._grad = local.grad``). When no model of the
+    step holds a parameter an optimizer holds, the models' gradients feed it as a copy
+    (``master.grad = work.grad.float()``) when they have the shapes of the optimizer's. A target
+    network is never one: the model it shadows ran in the step."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads or not roots:
+        return []
+    copies = True  # no model of the step holds a parameter an optimizer holds
+    owns = []
+    for root in roots:
+        own = []
+        for p in root.parameters():
+            if id(p) in held:
+                copies = False
+            elif p.grad is not None:
+                own.append(p)
+        owns.append(own)
+    fed = {_storage(g) for g in grads} - {0}
+    found = [(root, feeding) for root, own in zip(roots, owns)
+             if (feeding := [p for p in own if _storage(p.grad) in fed])]
+    if found or not copies:
+        return found
+    # A copy: the models' gradients together have the optimizer's shapes (a model called through
+    # its submodules, minimalRL's ``model.pi(x)``, is several roots).
+    if Counter(tuple(p.grad.shape) for own in owns for p in own) == Counter(tuple(g.shape) for g in grads):
+        return [(root, own) for root, own in zip(roots, owns) if own]
+    return []
 
 
 def _storage(grad: torch.Tensor) -> int:

@@ -6,12 +6,18 @@ constant factor between the loss function's value and the tensor handed to backw
 the autograd graph (``loss / accum`` is a DivBackward node with a constant divisor). On steps that
 are not sampled only integer counters move. Gradient norms stay on the device until the session's
 one batched transfer (``session.defer``).
+
+An optimizer that stepped with gradients handed over by assignment from a model that ran in the
+step (``live.stray.handed_over``: A3C's local copy, a bf16 working copy of fp32 master weights)
+is followed through that model. From then on, while that model runs,
+its gradients are the ones measured for the optimizer: they are what each backward() adds to.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import sys
 import weakref
 from typing import Any
 
@@ -23,8 +29,9 @@ from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
 from traindoc.live.probes.loop import lr0
-from traindoc.live.objects import ObjectMap, user_site
+from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site, variable_name
 from traindoc.live.session import Session
+from traindoc.live.stray import handed_over
 
 _MAX_NORMS = 16  # gradient norms kept per interval (one per backward)
 
@@ -62,7 +69,7 @@ class _Interval:
 
     __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
                  "first_none", "post", "factors", "where", "sites", "retained", "restarted", "calls",
-                 "rollout")
+                 "rollout", "fed_by")
 
     def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
         self.reset(backwards, batches, unmeasured)
@@ -85,6 +92,7 @@ class _Interval:
         # Every backward() after the first came with no model forward since the one before it,
         # while forwards came before the first: a rollout's terms backpropagated one by one.
         self.rollout: bool | None = None
+        self.fed_by = ""  # the model whose gradients were measured instead (handed over)
 
 
 class AccumulationProbe(Probe):
@@ -107,6 +115,8 @@ class AccumulationProbe(Probe):
         self._mark = (0, 0, 0)  # (backwards, batches, unmeasured) at the last step of any optimizer
         self._sites = ObjectMap()  # optimizer -> (step() call site, first backward's call site)
         self._scaled: dict[int, float] = {}
+        # optimizer -> (the models feeding it, weak; the user's name for them; their parameters, weak)
+        self._feeders = ObjectMap()
 
     def install(self) -> None:
         patcher = self._patcher
@@ -185,6 +195,19 @@ class AccumulationProbe(Probe):
     def _optimizers(self) -> list[Any]:
         return self.s.optimizers()
 
+    def _params(self, opt: Any) -> tuple[list[Any], str]:
+        """The parameters whose gradients each backward() adds to for ``opt``, and the name of
+        the model they belong to when they are not its own: those of the model that hands its
+        gradients over, while it runs in this step."""
+        fed = self._feeders.get(opt)
+        if fed is not None:
+            ran = self.s.model.step_roots(self.s.clock.current_step)
+            if any(r() is m for r in fed[0] for m in ran):
+                params = [p for p in (ref() for ref in fed[2]) if p is not None]
+                if params:
+                    return params, fed[1]
+        return [p for g in opt.param_groups for p in g["params"]], ""
+
     def _pre_backward(self, tensor: torch.Tensor) -> None:
         self._last_bwd_stamp = self._opt_steps
         factor = self._scaled.pop(id(tensor), None)
@@ -211,12 +234,12 @@ class AccumulationProbe(Probe):
                 iv.rollout = True if iv.calls else None  # no forward seen (compiled): not known
             elif iv.rollout and calls != iv.calls:
                 iv.rollout = False
+            params, iv.fed_by = self._params(opt)
             if iv.none_seen:
-                if not first and not iv.restarted and not any(
-                        p.grad is not None for g in opt.param_groups for p in g["params"]):
+                if not first and not iv.restarted and not any(p.grad is not None for p in params):
                     iv.restarted = True  # cleared again since the last backward(): it starts over
                 continue
-            grads = _grads(opt)
+            grads = _grads(params)
             if not grads:
                 iv.restarted |= not first
                 iv.none_seen = True
@@ -231,9 +254,11 @@ class AccumulationProbe(Probe):
     def _post_backward(self) -> None:
         for opt in self._optimizers():
             iv = self._intervals.get(opt)
-            if iv is None or len(iv.post) >= _MAX_NORMS:
+            if iv is None:
                 continue
-            grads = _grads(opt)
+            if len(iv.post) >= _MAX_NORMS:
+                continue
+            grads = _grads(self._params(opt)[0] if iv.fed_by else _held(opt))
             with torch.no_grad():
                 iv.post.append(_total_norm(grads) if grads else torch.zeros(()))
 
@@ -257,7 +282,10 @@ class AccumulationProbe(Probe):
         npre, first_none, none_seen = len(iv.pre), iv.first_none, iv.none_seen
         # Every backward() of the interval measured: their sites say whether it is one loop.
         sites = len(iv.sites) if backwards == len(iv.factors) else 0
-        retained, restarted, rollout = iv.retained, iv.restarted, bool(iv.rollout)
+        retained, restarted, rollout, fed_by = iv.retained, iv.restarted, bool(iv.rollout), iv.fed_by
+        grads = _grads(_held(opt))  # after the step, as the step used them (a script may divide them)
+        if grads or opt in self._feeders:
+            self._find_feeders(opt)
 
         def event(pre: list[float], post: list[float], stepped: float = math.nan) -> GradAccumulation:
             carried = 0.0 if first_none or not pre else pre[0]
@@ -268,13 +296,13 @@ class AccumulationProbe(Probe):
                 scale=scale, norms=tuple(post), carried=carried, cleared=cleared,
                 interleaved=interleaved, params=nparams, backward_where=bwhere, where=where,
                 sites=sites, retained=retained, restarted=again, rollout=rollout, stepped=stepped,
+                fed_by=fed_by,
             )
 
         parts = iv.pre + iv.post
         if not parts:
             s.emit(event([], []))
             return
-        grads = _grads(opt)  # after the step, as the step used them (a script may divide them)
         with torch.no_grad():
             dev = parts[0].device
             packed = torch.stack([t.to(dev) for t in parts] + [_total_norm(grads).to(dev) if grads
@@ -286,9 +314,32 @@ class AccumulationProbe(Probe):
         s.defer(packed, decode)
 
 
-def _grads(opt: Any) -> list[torch.Tensor]:
-    return [p.grad for g in opt.param_groups for p in g["params"]
-            if p.grad is not None and p.requires_grad and not p.grad.is_sparse]
+    def _find_feeders(self, opt: Any) -> None:
+        s = self.s
+        found = handed_over(_held(opt), s.model.step_roots(s.clock.step), s.held_ids())
+        if not found:
+            self._feeders.pop(opt, None)
+            return
+        roots = [root for root, _ in found]
+        known = self._feeders.get(opt)
+        if known is not None and [r() for r in known[0]] == roots:
+            name = known[1]
+        else:  # named once, after the user's model that holds them all (a walk up the stack)
+            owner = largest_container(roots[0], frame_modules(sys._getframe(1)))
+            mods = list(owner.modules())
+            if not all(any(m is r for m in mods) for r in roots):
+                owner = roots[0]
+            name = variable_name(owner, 2) or s.model.module_name(owner)
+        self._feeders[opt] = ([weakref.ref(r) for r in roots], name,
+                              [weakref.ref(p) for _, ps in found for p in ps])
+
+
+def _held(opt: Any) -> list[Any]:
+    return [p for g in opt.param_groups for p in g["params"]]
+
+
+def _grads(params: list[Any]) -> list[torch.Tensor]:
+    return [p.grad for p in params if p.grad is not None and p.requires_grad and not p.grad.is_sparse]
 
 
 def _total_norm(grads: list[torch.Tensor]) -> torch.Tensor:
