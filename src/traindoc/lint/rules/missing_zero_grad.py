@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, method
+from traindoc.lint._ast import Module, Scope, dotted, kwarg, method
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -19,6 +19,13 @@ class MissingZeroGrad:
     DeepSpeed; ``accelerator.backward`` and ``fabric.backward`` clear nothing, so they count),
     for RPC training (``dist_autograd.backward(ctx, ...)``: every context starts with fresh
     gradients), and for a micro-batch loop whose function clears gradients after it.
+
+    Gradients handed over from another model (``for g, l in zip(shared.parameters(),
+    local.parameters()): g._grad = l.grad``, A3C; ``m.grad = w.grad.float()``, a half-precision
+    working copy) are that model's to clear: the optimizer's ``zero_grad()`` clears only the
+    parameters it holds (since torch 2.0 it sets them to None, so a shared tensor is not zeroed
+    in place either). The loop then needs ``local.zero_grad()``, ``l.grad = None`` or the
+    model built afresh; ``zero_grad(set_to_none=False)`` counts when the tensor itself is shared.
     """
 
     id: ClassVar[str] = "missing-zero-grad"
@@ -100,6 +107,49 @@ class MissingZeroGrad:
             """,
             6,
         ),
+        Invalid(
+            """
+            import torch.optim as optim
+
+            def train(global_model, rank):
+                local_model = ActorCritic()
+                optimizer = optim.Adam(global_model.parameters(), lr=2e-4)
+                for episode in range(300):
+                    loss = local_model.loss(rollout(local_model))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    for global_param, local_param in zip(global_model.parameters(), local_model.parameters()):
+                        global_param._grad = local_param.grad
+                    optimizer.step()
+                    local_model.load_state_dict(global_model.state_dict())
+            """,
+            12,
+        ),
+        Invalid(
+            """
+            import copy
+            import torch
+
+            class HalfPrecisionTrainer:
+                def __init__(self, model):
+                    self.master = model.float()
+                    self.work = copy.deepcopy(model).half()
+                    self.opt = torch.optim.AdamW(self.master.parameters(), lr=1e-4)
+
+                def _copy_grads(self):
+                    for m, w in zip(self.master.parameters(), self.work.parameters()):
+                        m.grad = w.grad.float()
+
+                def fit(self, loader):
+                    for x, y in loader:
+                        loss = torch.nn.functional.cross_entropy(self.work(x.half()), y)
+                        loss.backward()
+                        self._copy_grads()
+                        self.opt.step()
+                        self.opt.zero_grad()
+            """,
+            19,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -167,6 +217,35 @@ class MissingZeroGrad:
             optimizer.zero_grad(set_to_none=True)
         """,
         """
+        for episode in range(300):
+            loss = local_model.loss(rollout(local_model))
+            optimizer.zero_grad()
+            local_model.zero_grad()
+            loss.backward()
+            for global_param, local_param in zip(global_model.parameters(), local_model.parameters()):
+                global_param._grad = local_param.grad
+            optimizer.step()
+        """,
+        """
+        for x, y in loader:
+            loss = criterion(work(x.half()), y)
+            loss.backward()
+            for m, w in zip(master.parameters(), work.parameters()):
+                m.grad = w.grad.float()
+                w.grad = None
+            opt.step()
+            opt.zero_grad()
+        """,
+        """
+        for step in range(steps):
+            shared_opt.zero_grad(set_to_none=False)
+            loss = worker_loss(local)
+            loss.backward()
+            for g, l in zip(shared.parameters(), local.parameters()):
+                g._grad = l.grad
+            shared_opt.step()
+        """,
+        """
         class Trainer(BaseTrainer):
             def on_train_batch_start(self):
                 self.optimizer.zero_grad()
@@ -190,6 +269,13 @@ class MissingZeroGrad:
         unseen = {id(s) for _, s in clears if _out_of_sight(mod, s)}
         reported: set[int] = set()
         for scope, loop in judged:
+            handed = _handed_over(mod, scope, loop)
+            if handed:
+                hit = _uncleared_hand_over(mod, scope, loop, handed)
+                if hit is not None and id(hit.node) not in reported:
+                    reported.add(id(hit.node))
+                    yield hit
+                continue
             if any(s is scope and mod.inside(n, loop) for n, s in clears) or any(
                 s is helper for _, helper in mod.helpers(scope, loop) for _, s in clears
             ) or unseen - {id(scope)}:
@@ -221,6 +307,143 @@ class MissingZeroGrad:
                 fix=f"Call `{opt}.zero_grad(set_to_none=True)` once per step, before the "
                 "forward pass or right after the optimizer step.",
             )
+
+
+def _uncleared_hand_over(mod: Module, scope: Scope, loop: ast.stmt,
+                         handed: list[tuple[ast.stmt, str, str, bool]]) -> Hit | None:
+    """The hit for gradients handed over in ``loop`` from a model nothing in it clears."""
+    parts = [(scope, loop)] + [(h, None) for _, h in mod.helpers(scope, loop)]
+    for stmt, model, var, shared in handed:
+        if _clears_model(mod, parts, model, var, shared):
+            continue
+        _, call, opt = mod.steps_in(scope, loop)[0]
+        return Hit(
+            call,
+            f"`{opt}` steps (line {call.lineno}) with gradients handed over from `{model}` "
+            f"(`{mod.text(stmt, 60)}`, line {stmt.lineno}), and nothing in this loop clears "
+            f"`{model}`'s gradients: every backward adds to all its previous ones",
+            cause=f"`{opt}.zero_grad()` clears only the parameters it holds, not `{model}`'s, where "
+            "backward() accumulates (since torch 2.0 it sets them to None, so a gradient tensor "
+            "shared by assignment is not zeroed in place either). Each step applies the sum of "
+            "every gradient so far.",
+            fix=f"Call `{model}.zero_grad()` before each backward (or set `{var}.grad = None` "
+            "once it is handed over).",
+        )
+    return None
+
+
+def _handed_over(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[ast.stmt, str, str, bool]]:
+    """Assignments in ``loop`` (or the functions it calls) that hand another model's gradient
+    to a ``.grad``: ``for g, l in zip(a.parameters(), b.parameters()): g._grad = l.grad``. Each
+    with the model (``b``), the loop variable (``l``) and whether the tensor itself is handed
+    (no copy: ``l.grad``, not ``l.grad.float()``)."""
+    out = []
+    for part, node in [(scope, loop)] + [(h, None) for _, h in mod.helpers(scope, loop)]:
+        for target, stmt, value in part.assigns:
+            if not target.endswith((".grad", "._grad")) or (node is not None and not mod.inside(stmt, node)):
+                continue
+            source: ast.AST = value
+            while isinstance(source, (ast.Call, ast.Attribute)) and not (
+                    isinstance(source, ast.Attribute) and source.attr == "grad"):
+                source = source.func if isinstance(source, ast.Call) else source.value
+            if not (isinstance(source, ast.Attribute) and isinstance(source.value, ast.Name)):
+                continue
+            var = source.value.id
+            model = _model_of(mod, stmt, var, part)
+            if model:
+                out.append((stmt, model, var, source is value))
+    return out
+
+
+def _model_of(mod: Module, node: ast.AST, var: str, scope: Scope, depth: int = 2) -> str | None:
+    """The model whose parameters ``var`` ranges over at ``node``: a loop around it binds it
+    (``_zipped_model``), or ``var`` is a parameter of a function whose callers' loops bind the
+    argument they pass (``copy_grad(g, l)`` called in ``for g, l in zip(...)``)."""
+    found = next((m for a in mod.ancestors(node) if (m := _zipped_model(mod, a, var))), None)
+    made = scope.values_of(var, before=getattr(node, "lineno", None))
+    last = made[-1][0] if made else None
+    if not found and isinstance(last, ast.Assign) and isinstance(last.value, ast.Call) \
+            and dotted(last.value.func) == "next" and last.value.args:  # a, b = next(pairs)
+        found = _bound(last.targets[0], _made(mod, last, last.value.args[0]), var)
+    fn = scope.node
+    if found or depth == 0 or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return found
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if var not in params:
+        return None
+    index = params.index(var) - (1 if scope.cls and params[0] == "self" else 0)
+    for call in mod.callers_of(scope):
+        passed = kwarg(call, var) or (call.args[index] if 0 <= index < len(call.args) else None)
+        if isinstance(passed, ast.Name) and (m := _model_of(mod, call, passed.id, mod.scope(call), depth - 1)):
+            return m
+    return None
+
+
+def _zipped_model(mod: Module, node: ast.AST, var: str) -> str | None:
+    """``b`` when ``node`` is a loop binding ``var`` to ``b``'s parameters: ``for p in
+    b.parameters()``, ``for a, p in zip(a.parameters(), b.parameters())``, in ``enumerate``,
+    or over a list of them made before the loop."""
+    return _bound(node.target, _made(mod, node, node.iter), var) if isinstance(node, ast.For) else None
+
+
+def _made(mod: Module, node: ast.AST, values: ast.expr) -> ast.expr:
+    """What ``values`` iterates: a name followed to its value before ``node``, and ``list``,
+    ``tuple`` or ``iter`` taken off."""
+    if isinstance(values, ast.Name):
+        made = mod.scope(node).values_of(values.id, before=getattr(node, "lineno", None))
+        values = made[-1][1] if made and isinstance(made[-1][1], ast.expr) else values
+    if isinstance(values, ast.Call) and dotted(values.func) in ("list", "tuple", "iter") and len(values.args) == 1:
+        values = values.args[0]
+    return values
+
+
+def _bound(target: ast.expr, values: ast.expr, var: str) -> str | None:
+    if isinstance(target, ast.Name):
+        return dotted(method(values, "parameters")) if target.id == var else None
+    if not (isinstance(target, ast.Tuple) and isinstance(values, ast.Call)):
+        return None
+    pairs: list[tuple[ast.expr, ast.expr]] = []
+    if dotted(values.func) == "enumerate" and len(values.args) == 1 and len(target.elts) == 2:
+        pairs = [(target.elts[1], values.args[0])]
+    elif dotted(values.func) == "zip" and len(values.args) == len(target.elts):
+        pairs = list(zip(target.elts, values.args))
+    return next((m for t, v in pairs if (m := _bound(t, v, var))), None)
+
+
+def _clears_model(mod: Module, parts: list[tuple[Scope, ast.stmt | None]], model: str, var: str,
+                  shared: bool) -> bool:
+    """Something in the loop clears ``model``'s gradients: its ``zero_grad()`` (a helper may
+    call it ``self.lnet`` or ``lnet``), ``var.grad = None`` or ``p.grad.zero_()`` over its
+    parameters, the model built afresh, or, for a shared tensor, ``zero_grad(set_to_none=False)``
+    on the optimizer."""
+    last = model.rsplit(".", 1)[-1]
+    for part, node in parts:
+        def here(n: ast.AST) -> bool:
+            return node is None or mod.inside(n, node)
+
+        for call in part.calls:
+            receiver = method(call, "zero_grad", "zero_")
+            if receiver is None or not here(call):
+                continue
+            name = dotted(receiver) or ""
+            keep = kwarg(call, "set_to_none")
+            if name.rsplit(".", 1)[-1] == last or (shared and isinstance(keep, ast.Constant) and keep.value is False):
+                return True
+            if name.endswith(".grad") and _over_model(mod, call, name[:-5], model, var):
+                return True
+        for target, stmt, value in part.assigns:
+            if not here(stmt):
+                continue
+            if (target == model and isinstance(value, ast.Call)) or (target.endswith(".grad") and isinstance(value, ast.Constant) and value.value is None
+                                   and _over_model(mod, stmt, target[:-5], model, var)):
+                return True
+    return False
+
+
+def _over_model(mod: Module, node: ast.AST, name: str, model: str, var: str) -> bool:
+    """``name`` at ``node`` is one of ``model``'s parameters: the hand-over's own loop variable,
+    or the variable of a loop over ``model.parameters()``."""
+    return name == var or any(_zipped_model(mod, a, name) == model for a in mod.ancestors(node))
 
 
 def _step_loops(mod: Module, scope: Scope) -> list[ast.stmt]:
