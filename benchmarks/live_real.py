@@ -464,11 +464,11 @@ trainer.train()
 """
 
 
-_A3C = '''"""minimalRL's a3c.py trained by one worker process started with spawn (live_real).
+_A3C = '''"""minimalRL's a3c.py trained by one worker process (live_real).
 
-a3c.py starts three training processes and a test process with the platform's start method; one
-trainer keeps the run reproducible (several race on the shared weights), and spawn is the start
-method traindoc follows. The worker runs a3c.py's own train() on its own ActorCritic.
+a3c.py starts three training processes and a test process; one trainer keeps the run
+reproducible (several race on the shared weights). The worker runs a3c.py's own train() on its
+own ActorCritic, started as a3c.py starts it (the platform's start method: fork on Linux).
 """
 import os
 
@@ -478,7 +478,6 @@ import torch.multiprocessing as mp
 import a3c
 
 if __name__ == "__main__":
-    mp.set_start_method("spawn")
     model = a3c.ActorCritic()
     model.share_memory()
     worker = mp.Process(target=a3c.train, args=(model, 1))

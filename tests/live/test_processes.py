@@ -1,9 +1,9 @@
 """Training a script runs in processes of its own (``multiprocessing.Process``, Hogwild, an
-ensemble one member per process) is followed: each spawned child whose target is the user's
-function, or whose class's run() is the user's, watches itself, and the parent's report is
-theirs. Library processes (DataLoader workers), children that never train and forked children
-are left alone. The zoo holds the end-to-end cases (process_ensemble_no_zero_grad,
-healthy_process_ensemble)."""
+ensemble one member per process) is followed: each child, spawned or forked, whose target is the
+user's function, or whose class's run() is the user's, watches itself, and the parent's report
+is theirs. Library processes (DataLoader workers) and children that never train are left alone.
+The zoo holds the end-to-end cases (process_ensemble_no_zero_grad, healthy_process_ensemble,
+a3c_local_grads_accumulate, healthy_a3c)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ class Trainer(mp.Process):  # a worker class whose own run() trains (MorvanZhou'
         fit(self.model, self.steps, self.zero)
 
 
+def fit_index(index, model, steps, zero):  # mp.spawn's function: the child's index first
+    fit(model, steps, zero)
+
+
 def idle(queue):
     queue.put(sum(range(10)))  # a producer process: no training
 
@@ -70,6 +74,11 @@ if __name__ == "__main__":
         print("got", q.get())
         p.join()
         fit(model, 12, zero=True)  # the parent trains itself
+    elif what == "start_processes":  # mp.spawn's machinery, with the start method given
+        mp.start_processes(fit_index, args=(model, 12, False), nprocs=1, start_method=method)
+        p = mp.get_context(method).Process(target=print)
+        p.start()
+        p.join()
     elif what.startswith("class"):
         if method != "default":
             mp.set_start_method(method)
@@ -117,12 +126,15 @@ def test_dataloader_workers_are_not_followed(tmp_path: Path) -> None:
     assert data["run"]["steps"] == 4 and "processes" not in data["run"]
 
 
-def test_a_forked_process_is_not_followed(tmp_path: Path) -> None:
-    # It inherits the parent's open watch, half-copied: the report says it was not followed.
+def test_a_forked_process_is_followed(tmp_path: Path) -> None:
+    # It starts as a copy of the parent, watch included: it takes the copy down, then watches itself.
     data, err = _run(tmp_path, "fork", "no_zero_grad")
-    assert data["run"]["trained"] is False and data["run"]["forked_processes"] == 1
-    assert "It started 1 process(es) of its own with the fork start method" in err
-    assert 'mp.get_context("spawn")' in err
+    assert data["run"]["processes"] == 1 and data["run"]["steps"] == 12
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]
+    assert err.count("traindoc report") == 1 and "internal error" not in err
+    healthy, _ = _run(tmp_path, "fork", "healthy")
+    assert healthy["run"]["processes"] == 1
+    assert [f["id"] for f in healthy["findings"] if f["severity"] in ("warning", "error")] == []
 
 
 def test_a_process_subclass_whose_run_trains_is_followed(tmp_path: Path) -> None:
@@ -134,6 +146,13 @@ def test_a_process_subclass_whose_run_trains_is_followed(tmp_path: Path) -> None
     assert [f["id"] for f in healthy["findings"] if f["severity"] in ("warning", "error")] == []
 
 
-def test_a_forked_process_subclass_is_counted(tmp_path: Path) -> None:
+def test_a_forked_process_subclass_is_followed(tmp_path: Path) -> None:
     data, _ = _run(tmp_path, "fork", "class")
-    assert data["run"]["trained"] is False and data["run"]["forked_processes"] == 1
+    assert data["run"]["processes"] == 1
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]
+
+
+def test_mp_start_processes_with_fork_is_followed(tmp_path: Path) -> None:
+    data, err = _run(tmp_path, "fork", "start_processes")
+    assert data["run"]["steps"] == 12 and "internal error" not in err
+    assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]

@@ -212,8 +212,9 @@ class ExplodingGradients(Detector):
             ),
             cause=(
                 "A loss term with a steep landscape or a large weight (matrix powers, exponentials, "
-                "an unnormalized penalty), an LR too high, unnormalized inputs/targets, or a "
-                "missing normalization layer."
+                "an unnormalized penalty), an LR too high, unnormalized inputs/targets, a "
+                "missing normalization layer, or gradients that nothing clears between steps, "
+                "summed over all of them (missing-zero-grad)."
                 + (f" The parameters behind the norm: {names(top, 3)}." if top else "")
             ),
             fix=(

@@ -26,7 +26,7 @@ class MissingZeroGrad(Detector):
         Example("zoo/missing_zero_grad.py", 1),
         Example("zoo/manual_sgd_no_zero_grad.py", 1),
         Example("zoo/a3c_local_grads_accumulate.py", 2),
-        Example("zoo/bf16_working_copy_no_zero_grad.py", 2),
+        Example("zoo/bf16_working_copy_no_zero_grad.py", 1),
         Example("zoo/healthy_a3c.py", None),
         Example("zoo/healthy_bf16_working_copy.py", None),
         Example("zoo/healthy_manual_sgd.py", None),

@@ -10,15 +10,15 @@ stream (``record.rank_path``).
 
 A ``multiprocessing.Process`` (``torch.multiprocessing.Process``) whose target is a function of
 the user's own code, or a subclass of it whose ``run()`` is (MorvanZhou's A3C ``Worker``), is
-followed the same way: Hogwild (pytorch/examples' ``mnist_hogwild``, A3C)
-trains one shared model in several such processes and none in the parent. Each child that
-trained hands its report back, and the parent's report is theirs merged (the parent's own
-first if it trained too), each finding naming the processes that found it. DataLoader workers
-and library processes (a Manager's server) are not followed: their targets are not the user's.
+followed the same way: Hogwild (pytorch/examples' ``mnist_hogwild``, A3C) trains one shared
+model in several such processes and none in the parent. Each child that trained hands its report
+back, and the parent's report is theirs merged (the parent's own first if it trained too), each
+finding naming the processes that found it. DataLoader workers and library processes (a
+Manager's server) are not followed: their targets are not the user's.
 
-Only the ``spawn`` and ``forkserver`` start methods are followed: a forked child inherits the
-parent's open watch, half-copied, and is left alone; a report that saw no training says how
-many processes of the user's own code the script forked, and how to have them watched.
+With the ``fork`` start method (Linux's default before Python 3.14) the child starts as a copy
+of the parent, its open watch included: the child first takes that copy down without a report
+(``live.watch.leave_inherited``: the copy's files are the parent's), then watches itself.
 """
 
 from __future__ import annotations
@@ -55,7 +55,6 @@ class SpawnFollower:
         self._dirs: list[str] = []
         self._process_dir: str | None = None  # where followed Process children write their reports
         self._processes = 0  # Process children followed so far
-        self._forked = 0  # Process children of the user's own code started by fork: not followed
 
     def install(self, patcher: Any) -> None:
         """Through the probes' ``patcher``, which takes it down again."""
@@ -66,9 +65,10 @@ class SpawnFollower:
 
         def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1,
                             join: bool = True, daemon: bool = False, start_method: str = "spawn") -> Any:
-            if start_method == "fork" or isinstance(fn, _Child):
+            if isinstance(fn, _Child):
                 return original(fn, args, nprocs, join, daemon, start_method)
-            return original(self._child(fn, nprocs), args, nprocs, join, daemon, start_method)
+            child = self._child(fn, nprocs, start_method == "fork")
+            return original(child, args, nprocs, join, daemon, start_method)
 
         for owner in (module, tmp):  # torch.multiprocessing re-exports it
             patcher.patch(owner, "start_processes", lambda _: start_processes)
@@ -83,17 +83,15 @@ class SpawnFollower:
             overridden = run is not multiprocessing.process.BaseProcess.run
             if not _users(run if overridden else target):
                 return original(process)
-            if (getattr(process, "_start_method", None) or multiprocessing.get_start_method()) == "fork":
-                self._forked += 1  # not followed: said in the report if nothing else trained
-                return original(process)
             if self._process_dir is None:
                 self._process_dir = tempfile.mkdtemp(prefix="traindoc-processes-")
                 self._dirs.append(self._process_dir)
-            # The child runs the process object pickled inside start(): ours for that call only.
+            # The child runs the process object as start() pickles it (or forks): ours for that call only.
             # A subclass gets an instance attribute ``run`` (its own run, bound by partial).
             fn = functools.partial(run, process) if overridden else target
             assert fn is not None  # _users(None) is False
-            child = _ProcessChild(fn, self._options, self._process_dir, self._processes)
+            forked = (getattr(process, "_start_method", None) or multiprocessing.get_start_method()) == "fork"
+            child = _ProcessChild(fn, self._options, self._process_dir, self._processes, forked)
             setattr(process, "run" if overridden else "_target", child)
             self._processes += 1
             try:
@@ -106,7 +104,7 @@ class SpawnFollower:
 
         return start
 
-    def _child(self, fn: Callable[..., Any], nprocs: int) -> "_Child":
+    def _child(self, fn: Callable[..., Any], nprocs: int, forked: bool) -> "_Child":
         options = dict(self._options)
         if options.pop("guard", False) and nprocs > 1:
             from traindoc.live.guard import GuardStop, refusal
@@ -118,7 +116,7 @@ class SpawnFollower:
         if record and self._recorder is not None:
             self._recorder.discard()  # the parent trains nothing: its children record
             self._recorder = None
-        return _Child(fn, options, out, nprocs)
+        return _Child(fn, options, out, nprocs, forked)
 
     def report(self, own: Report) -> Report | None:
         """The report of the training the children did, if they wrote one (then the files are
@@ -136,16 +134,15 @@ class SpawnFollower:
         self._process_dir, self._processes = None, 0
         if found is None and processes:
             found = _merge_processes(([own] if own.run.get("trained") is not False else []) + processes)
-        if found is None and self._forked:
-            own.run["forked_processes"] = self._forked
         return found
 
 
 class _Child:
     """The function a spawned child runs: the user's ``fn`` inside a watch (picklable)."""
 
-    def __init__(self, fn: Callable[..., Any], options: Mapping[str, Any], out: str, nprocs: int) -> None:
-        self.fn, self.options, self.out, self.nprocs = fn, dict(options), out, nprocs
+    def __init__(self, fn: Callable[..., Any], options: Mapping[str, Any], out: str, nprocs: int,
+                 forked: bool) -> None:
+        self.fn, self.options, self.out, self.nprocs, self.forked = fn, dict(options), out, nprocs, forked
 
     def __call__(self, index: int, *args: Any) -> None:
         from traindoc.record import rank_path
@@ -159,14 +156,15 @@ class _Child:
             if rank == 0 or (rank < 0 and index == 0):
                 _write(Path(self.out) / _REPORT, report)
 
-        _watched(options, index == 0, lambda: self.fn(index, *args), hand_back)
+        _watched(options, index == 0, lambda: self.fn(index, *args), hand_back, self.forked)
 
 
 class _ProcessChild:
     """The target a followed ``multiprocessing.Process`` runs: the user's inside a watch."""
 
-    def __init__(self, fn: Callable[..., Any], options: Mapping[str, Any], out: str, index: int) -> None:
-        self.fn, self.options, self.out, self.index = fn, dict(options), out, index
+    def __init__(self, fn: Callable[..., Any], options: Mapping[str, Any], out: str, index: int,
+                 forked: bool) -> None:
+        self.fn, self.options, self.out, self.index, self.forked = fn, dict(options), out, index, forked
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from traindoc.record import rank_path
@@ -180,14 +178,17 @@ class _ProcessChild:
             if report.run.get("trained") is not False:
                 _write(Path(self.out) / _PROCESS.format(self.index), report)
 
-        return _watched(options, self.index == 0, lambda: self.fn(*args, **kwargs), hand_back)
+        return _watched(options, self.index == 0, lambda: self.fn(*args, **kwargs), hand_back, self.forked)
 
 
 def _watched(options: Mapping[str, Any], announce: bool, call: Callable[[], Any],
-             hand_back: Callable[[Any, Report], None]) -> Any:
-    """``call()`` inside a watch with ``options``; ``hand_back(watch, report)`` however it ends."""
-    from traindoc.live.watch import Watch, _status
+             hand_back: Callable[[Any, Report], None], forked: bool) -> Any:
+    """``call()`` inside a watch with ``options``; ``hand_back(watch, report)`` however it ends.
+    A forked child first takes down the parent's watch it was born with."""
+    from traindoc.live.watch import Watch, _status, leave_inherited
 
+    if forked:
+        leave_inherited()
     watch = Watch(**options, announce=announce)
     watch.__enter__()
     ended: BaseException | None = None

@@ -26,6 +26,10 @@ from traindoc.findings import Finding
 _open: list["Watch"] = []
 
 
+# Watches a forked child took down (``leave_inherited``), kept so that none is ever finalized.
+_left: list["Watch"] = []
+
+
 def active() -> "Watch | None":
     """The watch observing this process now (``traindoc run``, ``traindoc.watch()``, the
     autostart), or None."""
@@ -177,6 +181,19 @@ class Watch:
         if self._report is None:
             raise RuntimeError("the report is ready when the `with traindoc.watch()` block exits")
         return self._report
+
+
+def leave_inherited() -> None:
+    """In a forked child about to watch itself: the parent's open watches, copied by fork, come
+    down without a report (probes and guard removed). Their files are the parent's: nothing is
+    written, flushed or closed, and they stay referenced until the child ends (``os._exit``)."""
+    while _open:
+        doc = _open.pop()
+        _left.append(doc)
+        for part, action in (("the guard", doc._guard.uninstall if doc._guard else None),
+                             ("the probes", doc._probes.uninstall)):
+            if action is not None:
+                _safely(f"removing the parent's {part}", action)
 
 
 def _safely(what: str, action: Any) -> None:

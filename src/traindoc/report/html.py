@@ -15,7 +15,7 @@ from traindoc.engine import Report
 from traindoc.findings import SEVERITIES, Finding
 from traindoc.report import plots, safe, svg
 from traindoc.report.json import clean
-from traindoc.report.text import no_training
+from traindoc.report.text import NO_TRAINING
 
 _CSS = """
 :root{--fg:#1d1f21;--bg:#fff;--muted:#666;--line:#2b6cb0;--grid:#ccc;--panel:#f5f6f7;
@@ -97,7 +97,7 @@ def _run_line(report: Report, unit: str) -> str:
 
 def _summary(report: Report) -> str:
     if report.run.get("trained") is False:
-        return f"No training was observed: the script ended {no_training(report.run)}"
+        return f"No training was observed: the script ended {NO_TRAINING}"
     if not report.findings:
         return "No findings: nothing in this run looks broken to the detectors that ran."
     counts = [(sum(f.severity == s for f in report.findings), s) for s in SEVERITIES]

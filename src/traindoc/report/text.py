@@ -78,17 +78,6 @@ NO_TRAINING = ("with no backward() through torch.autograd and no step of a torch
                "is not watched).")
 
 
-def no_training(run: dict[str, object]) -> str:
-    """Why a run shows no training: ``NO_TRAINING``, and the processes it forked, if any."""
-    forked = run.get("forked_processes")
-    if not forked:
-        return NO_TRAINING
-    return (f"{NO_TRAINING} It started {forked} process(es) of its own with the fork start method, which "
-            "traindoc does not follow; if they train, start them with the spawn method "
-            "(`mp.get_context(\"spawn\").Process(...)` or `mp.set_start_method(\"spawn\")`) to have them "
-            "watched.")
-
-
 def lines(report: Report, *, width: int | None = None, color: bool = False, verbose: bool = False) -> list[str]:
     page = _Page(width, color)
     run = report.run
@@ -106,7 +95,7 @@ def lines(report: Report, *, width: int | None = None, color: bool = False, verb
     if run.get("trained") is False:
         code = f", exit code {run['exit_code']}" if run.get("exit_code") else ""
         page.add(f"No training was observed: the script ended (status {run.get('status', 'ok')}{code}) "
-                 f"{no_training(run)}")
+                 f"{NO_TRAINING}")
     elif not report.findings and report.disabled:
         page.add(f"No findings from the detectors that ran, but {len(report.disabled)} part(s) were "
                  "disabled after an internal error (below): failures they watch could not be seen.")
