@@ -312,9 +312,8 @@ class MissingZeroGrad:
 def _uncleared_hand_over(mod: Module, scope: Scope, loop: ast.stmt,
                          handed: list[tuple[ast.stmt, str, str, bool]]) -> Hit | None:
     """The hit for gradients handed over in ``loop`` from a model nothing in it clears."""
-    parts = [(scope, loop)] + [(h, None) for _, h in mod.helpers(scope, loop)]
     for stmt, model, var, shared in handed:
-        if _clears_model(mod, parts, model, var, shared):
+        if _clears_model(mod, _parts(mod, scope, loop), model, var, shared):
             continue
         _, call, opt = mod.steps_in(scope, loop)[0]
         return Hit(
@@ -332,13 +331,19 @@ def _uncleared_hand_over(mod: Module, scope: Scope, loop: ast.stmt,
     return None
 
 
+def _parts(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[Scope, ast.stmt | None]]:
+    """What runs in ``loop``: its own scope within the loop, and whole functions it calls."""
+    parts: list[tuple[Scope, ast.stmt | None]] = [(scope, loop)]
+    return parts + [(h, None) for _, h in mod.helpers(scope, loop)]
+
+
 def _handed_over(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[ast.stmt, str, str, bool]]:
     """Assignments in ``loop`` (or the functions it calls) that hand another model's gradient
     to a ``.grad``: ``for g, l in zip(a.parameters(), b.parameters()): g._grad = l.grad``. Each
     with the model (``b``), the loop variable (``l``) and whether the tensor itself is handed
     (no copy: ``l.grad``, not ``l.grad.float()``)."""
     out = []
-    for part, node in [(scope, loop)] + [(h, None) for _, h in mod.helpers(scope, loop)]:
+    for part, node in _parts(mod, scope, loop):
         for target, stmt, value in part.assigns:
             if not target.endswith((".grad", "._grad")) or (node is not None and not mod.inside(stmt, node)):
                 continue
