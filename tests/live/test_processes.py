@@ -156,3 +156,17 @@ def test_mp_start_processes_with_fork_is_followed(tmp_path: Path) -> None:
     data, err = _run(tmp_path, "fork", "start_processes")
     assert data["run"]["steps"] == 12 and "internal error" not in err
     assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]
+
+
+def test_lightning_ddp_fork_ranks_are_followed(tmp_path: Path) -> None:
+    """Lightning's ddp_fork (ddp_notebook) starts its ranks with mp.start_processes and fork:
+    before, the ranks ran with the parent's watch half-copied and the report said no training
+    was observed. The zoo's mislabeled-rank case, launched that way."""
+    zoo = Path(__file__).resolve().parents[2] / "zoo" / "lightning_ddp_rank_mislabeled.py"
+    script, report = tmp_path / "fork_ranks.py", tmp_path / "r.json"
+    script.write_text(zoo.read_text().replace('strategy="ddp"', 'strategy="ddp_fork"'))
+    out = traindoc("run", "--json", str(report), str(script), timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["run"]["steps"] == 80 and data["run"]["ranks"] == 2
+    assert [f["id"] for f in data["findings"] if f["severity"] == "warning"] == ["rank-loss-skew"]
