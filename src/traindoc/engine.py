@@ -155,6 +155,10 @@ class Engine:
         for id_, why in state.get("disabled", {}).items():
             self._disabled.setdefault(id_, why)
 
+    def silence(self) -> None:
+        """Announce no finding from now on."""
+        self._on_finding = None
+
     def feed(self, event: Event) -> None:
         self._curves.feed(event)
         signal = event.signal

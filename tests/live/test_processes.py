@@ -170,3 +170,14 @@ def test_lightning_ddp_fork_ranks_are_followed(tmp_path: Path) -> None:
     data = json.loads(report.read_text())
     assert data["run"]["steps"] == 80 and data["run"]["ranks"] == 2
     assert [f["id"] for f in data["findings"] if f["severity"] == "warning"] == ["rank-loss-skew"]
+
+
+def test_a_forked_child_writes_its_own_record_and_leaves_the_parents_whole(tmp_path: Path) -> None:
+    """The child's copy of the parent's recorder shares the parent's file: it writes nothing."""
+    script, rec = tmp_path / "procs.py", tmp_path / "rec.jsonl"
+    script.write_text(_TRAIN)
+    out = traindoc("run", "--record", str(rec), str(script), "fork", "no_zero_grad", timeout=TIMEOUT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    parent = [json.loads(line) for line in rec.read_text().splitlines()]
+    child = [json.loads(line) for line in (tmp_path / "rec.rank0.jsonl").read_text().splitlines()]
+    assert len(child) > len(parent) and all(e.get("step", 0) == 0 for e in parent)

@@ -111,6 +111,12 @@ class Session:
         for listener in self.event_listeners:
             listener(event)
 
+    def silence(self) -> None:
+        """Nothing reaches the event record or stderr from now on: a forked child's copy of its
+        parent's session, whose record and announcements are the parent's."""
+        self._sink = None
+        self.engine.silence()
+
     def flush(self) -> None:
         """Read the pending device values now and emit their events (one sync per device),
         ending the round here if an optimizer already stepped in it (a later optimizer of the

@@ -190,6 +190,7 @@ def leave_inherited() -> None:
     while _open:
         doc = _open.pop()
         _left.append(doc)
+        doc.session.silence()  # a probe coming down may still emit: nothing of it is written
         for part, action in (("the guard", doc._guard.uninstall if doc._guard else None),
                              ("the probes", doc._probes.uninstall)):
             if action is not None:
