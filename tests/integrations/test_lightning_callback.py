@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ENV
+from conftest import ENV, traindoc
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
                                 reason="lightning is not installed (pip install -e '.[dev]')")
@@ -98,3 +98,18 @@ def test_export_to_the_trainers_tensorboard_logger(tmp_path: Path) -> None:
     [finding] = acc.Tensors("traindoc/findings/text_summary")
     assert finding.step == 0 and "`no-gradient`" in finding.tensor_proto.string_val[0].decode()
     assert "no-gradient" in acc.Tensors("traindoc/report/text_summary")[0].tensor_proto.string_val[0].decode()
+
+
+def test_lightning_ddp_fork_ranks_are_followed(tmp_path: Path) -> None:
+    """Lightning's ddp_fork (ddp_notebook) starts its ranks with mp.start_processes and fork:
+    before, the ranks ran with the parent's watch half-copied and the report said no training
+    was observed. The zoo's mislabeled-rank case, launched that way."""
+    zoo = Path(__file__).resolve().parents[2] / "zoo" / "lightning_ddp_rank_mislabeled.py"
+    script, report = tmp_path / "fork_ranks.py", tmp_path / "r.json"
+    script.write_text(zoo.read_text().replace('strategy="ddp"', 'strategy="ddp_fork"'))
+    out = traindoc("run", "--json", str(report), str(script), timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["run"]["steps"] == 80 and data["run"]["ranks"] == 2
+    assert [f["id"] for f in data["findings"] if f["severity"] == "warning"] == ["rank-loss-skew"]
+

@@ -158,20 +158,6 @@ def test_mp_start_processes_with_fork_is_followed(tmp_path: Path) -> None:
     assert [f["id"] for f in data["findings"] if f["severity"] == "error"] == ["missing-zero-grad"]
 
 
-def test_lightning_ddp_fork_ranks_are_followed(tmp_path: Path) -> None:
-    """Lightning's ddp_fork (ddp_notebook) starts its ranks with mp.start_processes and fork:
-    before, the ranks ran with the parent's watch half-copied and the report said no training
-    was observed. The zoo's mislabeled-rank case, launched that way."""
-    zoo = Path(__file__).resolve().parents[2] / "zoo" / "lightning_ddp_rank_mislabeled.py"
-    script, report = tmp_path / "fork_ranks.py", tmp_path / "r.json"
-    script.write_text(zoo.read_text().replace('strategy="ddp"', 'strategy="ddp_fork"'))
-    out = traindoc("run", "--json", str(report), str(script), timeout=TIMEOUT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    data = json.loads(report.read_text())
-    assert data["run"]["steps"] == 80 and data["run"]["ranks"] == 2
-    assert [f["id"] for f in data["findings"] if f["severity"] == "warning"] == ["rank-loss-skew"]
-
-
 def test_a_forked_child_writes_its_own_record_and_leaves_the_parents_whole(tmp_path: Path) -> None:
     """The child's copy of the parent's recorder shares the parent's file: it writes nothing."""
     script, rec = tmp_path / "procs.py", tmp_path / "rec.jsonl"
