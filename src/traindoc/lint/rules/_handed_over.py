@@ -21,12 +21,13 @@ def handed_over(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[ast.stm
     to a ``.grad``: ``for g, l in zip(a.parameters(), b.parameters()): g._grad = l.grad``. Each
     with the model (``b``), the loop variable (``l``) and whether the tensor itself is handed
     (no copy: ``l.grad``, not ``l.grad.float()``)."""
-    out = []
+    out: list[tuple[ast.stmt, str, str, bool]] = []
     for part, node in _parts(mod, scope, loop):
-        for target, stmt, value in part.assigns:
-            if not target.endswith((".grad", "._grad")) or (node is not None and not mod.inside(stmt, node)):
+        for stmt in ast.walk(node or part.node):  # any target: ``shared_params[name].grad`` too
+            if not (isinstance(stmt, ast.Assign) and any(
+                    isinstance(t, ast.Attribute) and t.attr in ("grad", "_grad") for t in stmt.targets)):
                 continue
-            source: ast.AST = value
+            source: ast.AST = stmt.value
             while isinstance(source, (ast.Call, ast.Attribute)) and not (
                     isinstance(source, ast.Attribute) and source.attr == "grad"):
                 source = source.func if isinstance(source, ast.Call) else source.value
@@ -35,7 +36,7 @@ def handed_over(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[ast.stm
             var = source.value.id
             model = _model_of(mod, stmt, var, part)
             if model:
-                out.append((stmt, model, var, source is value))
+                out.append((stmt, model, var, source is stmt.value))
     return out
 
 
@@ -65,8 +66,8 @@ def _model_of(mod: Module, node: ast.AST, var: str, scope: Scope, depth: int = 2
 
 def _zipped_model(mod: Module, node: ast.AST, var: str) -> str | None:
     """``b`` when ``node`` is a loop binding ``var`` to ``b``'s parameters: ``for p in
-    b.parameters()``, ``for a, p in zip(a.parameters(), b.parameters())``, in ``enumerate``,
-    or over a list of them made before the loop."""
+    b.parameters()``, ``for a, p in zip(a.parameters(), b.parameters())``, ``for n, p in
+    b.named_parameters()``, in ``enumerate``, or over a list of them made before the loop."""
     return _bound(node.target, _made(mod, node, node.iter), var) if isinstance(node, ast.For) else None
 
 
@@ -87,6 +88,9 @@ def _bound(target: ast.expr, values: ast.expr, var: str) -> str | None:
     if not (isinstance(target, ast.Tuple) and isinstance(values, ast.Call)):
         return None
     pairs: list[tuple[ast.expr, ast.expr]] = []
+    named = method(values, "named_parameters")
+    if named is not None and len(target.elts) == 2:  # for name, p in b.named_parameters()
+        return dotted(named) if isinstance(target.elts[1], ast.Name) and target.elts[1].id == var else None
     if dotted(values.func) == "enumerate" and len(values.args) == 1 and len(target.elts) == 2:
         pairs = [(target.elts[1], values.args[0])]
     elif dotted(values.func) == "zip" and len(values.args) == len(target.elts):

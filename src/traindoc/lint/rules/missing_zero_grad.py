@@ -128,6 +128,20 @@ class MissingZeroGrad:
         ),
         Invalid(
             """
+            def worker(shared, local, opt, rollouts):
+                shared_params = dict(shared.named_parameters())
+                for rollout in rollouts:
+                    local.load_state_dict(shared.state_dict())
+                    local.loss(rollout).backward()
+                    for name, p in local.named_parameters():
+                        shared_params[name].grad = p.grad.clone()
+                    opt.step()
+                    opt.zero_grad()
+            """,
+            8,
+        ),
+        Invalid(
+            """
             import copy
             import torch
 
@@ -226,6 +240,16 @@ class MissingZeroGrad:
             for global_param, local_param in zip(global_model.parameters(), local_model.parameters()):
                 global_param._grad = local_param.grad
             optimizer.step()
+        """,
+        """
+        shared_params = dict(shared.named_parameters())
+        for rollout in rollouts:
+            local.load_state_dict(shared.state_dict())
+            local.zero_grad(set_to_none=True)
+            local.loss(rollout).backward()
+            for name, p in local.named_parameters():
+                shared_params[name].grad = p.grad
+            opt.step()
         """,
         """
         for x, y in loader:
