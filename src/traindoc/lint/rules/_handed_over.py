@@ -17,17 +17,22 @@ def _parts(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[Scope, ast.s
 
 
 def handed_over(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[ast.stmt, str, str, bool]]:
-    """Assignments in ``loop`` (or the functions it calls) that hand another model's gradient
-    to a ``.grad``: ``for g, l in zip(a.parameters(), b.parameters()): g._grad = l.grad``. Each
-    with the model (``b``), the loop variable (``l``) and whether the tensor itself is handed
-    (no copy: ``l.grad``, not ``l.grad.float()``)."""
+    """Places in ``loop`` (or the functions it calls) that hand another model's gradient to a
+    ``.grad``: ``for g, l in zip(a.parameters(), b.parameters()): g._grad = l.grad`` (or
+    ``g.grad.copy_(l.grad)``). Each with the statement, the model (``b``), the loop variable
+    (``l``) and whether the tensor itself is handed (no copy: ``l.grad``, not ``l.grad.float()``)."""
     out: list[tuple[ast.stmt, str, str, bool]] = []
     for part, node in _parts(mod, scope, loop):
-        for stmt in ast.walk(node or part.node):  # any target: ``shared_params[name].grad`` too
-            if not (isinstance(stmt, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and t.attr in ("grad", "_grad") for t in stmt.targets)):
+        for stmt in ast.walk(node or part.node):
+            if isinstance(stmt, ast.Assign) and any(  # any target: ``shared_params[name].grad`` too
+                    isinstance(t, ast.Attribute) and t.attr in ("grad", "_grad") for t in stmt.targets):
+                value = stmt.value
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and stmt.value.args \
+                    and _is_grad(method(stmt.value, "copy_")):
+                value = stmt.value.args[0]
+            else:
                 continue
-            source: ast.AST = stmt.value
+            source: ast.AST = value
             while isinstance(source, (ast.Call, ast.Attribute)) and not (
                     isinstance(source, ast.Attribute) and source.attr == "grad"):
                 source = source.func if isinstance(source, ast.Call) else source.value
@@ -36,8 +41,15 @@ def handed_over(mod: Module, scope: Scope, loop: ast.stmt) -> list[tuple[ast.stm
             var = source.value.id
             model = _model_of(mod, stmt, var, part)
             if model:
-                out.append((stmt, model, var, source is stmt.value))
+                out.append((stmt, model, var, source is value and isinstance(stmt, ast.Assign)))
     return out
+
+
+def _is_grad(node: ast.AST | None) -> bool:
+    """``x.grad`` or ``x.grad.data``."""
+    if isinstance(node, ast.Attribute) and node.attr == "data":
+        node = node.value
+    return isinstance(node, ast.Attribute) and node.attr == "grad"
 
 
 def _model_of(mod: Module, node: ast.AST, var: str, scope: Scope, depth: int = 2) -> str | None:

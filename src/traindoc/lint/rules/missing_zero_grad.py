@@ -262,13 +262,22 @@ class MissingZeroGrad:
             opt.zero_grad()
         """,
         """
+        for x, y in loader:
+            loss = criterion(work(x.half()), y)
+            loss.backward()
+            for m, w in zip(master.parameters(), work.parameters()):
+                m.grad.copy_(w.grad)
+            opt.step()
+            work.zero_grad()
+        """,
+        """
         for step in range(steps):
-            shared_opt.zero_grad(set_to_none=False)
+            optimizer.zero_grad(set_to_none=False)
             loss = worker_loss(local)
             loss.backward()
             for g, l in zip(shared.parameters(), local.parameters()):
                 g._grad = l.grad
-            shared_opt.step()
+            optimizer.step()
         """,
         """
         class Trainer(BaseTrainer):
