@@ -86,8 +86,8 @@ class SpawnFollower:
             if self._process_dir is None:
                 self._process_dir = tempfile.mkdtemp(prefix="traindoc-processes-")
                 self._dirs.append(self._process_dir)
-            # The child runs the process object as start() pickles it (or forks): ours for that call only.
-            # A subclass gets an instance attribute ``run`` (its own run, bound by partial).
+            # The child gets the process object as start() pickles (or forks) it: ours for that
+            # call only. A subclass gets an instance attribute ``run``: its own run, bound.
             fn = functools.partial(run, process) if overridden else target
             assert fn is not None  # _users(None) is False
             forked = (getattr(process, "_start_method", None) or multiprocessing.get_start_method()) == "fork"
@@ -138,7 +138,7 @@ class SpawnFollower:
 
 
 class _Child:
-    """The function a spawned child runs: the user's ``fn`` inside a watch (picklable)."""
+    """The function a spawned or forked child runs: the user's ``fn`` inside a watch (picklable)."""
 
     def __init__(self, fn: Callable[..., Any], options: Mapping[str, Any], out: str, nprocs: int,
                  forked: bool) -> None:

@@ -9,8 +9,8 @@ one batched transfer (``session.defer``).
 
 An optimizer that stepped with gradients handed over by assignment from a model that ran in the
 step (``live.stray.handed_over``: A3C's local copy, a bf16 working copy of fp32 master weights)
-is followed through that model. From then on, while that model runs,
-its gradients are the ones measured for the optimizer: they are what each backward() adds to.
+is followed through that model: while it runs, its gradients are the ones measured for the
+optimizer, since they are what each backward() adds to.
 """
 
 from __future__ import annotations
@@ -254,9 +254,7 @@ class AccumulationProbe(Probe):
     def _post_backward(self) -> None:
         for opt in self._optimizers():
             iv = self._intervals.get(opt)
-            if iv is None:
-                continue
-            if len(iv.post) >= _MAX_NORMS:
+            if iv is None or len(iv.post) >= _MAX_NORMS:
                 continue
             grads = _grads(self._params(opt)[0] if iv.fed_by else _held(opt))
             with torch.no_grad():
