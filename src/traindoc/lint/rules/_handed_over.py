@@ -54,14 +54,16 @@ def _is_grad(node: ast.AST | None) -> bool:
 
 def _model_of(mod: Module, node: ast.AST, var: str, scope: Scope, depth: int = 2) -> str | None:
     """The model whose parameters ``var`` ranges over at ``node``: a loop around it binds it
-    (``_zipped_model``), or ``var`` is a parameter of a function whose callers' loops bind the
-    argument they pass (``copy_grad(g, l)`` called in ``for g, l in zip(...)``)."""
+    (``_zipped_model``), ``a, var = next(pairs)`` over such pairs does, or ``var`` is a parameter
+    of a function whose callers' loops bind the argument they pass (``copy_grad(g, l)`` called in
+    ``for g, l in zip(...)``)."""
     found = next((m for a in mod.ancestors(node) if (m := _zipped_model(mod, a, var))), None)
-    made = scope.values_of(var, before=getattr(node, "lineno", None))
-    last = made[-1][0] if made else None
-    if not found and isinstance(last, ast.Assign) and isinstance(last.value, ast.Call) \
-            and dotted(last.value.func) == "next" and last.value.args:  # a, b = next(pairs)
-        found = _bound(last.targets[0], _made(mod, last, last.value.args[0]), var)
+    if not found:
+        made = scope.values_of(var, before=getattr(node, "lineno", None))
+        last = made[-1][0] if made else None
+        if isinstance(last, ast.Assign) and isinstance(last.value, ast.Call) \
+                and dotted(last.value.func) == "next" and last.value.args:
+            found = _bound(last.targets[0], _made(mod, last, last.value.args[0]), var)
     fn = scope.node
     if found or depth == 0 or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return found

@@ -206,7 +206,7 @@ class AccumulationProbe(Probe):
                 params = [p for p in (ref() for ref in fed[2]) if p is not None]
                 if params:
                     return params, fed[1]
-        return [p for g in opt.param_groups for p in g["params"]], ""
+        return _held(opt), ""
 
     def _pre_backward(self, tensor: torch.Tensor) -> None:
         self._last_bwd_stamp = self._opt_steps
