@@ -69,7 +69,7 @@ class _Interval:
 
     __slots__ = ("backwards", "batches", "unmeasured", "first_stamp", "pre", "none_seen",
                  "first_none", "post", "factors", "where", "sites", "retained", "restarted", "calls",
-                 "rollout", "fed_by")
+                 "rollout", "fed_by", "absent")
 
     def __init__(self, backwards: int, batches: int, unmeasured: int) -> None:
         self.reset(backwards, batches, unmeasured)
@@ -93,6 +93,7 @@ class _Interval:
         # while forwards came before the first: a rollout's terms backpropagated one by one.
         self.rollout: bool | None = None
         self.fed_by = ""  # the model whose gradients were measured instead (handed over)
+        self.absent = False  # the optimizer's own gradients were None after a measured backward()
 
 
 class AccumulationProbe(Probe):
@@ -117,6 +118,7 @@ class AccumulationProbe(Probe):
         self._scaled: dict[int, float] = {}
         # optimizer -> (the models feeding it, weak; the user's name for them; their parameters, weak)
         self._feeders = ObjectMap()
+        self._looked = ObjectMap()  # optimizers looked at for a hand-over once
 
     def install(self) -> None:
         patcher = self._patcher
@@ -257,6 +259,7 @@ class AccumulationProbe(Probe):
             if iv is None or len(iv.post) >= _MAX_NORMS:
                 continue
             grads = _grads(self._params(opt)[0] if iv.fed_by else _held(opt))
+            iv.absent |= not grads
             with torch.no_grad():
                 iv.post.append(_total_norm(grads) if grads else torch.zeros(()))
 
@@ -282,7 +285,10 @@ class AccumulationProbe(Probe):
         sites = len(iv.sites) if backwards == len(iv.factors) else 0
         retained, restarted, rollout, fed_by = iv.retained, iv.restarted, bool(iv.rollout), iv.fed_by
         grads = _grads(_held(opt))  # after the step, as the step used them (a script may divide them)
-        if grads or opt in self._feeders:
+        # A pass over the step's models looks for a hand-over: once per optimizer, then where no
+        # backward() filled its gradients (a copy), or while one is followed.
+        if grads and (iv.absent or opt not in self._looked) or opt in self._feeders:
+            self._looked[opt] = True
             self._find_feeders(opt)
 
         def event(pre: list[float], post: list[float], stepped: float = math.nan) -> GradAccumulation:
