@@ -98,6 +98,7 @@ class Case:
     expect: list[str] = field(default_factory=list)
     why: str = ""
     longer: int = 3  # the length factor of the timing's longer run
+    nproc: int = 1  # ranks of a torchrun job (each saves its own state: STATE.rankN)
     needs: list[str] = field(default_factory=list)  # modules it imports that a plain set-up lacks
 
     @property
@@ -293,23 +294,50 @@ import hashlib
 import os
 
 
+def _local(v):
+    return v.to_local() if hasattr(v, "to_local") else v  # a rank's part of a DTensor
+
+
 def _save():
     import torch
 
     models = []
     for obj in gc.get_objects():
         if isinstance(obj, torch.nn.Module) and next(obj.parameters(), None) is not None:
-            state = {k: v.detach().cpu().clone() for k, v in obj.state_dict().items()}
+            state = {k: _local(v).detach().cpu().clone() for k, v in obj.state_dict().items()}
             digest = hashlib.sha1(b"".join(t.numpy().tobytes() for t in state.values())).hexdigest()
             models.append((type(obj).__name__, digest, state))
     # In an order of their own (gc's order is not): class, then contents
     models.sort(key=lambda m: m[:2])
+    rank = os.environ.get("RANK")  # a torchrun job: one file per rank (its launcher saves nothing)
     torch.save({f"{i} {cls} {k}": v for i, (cls, _, state) in enumerate(models) for k, v in state.items()},
-               os.environ["LIVE_REAL_STATE"])
+               os.environ["LIVE_REAL_STATE"] + (f".rank{rank}" if rank is not None else ""))
 
 
 atexit.register(_save)
 '''
+
+
+_CPU_ACCELERATOR = '''
+import torch
+
+# This machine's CPU as the "accelerator" the script asks for (torch.accelerator), with a device
+# per rank, so that a multi-GPU example runs its ranks on gloo here.
+torch.accelerator.is_available = lambda: True
+torch.accelerator.device_count = lambda: int(os.environ.get("WORLD_SIZE", "1"))
+torch.accelerator.current_accelerator = lambda check_available=False: torch.device("cpu")
+torch.manual_seed(0)  # the model's initialization: the examples seed only their batches
+'''
+
+
+def _cpu_accelerator(where: Path) -> None:
+    """live_real_cpu/sitecustomize.py: the weights at exit (``exit_state``, a file per rank),
+    torch seeded, and ``torch.accelerator`` answering with the CPU, for PyTorch's distributed
+    examples, which pick their device (and the mesh's) through it and stop when fewer than two
+    accelerators exist."""
+    folder = where / "live_real_cpu"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE + _CPU_ACCELERATOR, encoding="utf-8")
 
 
 def _exit_state(where: Path) -> None:
@@ -503,7 +531,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
-    "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver,
+    "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
@@ -537,6 +565,9 @@ def _run(case: Case, root: Path, observed: bool, scratch: Path, n: int = 1) -> R
     report = out / "traindoc.json"
     cmd = ([sys.executable, "-m", "traindoc", "run", "--json", str(report), script] if observed
            else [sys.executable, script]) + [fill(a) for a in case.args]
+    if case.nproc > 1:  # torchrun: the same command with `-m` for a module, one process per rank
+        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(case.nproc)]
+        cmd = launch + cmd[1:]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **{k: fill(v) for k, v in case.env.items()}}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, cwd=root / case.cwd, env=env, capture_output=True, text=True, timeout=1800)
@@ -548,14 +579,14 @@ def _run(case: Case, root: Path, observed: bool, scratch: Path, n: int = 1) -> R
     return run
 
 
-def _weights(case: Case, root: Path, run: Run) -> dict[str, Any]:
+def _weights(state: str, case: Case, root: Path, run: Run) -> dict[str, Any]:
     import torch
 
     # Written a moment ago by the script itself, into our own scratch folder: trusted. A whole
     # pickled model needs the script's own modules (word_language_model's model.py).
     sys.path.insert(0, str(root / case.cwd))
     try:
-        obj = torch.load(run.out / case.state, map_location="cpu", weights_only=False)
+        obj = torch.load(run.out / state, map_location="cpu", weights_only=False)
     finally:
         sys.path.remove(str(root / case.cwd))
     if case.key:
@@ -567,11 +598,13 @@ def _differences(case: Case, root: Path, bare: Run, seen: Run) -> list[str]:
     import torch
 
     diffs = []
-    if case.state:
-        a, b = _weights(case, root, bare), _weights(case, root, seen)
+    for state in [f"{case.state}.rank{r}" for r in range(case.nproc)] if case.nproc > 1 else [case.state]:
+        if not state:
+            continue
+        a, b = _weights(state, case, root, bare), _weights(state, case, root, seen)
         if a.keys() != b.keys():
-            diffs.append("the saved state's keys differ")
-        diffs += [f"{k} differs" for k in a if k in b and not torch.equal(a[k], b[k])][:5]
+            diffs.append(f"{state}: the saved state's keys differ")
+        diffs += [f"{state}: {k} differs" for k in a if k in b and not torch.equal(a[k], b[k])][:5]
     if case.lines:
         pattern = re.compile(case.lines)
 

@@ -18,11 +18,19 @@ SAMPLE = 4096
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
+def local(t: Any) -> Any:
+    """This rank's local tensor of a DTensor (a tensor-parallel or FSDP2 shard, a replicated
+    parameter, a sequence-parallel activation), ``t`` itself otherwise. Every statistic here is
+    computed on it: maths on a DTensor runs the DTensor's own dispatch, which may redistribute
+    (a collective the training did not ask for) and warns about the scalars it meets."""
+    return t.to_local() if type(t) is not torch.Tensor and hasattr(t, "to_local") else t
+
+
 def strided(t: torch.Tensor) -> torch.Tensor:
     """A fixed, evenly strided sample of ``t``'s elements (a view when possible). A complex
     tensor is seen as its real and imaginary parts, so every statistic works on real numbers. A
     sparse tensor (an ``nn.Embedding(sparse=True)`` gradient) is seen as the values it holds."""
-    flat = t.detach()
+    flat = local(t).detach()
     if flat.is_sparse:  # coalesce(): a device sync on CUDA (see norm)
         flat = flat.coalesce().values()
     flat = flat.reshape(-1)
@@ -37,6 +45,7 @@ def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
     complex). Low-precision norms are accumulated in float32 (fp16 would overflow at 65504)."""
     if not grads:
         return torch.zeros(0)
+    grads = [local(g) for g in grads]
     same = all(g.dtype == torch.float32 and g.device == grads[0].device for g in grads)
     if same:
         try:
@@ -50,7 +59,7 @@ def grad_norms(grads: list[torch.Tensor]) -> torch.Tensor:
 def norm(t: torch.Tensor) -> torch.Tensor:
     """The L2 norm of ``t`` as a float32 scalar, for any floating or complex dtype."""
     wide = torch.float32 if t.dtype in LOW_PRECISION else None  # fp64/complex keep their own
-    t = t.detach()
+    t = local(t).detach()
     if t.is_sparse:  # a sparse gradient: the norm of its (summed) values. coalesce() counts the
         t = t.coalesce().values()  # unique rows: a device sync on CUDA, sampled steps of sparse models only
     return torch.linalg.vector_norm(t, dtype=wide).float()
@@ -118,7 +127,7 @@ def first_float_tensors(value: Any, limit: int = 4) -> list[torch.Tensor]:
         v = stack.pop(0)
         if isinstance(v, torch.Tensor):
             if v.is_floating_point() and v.numel():
-                out.append(v)
+                out.append(local(v))
         elif isinstance(v, (tuple, list)):
             stack.extend(v[:8])
         elif isinstance(v, dict):

@@ -15,7 +15,7 @@ import torch
 from traindoc.events import LOSS_INPUT, Activation, Event, NormInput, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
-from traindoc.live.ranks import is_shard, local_part  # traindoc-ranks
+from traindoc.live.ranks import is_shard  # traindoc-ranks
 from traindoc.live.stray import StrayGrads
 
 if TYPE_CHECKING:
@@ -130,9 +130,9 @@ class ModelWatch:
                     else:
                         has_grad = p.grad is not None
                         if has_grad:
-                            grads.append(local_part(p.grad))  # traindoc-ranks: a replicated DTensor
-                    stats.append(local_part(snap.after(p, self._init.get(p), measure.drive(opt, p))))
-                    tracked.append(local_part(p.detach()))
+                            grads.append(measure.local(p.grad))  # traindoc-ranks: a replicated DTensor
+                    stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
+                    tracked.append(measure.local(p).detach())
                     adam = measure.is_adam_family(opt, p)
                     rows.append((self.param_name(p), str(p.dtype), p.numel(), p.requires_grad,
                                  has_grad, gi, lr, adam))
@@ -245,7 +245,7 @@ class ModelWatch:
     def on_loss_input(self, fn: str, probs: torch.Tensor) -> None:
         """The probabilities a BCE loss sees, judged like a model output (saturated-outputs)."""
         self.s.next_step_begins()
-        self._defer_output(fn, LOSS_INPUT, probs, nan_alone=False)
+        self._defer_output(fn, LOSS_INPUT, measure.local(probs), nan_alone=False)
 
     def _defer_output(self, name: str, type_: str, out: torch.Tensor, *, nan_alone: bool) -> None:
         """An output's spread across the batch as an ``Activation(is_output=True)``; a
@@ -277,7 +277,7 @@ class ModelWatch:
         flag = torch.stack([torch.isnan(t).any() for t in outs]).any()
         self.nan_flags.append((name, type(module).__name__, flag, empty))
         if isinstance(module, (torch.nn.ReLU, torch.nn.ReLU6)):
-            self._relu_outputs.add(id(outs[0]))
+            self._relu_outputs.add(id(output))  # the tensor the next layer gets, not its local part
             self._track_units(module, name, type(module).__name__, outs[0], None)
 
     def on_module_input(self, module: Any, args: Any) -> None:
@@ -288,7 +288,7 @@ class ModelWatch:
         that are never negative count (a ReLU-family output); inputs straight from an
         ``nn.ReLU`` module are that module's, judged once."""
         if isinstance(module, measure.NORMS) and args:
-            self._norm_input(module, args[0])
+            self._norm_input(module, measure.local(args[0]))
             return
         if not isinstance(module, _UNIT_LAYERS) or not args:
             return
@@ -296,6 +296,7 @@ class ModelWatch:
         if (not isinstance(x, torch.Tensor) or not x.requires_grad or not x.is_floating_point()
                 or x.ndim < 2 or id(x) in self._relu_outputs):
             return
+        x = measure.local(x)
         units = x if isinstance(module, torch.nn.Linear) else x.movedim(1, -1)
         name = self._mnames.get(module, type(module).__name__)
         self._track_units(module, f"input of {name}", "relu-like", units, (x < 0).any())
@@ -350,7 +351,7 @@ class ModelWatch:
             if vals[0]:
                 yield Activation(step=step, module=op, type="function", nan=True, empty=True)
 
-        self.s.defer(torch.isnan(loss.detach()).reshape(1).float(), decode)
+        self.s.defer(torch.isnan(measure.local(loss).detach()).reshape(1).float(), decode)
 
     def pack_activations(self) -> None:
         """Turn this step's forward flags into one pending entry (at backward, sampled steps)."""

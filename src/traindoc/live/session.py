@@ -318,7 +318,7 @@ class Session:
             self.model.on_sampled_loss(loss)
         elif self.model.nan_flags:  # forward flags are only taken on sampled steps
             self.model.pack_activations()
-        value = loss.detach()  # no copy, no sync: read at the flush
+        value = measure.local(loss).detach()  # no copy, no sync: read at the flush
         if self.loss_scales:
             scale = self.loss_scales.pop(id(loss), None)
             if scale is not None:

@@ -192,8 +192,9 @@ class CoreProbes(Probe):
         # Step 0 only (bad-initial-loss judges the first loss): a learnable logit scale or
         # temperature sets how far above ln(C) the first loss may start. A bounded graph walk.
         scale = measure.learnable_scale(input) if step == 0 and input.requires_grad else None
-        packed = out.detach().reshape(1) if scale is None else \
-            torch.stack([out.detach().float().reshape(()), scale.to(out.device)])
+        out = measure.local(out).detach()  # a DTensor under loss_parallel(): replicated
+        packed = out.reshape(1) if scale is None else \
+            torch.stack([out.float().reshape(()), measure.local(scale).to(out.device)])
 
         def decode(vals: list[float]) -> Iterable[Event]:
             yield Classification(step=step, classes=classes, value=vals[0],

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import torch
 
+from traindoc.live import measure
 from traindoc.live.measure import graph
 from traindoc.live.objects import file_line
 from traindoc.live.probes._ops import caller, torch_function
@@ -119,9 +120,9 @@ class OriginSearch:
             return  # an Inf or NaN given as a number: passed on, not born here
         tensors = [a for a in inputs if isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())]
         with torch.no_grad():
-            born = (~torch.isfinite(out.detach())).any()
+            born = (~torch.isfinite(measure.local(out).detach())).any()
             for t in tensors:
-                born = born & torch.isfinite(t.detach()).all().to(born.device)
+                born = born & torch.isfinite(measure.local(t).detach()).all().to(born.device)
         frame = caller()
         where = file_line(frame.f_code.co_filename, frame.f_lineno)
         self._cands.append((out.grad_fn, _op_name(func), self._module(frame), where, born))
@@ -135,7 +136,7 @@ class OriginSearch:
             seen = {id(node) for node in graph([t.grad_fn for t in tensors], _NODES)}
             origins = [(op, module, where, born) for node, op, module, where, born in self._cands if id(node) in seen]
         with torch.no_grad():
-            flag = torch.stack([(~torch.isfinite(t.detach())).any() for t in tensors]).any()
+            flag = torch.stack([(~torch.isfinite(measure.local(t).detach())).any() for t in tensors]).any()
             return origins, torch.stack([flag] + [born.to(flag.device) for *_, born in origins]).float()
 
     def found(self, origins: list[Candidate], vals: list[float]) -> tuple[str, str, str] | None:
