@@ -13,7 +13,8 @@ commits from those git directories:
 
 (it looks for OWNER+NAME/repo, OWNER+NAME/repo/.git or OWNER+NAME.git under the folder given and
 writes every *.py file of the commit to CHECKOUTS/OWNER+NAME/, so sibling modules are there
-too), or make them by hand, one folder per repository named OWNER+NAME, at the commit:
+too; a file listed at a second commit of a repository goes to OWNER+NAME@COMMIT12/), or make
+them by hand, one folder per repository named OWNER+NAME, at the commit:
 
     git --git-dir=GITDIR ls-tree -r --name-only COMMIT | grep '\\.py$' | while read p; do
         mkdir -p "CHECKOUTS/OWNER+NAME/$(dirname "$p")"
@@ -81,10 +82,11 @@ class Entry:
     commit: str
     path: str
     marks: list[Mark] = field(default_factory=list)
+    older: bool = False  # another commit of a repository listed at a first one: a folder of its own
 
     @property
     def folder(self) -> str:
-        return self.repo.replace("/", "+")
+        return self.repo.replace("/", "+") + (f"@{self.commit[:12]}" if self.older else "")
 
 
 def load_manifest(path: Path, rule_ids: set[str]) -> list[Entry]:
@@ -94,7 +96,8 @@ def load_manifest(path: Path, rule_ids: set[str]) -> list[Entry]:
     if not isinstance(files, list) or not files:
         raise ValueError(f"{path}: no [[file]] entries")
     out: list[Entry] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
+    first: dict[str, str] = {}  # repository -> the commit its first entry names
     for i, item in enumerate(files):
         where = f"{path.name} entry {i + 1}"
         repo, commit, rel = item.get("repo"), item.get("commit"), item.get("path")
@@ -104,10 +107,10 @@ def load_manifest(path: Path, rule_ids: set[str]) -> list[Entry]:
             raise ValueError(f"{where}: commit must be 40 lowercase hex digits, got {commit!r}")
         if not isinstance(rel, str) or not rel.endswith(".py") or rel.startswith("/") or ".." in rel.split("/"):
             raise ValueError(f"{where}: path must be a relative *.py path, got {rel!r}")
-        if (repo, rel) in seen:
-            raise ValueError(f"{where}: {repo} {rel} is listed twice")
-        seen.add((repo, rel))
-        entry = Entry(repo, commit, rel)
+        if (repo, commit, rel) in seen:
+            raise ValueError(f"{where}: {repo} {rel} is listed twice at {commit[:12]}")
+        seen.add((repo, commit, rel))
+        entry = Entry(repo, commit, rel, older=first.setdefault(repo, commit) != commit)
         mistakes = item.get("mistakes")
         if not isinstance(mistakes, list):
             raise ValueError(f"{where}: mistakes must be a list (empty when the file has none)")
@@ -126,7 +129,8 @@ def load_manifest(path: Path, rule_ids: set[str]) -> list[Entry]:
 
 def export(entries: list[Entry], mirrors: Path, checkouts: Path) -> None:
     """Write every *.py file of each listed commit from its git directory under ``mirrors``."""
-    for repo, commit in sorted({(e.folder, e.commit) for e in entries}):
+    for folder, commit in sorted({(e.folder, e.commit) for e in entries}):
+        repo = folder.partition("@")[0]
         candidates = [mirrors / repo / "repo" / ".git", mirrors / repo / "repo", mirrors / f"{repo}.git"]
         gitdir = next((c for c in candidates if (c / "HEAD").is_file()), None)
         if gitdir is None:
@@ -138,10 +142,10 @@ def export(entries: list[Entry], mirrors: Path, checkouts: Path) -> None:
                 continue
             blob = subprocess.run(["git", f"--git-dir={gitdir}", "show", f"{commit}:{name}"],
                                   check=True, capture_output=True).stdout
-            target = checkouts / repo / name
+            target = checkouts / folder / name
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(blob)
-        print(f"exported {repo} at {commit[:12]}", file=sys.stderr)
+        print(f"exported {folder} at {commit[:12]}", file=sys.stderr)
 
 
 @dataclass

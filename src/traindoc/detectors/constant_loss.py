@@ -26,7 +26,9 @@ class ConstantLoss(Detector):
     None), on ``confirm`` sampled steps, while the optimizers hold trainable parameters and none
     of them had a gradient on any sampled step of the run (neither after backward() nor at
     ``step()``: an embedding's sparse gradient, which the norms leave out, counts). A run where another optimizer's
-    parameters do get gradients (a GAN's discriminator) is no-gradient's to judge."""
+    parameters do get gradients (a GAN's discriminator) is no-gradient's to judge, and one where
+    parameters no optimizer holds get them (an optimizer built before the model's parameters
+    were replaced) optimizer-param-mismatch's."""
 
     id = "constant-loss"
     needs = frozenset({"backward"})
@@ -38,6 +40,7 @@ class ConstantLoss(Detector):
         Example("zoo/recsys_rounded_rating_leaf.py", 0),
         Example("zoo/healthy_unet_soft_dice.py", None),
         Example("zoo/healthy_recsys_sparse_embeddings.py", None),
+        Example("zoo/fsdp2_optimizer_before_shard.py", None),  # its parameters do get gradients
         Example("golden/constant_loss.jsonl", 5),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
@@ -97,6 +100,8 @@ class ConstantLoss(Detector):
             yield from self._after_backward(event)
             return
         assert isinstance(event, ParamStats)
+        if event.optimizer < 0 and event.has_grad:  # a model's parameter no optimizer holds got
+            self._reached = True  # one: the graph reaches parameters (optimizer-param-mismatch's)
         if event.optimizer >= 0 and event.requires_grad:
             if event.has_grad:  # a gradient arrived (a sparse one too, which the norms skip)
                 self._reached = True

@@ -19,7 +19,9 @@ class OptimizerParamMismatch(Detector):
     needs = frozenset({"params"})
     examples = (
         Example("zoo/optimizer_mismatch.py", 0),
+        Example("zoo/fsdp2_optimizer_before_shard.py", 0),
         Example("zoo/healthy_mlp.py", None),
+        Example("zoo/healthy_fsdp2.py", None),
     )
 
     def __init__(self, config: Detector.Config | None = None) -> None:

@@ -268,13 +268,13 @@ def _replacement(mod: Module, scope: Scope, built: ast.Call,
             target = call.args[0] if call.args else kwarg(call, "module")
             if last in ("FullyShardedDataParallel", "FSDP") and _true(kwarg(call, "use_orig_params")):
                 continue
-            owner = _owner_of(mod, target, owners)
+            owner = _owner_of(mod, target, owners, call)
             if owner:
                 return call, owner, REPLACERS[last]
         elif isinstance(call.func, ast.Attribute) and call.func.attr in ("to_empty", "load_state_dict"):
             if call.func.attr == "load_state_dict" and not _true(kwarg(call, "assign")):
                 continue
-            owner = _owner_of(mod, call.func.value, owners)
+            owner = _owner_of(mod, call.func.value, owners, call)
             if owner:
                 return call, owner, "new tensors (`assign=True` and `to_empty()` swap the parameter objects)"
     for owner, stmt, value in scope.assigns:
@@ -295,7 +295,7 @@ def _wraps(mod: Module, call: ast.Call, owner: str) -> bool:
     return any(dotted(n) == owner for a in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(a))
 
 
-def _owner_of(mod: Module, node: ast.AST | None, owners: dict[str, ast.expr]) -> str | None:
+def _owner_of(mod: Module, node: ast.AST | None, owners: dict[str, ast.expr], at: ast.Call) -> str | None:
     """The owner ``node`` is, or is part of (``model.layers[3]``, a loop variable over
     ``model.layers``, ``model.layers.items()``)."""
     for _ in range(3):
@@ -307,7 +307,7 @@ def _owner_of(mod: Module, node: ast.AST | None, owners: dict[str, ast.expr]) ->
         if isinstance(node, ast.Name):
             if node.id in owners:
                 return node.id
-            node = _loop_source(mod, node)
+            node = _loop_source(mod, node, at)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CHILDREN:
             node = node.func.value
         elif isinstance(node, ast.Call) and node.args and (dotted(node.func) or "") in ("enumerate", "zip", "reversed", "list"):
@@ -317,9 +317,9 @@ def _owner_of(mod: Module, node: ast.AST | None, owners: dict[str, ast.expr]) ->
     return None
 
 
-def _loop_source(mod: Module, name: ast.Name) -> ast.expr | None:
-    """What the loop around ``name`` iterates over, when ``name`` is (part of) its target."""
-    for a in mod.ancestors(name):
+def _loop_source(mod: Module, name: ast.Name, at: ast.Call) -> ast.expr | None:
+    """What a loop around ``at`` iterates over, when ``name`` is (part of) its target."""
+    for a in mod.ancestors(at):
         if isinstance(a, LOOP_TYPES) and isinstance(a, (ast.For, ast.AsyncFor)):
             if any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(a.target)):
                 return a.iter
