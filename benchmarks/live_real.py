@@ -48,7 +48,12 @@ pinned 2.13.0: those cases run in an environment of their own, with traindoc ins
     /tmp/tv/bin/python benchmarks/live_real.py --case timm-resnet-ema ...
 
 on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colour and a square
-telling them apart). A library with no training script of its own (denoising-diffusion-pytorch)
+telling them apart). A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
+--standalone --nproc_per_node N`` bare and with ``-m traindoc run``, each rank writing its own
+weights at exit (``exit_state``: its local shards of DTensors); PyTorch's distributed examples
+pick their device through ``torch.accelerator`` and stop without two GPUs, so ``cpu_accelerator``
+makes it answer with the CPU (gloo) and seeds torch, whose model initialization they leave
+unseeded. A library with no training script of its own (denoising-diffusion-pytorch)
 runs the driver its README shows, written into its checkout by ``prepare``.
 
 Exit status 1 when a case is not identical, raises a false alarm or fails; 2 when a checkout is
