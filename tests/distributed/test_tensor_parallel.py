@@ -1,6 +1,6 @@
-"""torch's own tensor parallelism under `traindoc run` (two gloo ranks, `parallelize_module`, in
-three styles: Megatron-style column/row layers, sequence parallelism with DTensor activations,
-and a language model with its loss under `loss_parallel()`): watching changes no weight and runs
+"""torch's own tensor parallelism and FSDP2 under `traindoc run` (two gloo ranks; Megatron-style
+column/row layers, sequence parallelism with DTensor activations, a language model with its loss
+under `loss_parallel()`, the same model under `fully_shard`): watching changes no weight and runs
 no DTensor operation (a DTensor op may redistribute, a collective the job did not ask for), a
 healthy job stays quiet, and the two mistakes of PyTorch's own tensor-parallel example are found.
 """
@@ -18,7 +18,7 @@ import torch
 from conftest import ENV, ROOT, run, torch_exit_abort
 
 JOB = Path(__file__).resolve().parent / "scripts" / "tp_job.py"
-STYLES = ["megatron", "sequence", "titan"]
+STYLES = ["megatron", "sequence", "titan", "fsdp2"]
 
 
 def torchrun(*args: str, traindoc: bool = True) -> subprocess.CompletedProcess[str]:
@@ -60,8 +60,8 @@ def test_gradients_never_cleared_are_found_on_dtensor_parameters(style: str, tmp
     assert [i for i, _ in _findings(report)] == ["missing-zero-grad"]
 
 
-@pytest.mark.parametrize("style", ["sequence", "titan"])
-def test_optimizer_built_before_parallelize_module_is_a_mismatch_not_a_constant_loss(style: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("style", ["sequence", "titan", "fsdp2"])
+def test_optimizer_built_before_the_parameters_are_sharded_is_a_mismatch_not_a_constant_loss(style: str, tmp_path: Path) -> None:
     """The DTensors get the gradients, the optimizer's old tensors none: optimizer-param-mismatch
     alone (the loss does reach parameters, so constant-loss has nothing to say)."""
     report = tmp_path / "r.json"

@@ -1,12 +1,14 @@
-"""A tensor-parallel torchrun job on gloo, with torch's own `parallelize_module`: the parameters
-are DTensors (shards of one weight across the ranks) and so are some activations.
+"""A tensor-parallel or FSDP2 torchrun job on gloo, with torch's own `parallelize_module` and
+`fully_shard`: the parameters are DTensors (shards of one weight across the ranks), and so are
+some activations.
 
-Two styles: ``megatron`` (a column-parallel then a row-parallel Linear, every rank fed the same
-batch, a loop at module level as PyTorch's tensor-parallel example writes it) and ``sequence`` (a
+Styles: ``megatron`` (a column-parallel then a row-parallel Linear, every rank fed the same
+batch, a loop at module level as PyTorch's tensor-parallel example writes it), ``sequence`` (a
 trainer class; a LayerNorm under SequenceParallel, so the activations between layers are
-DTensors sharded along the sequence, each rank fed its own part). Options write the two mistakes
-of that example's history: the optimizer built before `parallelize_module` replaced the
-parameters, and no `zero_grad()`.
+DTensors sharded along the sequence, each rank fed its own part), ``titan`` (a language model as
+an LLM pre-training framework writes it: its loss under `loss_parallel()`) and ``fsdp2`` (the
+same model sharded block by block). Options write the two mistakes of PyTorch's tensor-parallel
+example's history: the optimizer built before the parameters were replaced, and no `zero_grad()`.
 
 ``--audit FILE`` writes the DTensor operations that ran with a traindoc frame on the stack: an
 observer that computes on a DTensor runs collectives the training did not ask for.
@@ -27,7 +29,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                loss_parallel, parallelize_module)
 
 p = argparse.ArgumentParser()
-p.add_argument("--style", choices=["megatron", "sequence", "titan"], default="megatron")
+p.add_argument("--style", choices=["megatron", "sequence", "titan", "fsdp2"], default="megatron")
 p.add_argument("--steps", type=int, default=12)
 p.add_argument("--optimizer-first", action="store_true", help="build AdamW before parallelize_module")
 p.add_argument("--no-zero-grad", action="store_true")
@@ -180,13 +182,40 @@ def titan(mesh, rank: int) -> dict[str, torch.Tensor]:  # type: ignore[no-untype
     return model.state_dict()
 
 
+def fsdp2(mesh, rank: int) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+    """FSDP2: every parameter a DTensor shard, gathered for each forward and backward; each rank
+    its own batches, the gradients reduce-scattered, the norm clipped over the shards."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    if args.optimizer_first:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for block in (model.tok_embeddings, model.block):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    if not args.optimizer_first:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = torch.Generator().manual_seed(7 + rank)
+    for _ in range(args.steps):
+        tokens = torch.randint(0, 32, (4, 9), generator=data)
+        loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(0, 1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if not args.no_zero_grad:
+            opt.zero_grad()
+    return model.state_dict()
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     with audit(f"{args.audit}.rank{rank}") if args.audit else contextlib.nullcontext():
-        state = (megatron(mesh, rank) if args.style == "megatron" else titan(mesh, rank)
-                 if args.style == "titan" else SequenceTrainer(mesh, rank).fit())
+        run = {"megatron": megatron, "titan": titan, "fsdp2": fsdp2,
+               "sequence": lambda mesh, rank: SequenceTrainer(mesh, rank).fit()}[args.style]
+        state = run(mesh, rank)
     if args.save_dir:
         local = {k: (v.to_local() if hasattr(v, "to_local") else v).detach().clone() for k, v in state.items()}
         torch.save(local, os.path.join(args.save_dir, f"rank{rank}.pt"))
