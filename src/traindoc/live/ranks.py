@@ -56,7 +56,7 @@ from traindoc.findings import Finding
 from traindoc.live.collectives import Collectives
 from traindoc.live.objects import ObjectMap
 from traindoc.live.rank_clock import JoinCounter, RunQueue
-from traindoc.live.replicas import fingerprint, is_shard, local_part, synced_params
+from traindoc.live.replicas import fingerprint, is_shard, synced_params
 from traindoc.live.spawn import SpawnFollower
 
 # How long rank 0 waits at the end for the other ranks to say how they ended (seconds).
@@ -366,4 +366,4 @@ def _timeout() -> float:
         return DEFAULT_TIMEOUT_S
 
 
-__all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "local_part", "world"]
+__all__ = ["Ranks", "fingerprint", "is_shard", "launched_ranks", "world"]

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from traindoc.events import RankParams
+from traindoc.live import measure
 from traindoc.live.objects import ObjectMap
 
 K = 4  # elements sampled per tensor
@@ -95,7 +96,7 @@ def replicated(session: Any, synced: ObjectMap) -> tuple[list[str], list[torch.T
         elif not (copy or dtensors or p in kept or p in synced or hasattr(p, "placements")):
             unsynced += 1
         else:
-            local = _local(p)
+            local = measure.local(p).detach()
             if local.numel():
                 compared[p] = True
                 names.append(name)
@@ -123,16 +124,6 @@ def is_shard(p: Any) -> bool:
     shard)? Cheap for plain tensors: one attribute lookup."""
     placements = getattr(p, "placements", None)
     return placements is not None and not all(type(pl).__name__ == "Replicate" for pl in placements)
-
-
-def local_part(t: Any) -> Any:
-    """This rank's local tensor of a DTensor (replicated ones hold the whole value), ``t``
-    itself otherwise: plain tensors and DTensors cannot meet in one ``torch.stack``."""
-    return t.to_local() if type(t) is not torch.Tensor and hasattr(t, "to_local") else t
-
-
-def _local(p: Any) -> torch.Tensor:
-    return p.to_local().detach() if hasattr(p, "to_local") else p.detach()
 
 
 def _loop_modules() -> list[tuple[str, Any]]:
@@ -184,4 +175,4 @@ def _storage(t: torch.Tensor) -> int:
         return -1
 
 
-__all__ = ["fingerprint", "is_shard", "local_part", "replicated", "synced_params"]
+__all__ = ["fingerprint", "is_shard", "replicated", "synced_params"]

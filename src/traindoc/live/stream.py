@@ -45,9 +45,7 @@ class Stream:
         """Keep ``tensor`` on its device until the next flush, then call ``decode`` with its
         values (a list of floats) and ``args`` to make events. Probes use this instead of
         ``.item()``."""
-        if type(tensor) is not torch.Tensor and hasattr(tensor, "to_local"):  # traindoc-ranks: a
-            tensor = tensor.to_local()  # DTensor (FSDP2): this rank's part, never a collective
-        self.pending.append((tensor, decode, args))
+        self.pending.append((measure.local(tensor), decode, args))  # a DTensor: never a collective
 
     def backward(self, value: torch.Tensor, step: int, micro: int, constant: bool, where: str) -> None:
         """The value a backward of ``step`` started from (summed into the step's loss)."""

@@ -237,7 +237,7 @@ class OptimizerParamMismatch:
             )
 
 
-def _shown(mod: Module, node: ast.AST) -> str:
+def _shown(mod: Module, node: ast.Call | ast.stmt) -> str:
     """A replacing call as ``parallelize_module(tp_model, ...)``; an assignment as written."""
     if isinstance(node, ast.Call) and (node.args or node.keywords):
         first = node.args[0] if node.args else node.keywords[0].value
@@ -257,7 +257,7 @@ def _bound_to(mod: Module, call: ast.Call) -> str | None:
 
 
 def _replacement(mod: Module, scope: Scope, built: ast.Call,
-                 owners: dict[str, ast.expr]) -> tuple[ast.AST, str, str] | None:
+                 owners: dict[str, ast.expr]) -> tuple[ast.Call | ast.stmt, str, str] | None:
     """The first call or assignment after ``built`` in ``scope`` that replaces the parameters
     of one of ``owners``: (the node, the owner, what the parameters become)."""
     for call in scope.calls:
@@ -326,7 +326,7 @@ def _loop_source(mod: Module, name: ast.Name, at: ast.Call) -> ast.expr | None:
     return None
 
 
-def _step_after(mod: Module, scope: Scope, name: str, at: ast.AST) -> ast.Call | None:
+def _step_after(mod: Module, scope: Scope, name: str, at: ast.Call | ast.stmt) -> ast.Call | None:
     """A step of optimizer ``name`` that runs after ``at`` (later in ``scope``, or in another
     function of the file: a method that trains), with no new optimizer bound to ``name`` in
     between."""
