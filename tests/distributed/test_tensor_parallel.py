@@ -1,6 +1,8 @@
 """torch's own tensor parallelism and FSDP2 under `traindoc run` (two gloo ranks; Megatron-style
 column/row layers, sequence parallelism with DTensor activations, a language model with its loss
-under `loss_parallel()`, the same model under `fully_shard`): watching changes no weight and runs
+under `loss_parallel()`, the same model under `fully_shard` and under FSDP1 with
+`use_orig_params=True`, where a rank's view of a parameter it holds no element of is empty):
+watching changes no weight and runs
 no DTensor operation (a DTensor op may redistribute, a collective the job did not ask for), a
 healthy job stays quiet, and the two mistakes of PyTorch's own tensor-parallel example are found.
 """
@@ -18,7 +20,7 @@ import torch
 from conftest import ENV, ROOT, run, torch_exit_abort
 
 JOB = Path(__file__).resolve().parent / "scripts" / "tp_job.py"
-STYLES = ["megatron", "sequence", "titan", "fsdp2"]
+STYLES = ["megatron", "sequence", "titan", "fsdp2", "fsdp1"]
 
 
 def torchrun(*args: str, traindoc: bool = True) -> subprocess.CompletedProcess[str]:
@@ -60,11 +62,12 @@ def test_gradients_never_cleared_are_found_on_dtensor_parameters(style: str, tmp
     assert [i for i, _ in _findings(report)] == ["missing-zero-grad"]
 
 
-@pytest.mark.parametrize("style", ["sequence", "titan", "fsdp2"])
+@pytest.mark.parametrize("style", ["sequence", "titan", "fsdp2", "fsdp1 --flat-params"])
 def test_optimizer_built_before_the_parameters_are_sharded_is_a_mismatch_not_a_constant_loss(style: str, tmp_path: Path) -> None:
-    """The DTensors get the gradients, the optimizer's old tensors none: optimizer-param-mismatch
-    alone (the loss does reach parameters, so constant-loss has nothing to say)."""
+    """The DTensors (FSDP1: the flat parameter) get the gradients, the optimizer's old tensors
+    none: optimizer-param-mismatch alone (the loss does reach parameters, so constant-loss has
+    nothing to say)."""
     report = tmp_path / "r.json"
-    out = torchrun("--json", str(report), str(JOB), "--style", style, "--optimizer-first")
+    out = torchrun("--json", str(report), str(JOB), "--style", *style.split(), "--optimizer-first")
     assert out.returncode == 0 or torch_exit_abort(out), out.stderr[-3000:]
     assert _findings(report) == [("optimizer-param-mismatch", 0)]

@@ -101,8 +101,10 @@ class ModelWatch:
             self._name_params(opt)
             self.s.emit(self.optimizer_event(opt, index))
         with torch.no_grad():
-            # traindoc-ranks: a shard (FSDP2 DTensor) is one rank's part, not measured as a tensor
-            params = [p for g in opt.param_groups for p in g["params"] if not is_shard(p)]
+            # traindoc-ranks: a shard (FSDP2 DTensor) is one rank's part, not measured as a tensor;
+            # nor a parameter this rank holds no element of (FSDP1 with use_orig_params=True
+            # leaves it empty here: it trains on the ranks that hold it, and gets no gradient here)
+            params = [p for g in opt.param_groups for p in g["params"] if p.numel() and not is_shard(p)]
             for p in params:
                 if p not in self._init:
                     self._init[p] = measure.strided(p).clone()

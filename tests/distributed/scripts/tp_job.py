@@ -6,8 +6,8 @@ Styles: ``megatron`` (a column-parallel then a row-parallel Linear, every rank f
 batch, a loop at module level as PyTorch's tensor-parallel example writes it), ``sequence`` (a
 trainer class; a LayerNorm under SequenceParallel, so the activations between layers are
 DTensors sharded along the sequence, each rank fed its own part), ``titan`` (a language model as
-an LLM pre-training framework writes it: its loss under `loss_parallel()`) and ``fsdp2`` (the
-same model sharded block by block). Options write the two mistakes of PyTorch's tensor-parallel
+an LLM pre-training framework writes it: its loss under `loss_parallel()`), ``fsdp2`` (the
+same model sharded block by block) and ``fsdp1`` (wrapped by FSDP1's class, as Accelerate does). Options write the two mistakes of PyTorch's tensor-parallel
 example's history: the optimizer built before the parameters were replaced, and no `zero_grad()`.
 
 ``--audit FILE`` writes the DTensor operations that ran with a traindoc frame on the stack: an
@@ -29,10 +29,11 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                loss_parallel, parallelize_module)
 
 p = argparse.ArgumentParser()
-p.add_argument("--style", choices=["megatron", "sequence", "titan", "fsdp2"], default="megatron")
+p.add_argument("--style", choices=["megatron", "sequence", "titan", "fsdp2", "fsdp1"], default="megatron")
 p.add_argument("--steps", type=int, default=12)
 p.add_argument("--optimizer-first", action="store_true", help="build AdamW before parallelize_module")
 p.add_argument("--no-zero-grad", action="store_true")
+p.add_argument("--flat-params", action="store_true", help="fsdp1: use_orig_params=False")
 p.add_argument("--save-dir", default=None)
 p.add_argument("--audit", default=None)
 args = p.parse_args()
@@ -208,12 +209,39 @@ def fsdp2(mesh, rank: int) -> dict[str, torch.Tensor]:  # type: ignore[no-untype
     return model.state_dict()
 
 
+def fsdp1(mesh, rank: int) -> dict[str, torch.Tensor]:  # type: ignore[no-untyped-def]
+    """FSDP1 as Accelerate and the Trainer configure it: each block wrapped, the original
+    parameters kept (`use_orig_params=True`: each rank's parameters are views of its flat shard,
+    empty where it holds none of one) unless ``--flat-params``."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    torch.manual_seed(0)
+    model = TinyLM()
+    if args.optimizer_first:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model = FSDP(model, device_id=torch.device("cpu"), auto_wrap_policy=ModuleWrapPolicy({Block}),
+                 use_orig_params=not args.flat_params)
+    if not args.optimizer_first:
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    data = torch.Generator().manual_seed(7 + rank)
+    for _ in range(args.steps):
+        tokens = torch.randint(0, 32, (4, 9), generator=data)
+        loss = F.cross_entropy(model(tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten(0, 1))
+        loss.backward()
+        model.clip_grad_norm_(1.0)
+        opt.step()
+        if not args.no_zero_grad:
+            opt.zero_grad()
+    return model.state_dict()  # the full weights, on every rank
+
+
 def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     with audit(f"{args.audit}.rank{rank}") if args.audit else contextlib.nullcontext():
-        run = {"megatron": megatron, "titan": titan, "fsdp2": fsdp2,
+        run = {"megatron": megatron, "titan": titan, "fsdp2": fsdp2, "fsdp1": fsdp1,
                "sequence": lambda mesh, rank: SequenceTrainer(mesh, rank).fit()}[args.style]
         state = run(mesh, rank)
     if args.save_dir:
