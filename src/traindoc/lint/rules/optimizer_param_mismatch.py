@@ -7,7 +7,8 @@ from typing import ClassVar, Iterator
 
 from traindoc.lint._ast import LOOP_TYPES, Module, Scope, dotted
 from traindoc.lint._models import COPIES, construction, parameter_owners
-from traindoc.lint._nodes import kwarg
+from traindoc.lint._nodes import arg, kwarg
+from traindoc.lint._values import value_of
 from traindoc.lint.rules._common import Hit, Invalid
 
 # Calls that register new parameter objects in place of a module's own, and what they make.
@@ -19,6 +20,8 @@ REPLACERS = {
 }
 # How a loop over a module's children is written: the module is the receiver or the argument.
 _CHILDREN = frozenset({"children", "modules", "values", "items", "named_children", "named_modules"})
+# Calls whose items are the items of their first argument (`next(iter(model.layers))`).
+_PASS_ITEMS = frozenset({"enumerate", "zip", "reversed", "list", "tuple", "sorted", "iter", "next"})
 
 
 class OptimizerParamMismatch:
@@ -94,6 +97,26 @@ class OptimizerParamMismatch:
                         optimizer.step()
             """,
             6,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+            def apply_tp(model, tp_mesh):
+                for block in model.blocks:
+                    parallelize_module(block.mlp, tp_mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+
+            def main(cfg, mesh):
+                model = Transformer(cfg)
+                optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+                apply_tp(model, mesh["tp"])
+                for batch in loader:
+                    model(batch).loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            10,
         ),
         Invalid(
             """
@@ -259,24 +282,16 @@ def _bound_to(mod: Module, call: ast.Call) -> str | None:
 def _replacement(mod: Module, scope: Scope, built: ast.Call,
                  owners: dict[str, ast.expr]) -> tuple[ast.Call | ast.stmt, str, str] | None:
     """The first call or assignment after ``built`` in ``scope`` that replaces the parameters
-    of one of ``owners``: (the node, the owner, what the parameters become)."""
-    for call in scope.calls:
-        if call.lineno <= built.lineno:
-            continue
-        last = (mod.callee(call) or dotted(call.func) or "").split(".")[-1]
-        if last in REPLACERS:
-            target = call.args[0] if call.args else kwarg(call, "module")
-            if last in ("FullyShardedDataParallel", "FSDP") and _true(kwarg(call, "use_orig_params")):
-                continue
-            owner = _owner_of(mod, target, owners, call)
-            if owner:
-                return call, owner, REPLACERS[last]
-        elif isinstance(call.func, ast.Attribute) and call.func.attr in ("to_empty", "load_state_dict"):
-            if call.func.attr == "load_state_dict" and not _true(kwarg(call, "assign")):
-                continue
-            owner = _owner_of(mod, call.func.value, owners, call)
-            if owner:
-                return call, owner, "new tensors (`assign=True` and `to_empty()` swap the parameter objects)"
+    of one of ``owners``, there or in a function of the file it calls (``apply_tp(model,
+    mesh)``): (the node in ``scope``, the owner, what the parameters become)."""
+    later = [c for c in scope.calls if c.lineno > built.lineno]
+    found = _replacing_call(mod, later, {o: o for o in owners})
+    if found is not None:
+        return found
+    for site in later:
+        inner = _in_helper(mod, site, scope, {o: o for o in owners}, 3)
+        if inner is not None:
+            return site, inner[1], inner[2]
     for owner, stmt, value in scope.assigns:
         if owner not in owners or stmt.lineno <= built.lineno or not isinstance(value, ast.Call):
             continue
@@ -287,6 +302,59 @@ def _replacement(mod: Module, scope: Scope, built: ast.Call,
     return None
 
 
+def _replacing_call(mod: Module, calls: list[ast.Call], names: dict[str, str]) -> tuple[ast.Call, str, str] | None:
+    """The first of ``calls`` that replaces the parameters of a module ``names`` maps (its name
+    where the calls are) to an owner."""
+    for call in calls:
+        last = (mod.callee(call) or dotted(call.func) or "").split(".")[-1]
+        if last in REPLACERS:
+            target = call.args[0] if call.args else kwarg(call, "module")
+            if last in ("FullyShardedDataParallel", "FSDP") and _true(kwarg(call, "use_orig_params")):
+                continue
+            owner = _owner_of(mod, target, names, call)
+            if owner:
+                return call, owner, REPLACERS[last]
+        elif isinstance(call.func, ast.Attribute) and call.func.attr in ("to_empty", "load_state_dict"):
+            if call.func.attr == "load_state_dict" and not _true(kwarg(call, "assign")):
+                continue
+            owner = _owner_of(mod, call.func.value, names, call)
+            if owner:
+                return call, owner, "new tensors (`assign=True` and `to_empty()` swap the parameter objects)"
+    return None
+
+
+def _in_helper(mod: Module, site: ast.Call, scope: Scope, names: dict[str, str],
+               depth: int) -> tuple[ast.Call, str, str] | None:
+    """A replacing call in the function of the file ``site`` runs (and those it runs, ``depth``
+    deep), the owners followed into it by the arguments ``site`` passes."""
+    helper = mod.callee_scope(site)
+    if helper is None or helper is scope:
+        return None
+    inner = _passed(mod, site, helper, scope, names)
+    if not inner:
+        return None
+    found = _replacing_call(mod, helper.calls, inner)
+    if found is None and depth > 1:
+        found = next((f for c in helper.calls if (f := _in_helper(mod, c, helper, inner, depth - 1))), None)
+    return found
+
+
+def _passed(mod: Module, site: ast.Call, helper: Scope, scope: Scope, names: dict[str, str]) -> dict[str, str]:
+    """The helper's names for the owners: the parameters ``site`` passes them (or a part of
+    them) to, and the ``self.`` attributes a method of the same class shares."""
+    fn = helper.node
+    inner = {n: o for n, o in names.items() if n.startswith("self.") and helper.cls is not None and helper.cls == scope.cls}
+    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+        if helper.cls is not None and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        for i, name in enumerate(params):
+            owner = _owner_of(mod, arg(site, i, name), names, site)
+            if owner:
+                inner[name] = owner
+    return inner
+
+
 def _wraps(mod: Module, call: ast.Call, owner: str) -> bool:
     """``call`` is handed the owner (``Wrapper(model)``, ``nn.Sequential(model, head)``): a
     container of its parameters, unless it copies them."""
@@ -295,22 +363,22 @@ def _wraps(mod: Module, call: ast.Call, owner: str) -> bool:
     return any(dotted(n) == owner for a in [*call.args, *(k.value for k in call.keywords)] for n in ast.walk(a))
 
 
-def _owner_of(mod: Module, node: ast.AST | None, owners: dict[str, ast.expr], at: ast.Call) -> str | None:
+def _owner_of(mod: Module, node: ast.AST | None, names: dict[str, str], at: ast.Call) -> str | None:
     """The owner ``node`` is, or is part of (``model.layers[3]``, a loop variable over
-    ``model.layers``, ``model.layers.items()``)."""
-    for _ in range(3):
+    ``model.layers``, ``model.layers.items()``), by its name where ``at`` is."""
+    for _ in range(6):
         while isinstance(node, (ast.Subscript, ast.Attribute)):
             text = dotted(node)
-            if text in owners:
-                return text
+            if text in names:
+                return names[text]
             node = node.value
         if isinstance(node, ast.Name):
-            if node.id in owners:
-                return node.id
-            node = _loop_source(mod, node, at)
+            if node.id in names:
+                return names[node.id]
+            node = _loop_source(mod, node, at) or value_of(mod, node, at)  # `blocks = list(model.blocks)`
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CHILDREN:
             node = node.func.value
-        elif isinstance(node, ast.Call) and node.args and (dotted(node.func) or "") in ("enumerate", "zip", "reversed", "list"):
+        elif isinstance(node, ast.Call) and node.args and (dotted(node.func) or "") in _PASS_ITEMS:
             node = node.args[0]
         else:
             return None
