@@ -215,6 +215,22 @@ class OptimizerParamMismatch:
         """,
         """
         import torch
+
+        def finetune_head(backbone, loader):
+            model = Classifier(backbone)
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            model = Classifier(backbone)  # a fresh copy for the baseline, evaluated untrained
+            return evaluate(model, loader)
+
+        def train(model, loader):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+        """,
+        """
+        import torch
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         net = build_model(args)
@@ -406,7 +422,11 @@ def _step_after(mod: Module, scope: Scope, name: str, at: ast.Call | ast.stmt) -
     for site, step, opt in mod.steps_in(scope):
         if same(opt, scope) and site.lineno > at.lineno and not any(line < site.lineno for line in rebuilt):
             return step
-    if not rebuilt:  # a method that trains, run after the one that built (not one it calls)
+    # A method that trains, run after the one that built it (not one it calls), steps an
+    # attribute (`self.optimizer`) or a module-level optimizer: a local of another function
+    # of the same name is another optimizer.
+    shared = "." in name or scope is mod.scopes[0]
+    if shared and not rebuilt:
         called = {id(helper) for _, helper in mod.helpers(scope)}
         for other in mod.scopes:
             if other is not scope and id(other) not in called:
