@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import LOOP_TYPES, Module, Scope, dotted
+from traindoc.lint._ast import Module, Scope, dotted, truth
 from traindoc.lint._models import COPIES, construction, parameter_owners
 from traindoc.lint._nodes import arg, kwarg
 from traindoc.lint._values import value_of
@@ -325,13 +325,13 @@ def _replacing_call(mod: Module, calls: list[ast.Call], names: dict[str, str]) -
         last = (mod.callee(call) or dotted(call.func) or "").split(".")[-1]
         if last in REPLACERS:
             target = call.args[0] if call.args else kwarg(call, "module")
-            if last in ("FullyShardedDataParallel", "FSDP") and _true(kwarg(call, "use_orig_params")):
+            if last in ("FullyShardedDataParallel", "FSDP") and truth(mod, kwarg(call, "use_orig_params"), call) is True:
                 continue
             owner = _owner_of(mod, target, names, call)
             if owner:
                 return call, owner, REPLACERS[last]
         elif isinstance(call.func, ast.Attribute) and call.func.attr in ("to_empty", "load_state_dict"):
-            if call.func.attr == "load_state_dict" and not _true(kwarg(call, "assign")):
+            if call.func.attr == "load_state_dict" and truth(mod, kwarg(call, "assign"), call) is not True:
                 continue
             owner = _owner_of(mod, call.func.value, names, call)
             if owner:
@@ -404,7 +404,7 @@ def _owner_of(mod: Module, node: ast.AST | None, names: dict[str, str], at: ast.
 def _loop_source(mod: Module, name: ast.Name, at: ast.Call) -> ast.expr | None:
     """What a loop around ``at`` iterates over, when ``name`` is (part of) its target."""
     for a in mod.ancestors(at):
-        if isinstance(a, LOOP_TYPES) and isinstance(a, (ast.For, ast.AsyncFor)):
+        if isinstance(a, (ast.For, ast.AsyncFor)):
             if any(isinstance(n, ast.Name) and n.id == name.id for n in ast.walk(a.target)):
                 return a.iter
     return None
@@ -416,6 +416,7 @@ def _step_after(mod: Module, scope: Scope, name: str, at: ast.Call | ast.stmt) -
     between."""
     rebuilt = [c.lineno for c in mod.constructors() if mod.scope(c) is scope and c.lineno > at.lineno
                and mod.kind_of_call(c) == "optimizer" and _bound_to(mod, c) == name]
+
     def same(opt: str, where: Scope) -> bool:
         return opt == name or any(dotted(v) == name for _, v in where.values_of(opt))
 
@@ -434,7 +435,3 @@ def _step_after(mod: Module, scope: Scope, name: str, at: ast.Call | ast.stmt) -
                     if same(opt, other):
                         return step
     return None
-
-
-def _true(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Constant) and node.value is True
