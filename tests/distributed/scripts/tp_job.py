@@ -51,21 +51,22 @@ def audit(path: str):  # type: ignore[no-untyped-def]
 
     seen: list[str] = []
 
-    def by_traindoc() -> bool:
-        """Is the innermost frame outside torch, this audit and traindoc's pass-throughs one of
-        traindoc's own?"""
+    def traindoc_site() -> str | None:
+        """The innermost frame outside torch, this audit and traindoc's pass-throughs, as
+        file:line, when it is one of traindoc's own."""
         for frame in reversed(traceback.extract_stack()[:-2]):
             name = frame.filename
             if ("/torch/" in name or name.startswith("<")
                     or "/traindoc/" in name and (os.path.basename(name), frame.name) in PASS_THROUGH):
                 continue
-            return "/traindoc/" in name
-        return False
+            return f"{os.path.basename(name)}:{frame.lineno}" if "/traindoc/" in name else None
+        return None
 
     class Audit(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            if DTensor in types and by_traindoc():
-                seen.append(str(func) + (" " + repr([(f.filename.split("/")[-1], f.lineno, f.name) for f in traceback.extract_stack()[-12:-2]]) if os.environ.get("TP_JOB_STACKS") else ""))
+            site = traindoc_site() if DTensor in types else None
+            if site is not None:
+                seen.append(f"{func}@{site}")
             return func(*args, **(kwargs or {}))
 
     import atexit
