@@ -52,7 +52,7 @@ def main(fixed: bool = False) -> None:
     parser.add_argument("--local_rank", type=int, default=-1)  # the deepspeed launcher passes it
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--fixed", action="store_true")
-    parser.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2))
+    parser.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3))
     parser.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 master copies")
     parser.add_argument("--save", default=None, help="write the model's state_dict here")
     args = parser.parse_args()

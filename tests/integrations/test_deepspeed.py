@@ -4,6 +4,10 @@ bf16 optimizer's fp32 master copies are not mistaken for a mismatch: the step it
 ``deepspeed.initialize`` on zero gradients (to allocate the optimizer's state) is not a
 training step, and the model's parameters it updates through copies are held.
 
+ZeRO's optimizer steps flat partitions of all the parameters: they are measured as the
+parameters they hold, under the model's names, so a head that gets no gradient is seen
+(zoo/deepspeed_zero_aux_head_detached.py, ZeRO-2 in the zoo's own run, stages 1 and 3 here).
+
 The script is zoo/deepspeed_unscaled_targets.py (raw house prices as targets: every step is
 clipped by ~1e6x); ``--fixed`` standardizes the targets and must stay quiet."""
 
@@ -21,15 +25,17 @@ pytest.importorskip("deepspeed")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "zoo" / "deepspeed_unscaled_targets.py"
-CONFIGS = {"zero0-bf16": ["--bf16"], "zero1": ["--zero-stage", "1"], "zero2-bf16": ["--zero-stage", "2", "--bf16"]}
+DETACHED = ROOT / "zoo" / "deepspeed_zero_aux_head_detached.py"
+CONFIGS = {"zero0-bf16": ["--bf16"], "zero1": ["--zero-stage", "1"], "zero2-bf16": ["--zero-stage", "2", "--bf16"],
+           "zero3": ["--zero-stage", "3"]}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def run(tmp_path: Path, *args: str) -> dict:
+def run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> dict:
     report = tmp_path / "r.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ran = subprocess.run([sys.executable, "-m", "traindoc", "run", "--json", str(report), str(SCRIPT),
-                          "--epochs", "1", *args], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=600)
+    more = ["--epochs", "1"] if script == SCRIPT else []
+    ran = subprocess.run([sys.executable, "-m", "traindoc", "run", "--json", str(report), str(script),
+                          *more, *args], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     data: dict = json.loads(report.read_text())
     assert data["disabled"] == [], data["disabled"]
@@ -47,7 +53,7 @@ def test_a_healthy_deepspeed_run_stays_quiet(config: str, tmp_path: Path) -> Non
     assert data["run"]["optimizer_steps"] == 32  # 1024 rows / 32: the setup step is not one
 
 
-@pytest.mark.parametrize("config", ["zero0-bf16", "zero2-bf16"])
+@pytest.mark.parametrize("config", ["zero0-bf16", "zero2-bf16", "zero3"])
 def test_deepspeed_clipping_every_step_is_found(config: str, tmp_path: Path) -> None:
     data = run(tmp_path, *CONFIGS[config])
     found = serious(data)
@@ -55,9 +61,31 @@ def test_deepspeed_clipping_every_step_is_found(config: str, tmp_path: Path) -> 
     clip = next(f for f in data["findings"] if f["id"] == "clipping-every-step")
     assert clip["message"].startswith("DeepSpeed's gradient_clipping (max_norm=1)")
     assert clip["evidence"]["median_ratio"] > 1e4  # the norm DeepSpeed measured, before clipping
-
-
-def test_bf16_master_copies_are_named_after_the_model(tmp_path: Path) -> None:
-    data = run(tmp_path, *CONFIGS["zero0-bf16"])
+    # bf16 master copies, and ZeRO's flat partitions, are named after the model's parameters:
+    # the norm is in the output layer (module.4), not in "group0.param0[4801]"
     exploding = next(f for f in data["findings"] if f["id"] == "exploding-gradients")
+    assert exploding["where"][0] == "module.4.weight", exploding["where"]
     assert all(w.startswith("module.") for w in exploding["where"]), exploding["where"]
+
+
+@pytest.mark.parametrize("stage", ["1", "3"])
+def test_a_head_without_gradient_is_seen_inside_zero_partitions(stage: str, tmp_path: Path) -> None:
+    data = run(tmp_path, "--zero-stage", stage, "--steps", "12", script=DETACHED)
+    assert serious(data) == {"no-gradient": 0}
+    found = next(f for f in data["findings"] if f["id"] == "no-gradient")
+    assert found["where"] == ["module.length_head.weight", "module.length_head.bias"]
+
+
+def test_zero3_trains_the_same_watched(tmp_path: Path) -> None:
+    """Measuring pieces of the flat partition (views of it) changes nothing DeepSpeed steps."""
+    bare = subprocess.run([sys.executable, str(DETACHED), "--zero-stage", "3", "--fixed", "--steps", "12",
+                           "--save", str(tmp_path / "bare.pt")], capture_output=True, text=True, env=ENV,
+                          cwd=tmp_path, timeout=600)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    data = run(tmp_path, "--zero-stage", "3", "--fixed", "--steps", "12", "--save", str(tmp_path / "seen.pt"),
+               script=DETACHED)
+    assert serious(data) == {}
+    import torch
+
+    a, b = torch.load(tmp_path / "bare.pt"), torch.load(tmp_path / "seen.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -188,4 +188,4 @@ def test_sparse_gradients_are_measured() -> None:
     g = emb.weight.grad
     assert g is not None and g.is_sparse
     assert abs(float(measure.norm(g)) - float(g.to_dense().norm())) < 1e-5
-    assert measure.StepSnapshot(emb.weight).grad_nonzero is None
+    assert measure.StepSnapshot(emb.weight, emb.weight.grad).grad_nonzero is None

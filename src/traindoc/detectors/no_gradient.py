@@ -45,6 +45,8 @@ class NoGradient(Detector):
         Example("zoo/gan_detached_fake_reused.py", 1),
         Example("zoo/pix2pix_fake_detached_in_forward.py", 1),
         Example("zoo/finetune_head_frozen_too.py", 0),
+        Example("zoo/deepspeed_zero_aux_head_detached.py", 0),
+        Example("zoo/healthy_deepspeed_zero_multitask.py", None),
         Example("zoo/healthy_finetune.py", None),
         Example("zoo/healthy_gan.py", None),
         Example("zoo/healthy_dcgan_detach_for_d.py", None),

@@ -77,9 +77,8 @@ class StepSnapshot:
 
     __slots__ = ("before", "grad_nonzero")
 
-    def __init__(self, p: torch.Tensor) -> None:
+    def __init__(self, p: torch.Tensor, g: torch.Tensor | None) -> None:
         self.before = strided(p).clone()
-        g = p.grad
         # A sparse gradient's values do not line up with the parameter's sample: not known
         self.grad_nonzero = strided(g) != 0 if g is not None and not g.is_sparse else None
 

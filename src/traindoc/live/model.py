@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, overload
 
 import torch
 
@@ -36,14 +36,25 @@ NORM_EPS = 1e-3
 _UNIT_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
 
 
+@overload
+def cut(t: torch.Tensor, at: int | None, n: int) -> torch.Tensor: ...
+@overload
+def cut(t: None, at: int | None, n: int) -> None: ...
+def cut(t: torch.Tensor | None, at: int | None, n: int) -> torch.Tensor | None:
+    """``n`` elements of flat ``t`` from ``at`` (a piece of a flat partition), or ``t``."""
+    return t if t is None or at is None else t.detach().reshape(-1).narrow(0, at, n)
+
+
 class ModelWatch:
     def __init__(self, session: "Session") -> None:
         self.s = session
         # Weak maps: traindoc must not keep the user's objects alive.
         self._announced = ObjectMap()  # optimizers whose Optimizer event went out
         self._pnames = ObjectMap()  # parameter -> name
-        self._init = ObjectMap()  # parameter -> its sampled elements when first seen
-        self._snap = ObjectMap()  # parameter -> StepSnapshot before this step
+        self._init = ObjectMap()  # parameter -> its pieces' sampled elements when first seen
+        self._snap = ObjectMap()  # parameter -> its pieces' StepSnapshots before this step
+        # A flat partition a framework's optimizer steps -> the parameters it holds (live/zero.py)
+        self._pieces = ObjectMap()
         self._roots = ObjectMap()  # model -> the step of its latest training forward
         self._mnames = ObjectMap()  # module -> name
         self._built_at = ObjectMap()  # normalization layer with a large eps -> where it was built
@@ -86,7 +97,8 @@ class ModelWatch:
     def held_bytes(self) -> int:
         """Bytes of tensors kept between steps: sampled elements at init, step snapshots,
         ReLU activity (what the overhead benchmark reports)."""
-        tensors = list(self._init.values()) + [s.before for s in self._snap.values()]
+        tensors = [t for ts in self._init.values() for t in ts]
+        tensors += [s.before for snaps in self._snap.values() for s in snaps]
         tensors += [r[2] for r in self._relu.values()]
         return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -106,9 +118,10 @@ class ModelWatch:
             # leaves it empty here: it trains on the ranks that hold it, and gets no gradient here)
             params = [p for g in opt.param_groups for p in g["params"] if p.numel() and not is_shard(p)]
             for p in params:
+                pieces = [(cut(p, at, n), cut(p.grad, at, n)) for _, at, n in self._layout(p)]
                 if p not in self._init:
-                    self._init[p] = measure.strided(p).clone()
-                self._snap[p] = measure.StepSnapshot(p)
+                    self._init[p] = [measure.strided(t).clone() for t, _ in pieces]
+                self._snap[p] = [measure.StepSnapshot(t, g) for t, g in pieces]
 
     def measure_step(self, opt: Any) -> None:
         index = self.s.optimizer_index(opt)
@@ -122,22 +135,23 @@ class ModelWatch:
             for gi, group in enumerate(opt.param_groups):
                 lr = float(group.get("lr", 0.0))
                 for p in group["params"]:
-                    snap = self._snap.pop(p, None)
-                    if snap is None:
+                    snaps = self._snap.pop(p, None)
+                    if snaps is None:
                         continue
-                    if pre is not None:  # a hand-written update: gradients as they were before it
-                        has_grad = id(p) in pre
-                        if has_grad:
-                            grads.append(pre[id(p)])
-                    else:
-                        has_grad = p.grad is not None
-                        if has_grad:
-                            grads.append(measure.local(p.grad))  # traindoc-ranks: a replicated DTensor
-                    stats.append(snap.after(p, self._init.get(p), measure.drive(opt, p)))
-                    tracked.append(measure.local(p).detach())
-                    adam = measure.is_adam_family(opt, p)
-                    rows.append((self.param_name(p), str(p.dtype), p.numel(), p.requires_grad,
-                                 has_grad, gi, lr, adam))
+                    drive, adam = measure.drive(opt, p), measure.is_adam_family(opt, p)
+                    for (name, at, n), snap, init in zip(self._layout(p), snaps, self._init.get(p), strict=True):
+                        if pre is not None:  # a hand-written update: gradients as they were before it
+                            has_grad = id(p) in pre
+                            if has_grad:
+                                grads.append(pre[id(p)])
+                        else:
+                            has_grad = p.grad is not None
+                            if has_grad:  # traindoc-ranks: a replicated DTensor's local part
+                                grads.append(measure.local(cut(p.grad, at, n)))
+                        piece = cut(p, at, n)
+                        stats.append(snap.after(piece, init, cut(drive, at, n)))
+                        tracked.append(measure.local(piece).detach())
+                        rows.append((name, str(p.dtype), n, p.requires_grad, has_grad, gi, lr, adam))
             if not rows:
                 return
             norms = measure.grad_norms(tracked)
@@ -175,9 +189,10 @@ class ModelWatch:
         for gi, g in enumerate(opt.param_groups):
             ps = g["params"]
             beta = g.get("betas", (g.get("momentum", 0.0),))[0]
+            layout = [(piece, p) for p in ps for piece in self._layout(p)]
             groups.append(ParamGroup(
-                index=gi, lr=float(g.get("lr", 0.0)), names=tuple(self.param_name(p) for p in ps),
-                dtypes=tuple(str(p.dtype) for p in ps), numel=sum(p.numel() for p in ps),
+                index=gi, lr=float(g.get("lr", 0.0)), names=tuple(name for (name, _, _), _ in layout),
+                dtypes=tuple(str(p.dtype) for _, p in layout), numel=sum(n for (_, _, n), _ in layout),
                 weight_decay=float(g.get("weight_decay", 0.0)), momentum=float(beta or 0.0),
             ))
         return Optimizer(step=self.s.clock.step, index=index, cls=type(opt).__name__, groups=tuple(groups),
@@ -190,8 +205,20 @@ class ModelWatch:
             if p not in self._pnames:
                 self._pnames[p] = name
 
+    def name_pieces(self, flat: torch.Tensor, pieces: tuple[tuple[str, int, int], ...]) -> None:
+        """``flat``, a flat tensor a framework's optimizer steps (DeepSpeed ZeRO's partition),
+        holds these parameters: (name, offset, elements) each, measured and named as such."""
+        if pieces:
+            self._pieces[flat] = pieces
+
     def param_name(self, p: Any) -> str:
         return self._pnames.get(p) or f"param{tuple(p.shape)}"
+
+    def _layout(self, p: torch.Tensor) -> tuple[tuple[str, int | None, int], ...]:
+        """What is measured of ``p``: (name, offset, elements) per piece; the whole of ``p``
+        (offset None) unless it is a flat partition of several parameters."""
+        pieces: tuple[tuple[str, int | None, int], ...] | None = self._pieces.get(p)
+        return pieces or ((self.param_name(p), None, p.numel()),)
 
     def _name_params(self, opt: Any) -> None:
         """Name the optimizer's parameters after the module (forward roots seen so far, or an

@@ -46,6 +46,7 @@ from traindoc.live.probes._clip import ClipCall
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
+from traindoc.live.zero import zero_pieces
 
 
 def local_norm(total_norm: Any) -> torch.Tensor | None:
@@ -145,8 +146,8 @@ class ClippingProbe(Probe):
     def _adopt_deepspeed(self, engine: Any) -> None:
         """DeepSpeed's bf16 / fp16 / ZeRO optimizers step fp32 copies of the model's parameters
         and copy them back: the model's parameters are held (by the engine), and copies kept one
-        per parameter (fp16/bf16 without ZeRO) are named after theirs. Flat ZeRO partitions
-        keep their group names."""
+        per parameter (fp16/bf16 without ZeRO) are named after theirs. A flat ZeRO partition is
+        measured as the parameters it holds (live/zero.py)."""
         params = dict(engine.module.named_parameters())
         for p in params.values():
             self.s.framework_held[p] = True
@@ -156,6 +157,8 @@ class ClippingProbe(Probe):
         for low, high in zip(getattr(inner, "fp16_groups", ()) or (), getattr(inner, "fp32_groups", ()) or ()):
             copies += [(c, name[p]) for p, c in zip(low, high) if p in name and c.shape == p.shape]
         self.s.model.name_tensors(copies)
+        for flat, pieces in zero_pieces(engine):
+            self.s.model.name_pieces(flat, pieces)
 
     def _after_deepspeed_step(self, engine: Any, step: int) -> None:
         max_norm = float(engine.gradient_clipping())
