@@ -89,3 +89,23 @@ def test_zero3_trains_the_same_watched(tmp_path: Path) -> None:
 
     a, b = torch.load(tmp_path / "bare.pt"), torch.load(tmp_path / "seen.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_zero3_partitions_on_two_ranks_are_named(tmp_path: Path) -> None:
+    """On two ranks each holds part of every parameter (the last rank's padded, and none of a
+    one-element bias): both ranks' pieces carry the model's names into one report."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    report = tmp_path / "r.json"
+    ran = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_port", port, "-m", "traindoc", "run", "--json", str(report), str(DETACHED),
+                          "--zero-stage", "3", "--steps", "12"], capture_output=True, text=True, env=ENV,
+                         cwd=tmp_path, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert serious(data) == {"no-gradient": 0}
+    found = next(f for f in data["findings"] if f["id"] == "no-gradient")
+    assert found["where"] == ["module.length_head.weight", "module.length_head.bias"]
