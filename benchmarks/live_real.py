@@ -310,11 +310,14 @@ def _save():
     for obj in gc.get_objects():
         if isinstance(obj, torch.nn.Module) and next(obj.parameters(), None) is not None:
             state = {k: _local(v).detach().cpu().clone() for k, v in obj.state_dict().items()}
-            digest = hashlib.sha1(b"".join(t.numpy().tobytes() for t in state.values())).hexdigest()
+            # bytes, whatever the dtype (numpy has no bfloat16)
+            digest = hashlib.sha1(b"".join(t.reshape(-1).view(torch.uint8).numpy().tobytes()
+                                           for t in state.values())).hexdigest()
             models.append((type(obj).__name__, digest, state))
     # In an order of their own (gc's order is not): class, then contents
     models.sort(key=lambda m: m[:2])
-    rank = os.environ.get("RANK")  # a torchrun job: one file per rank (its launcher saves nothing)
+    # a torchrun job: one file per rank (its launcher saves nothing); one rank: the file itself
+    rank = os.environ.get("RANK") if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None
     torch.save({f"{i} {cls} {k}": v for i, (cls, _, state) in enumerate(models) for k, v in state.items()},
                os.environ["LIVE_REAL_STATE"] + (f".rank{rank}" if rank is not None else ""))
 
@@ -532,11 +535,51 @@ def _ddpm_driver(where: Path) -> None:
     (where / "live_real_ddpm1d.py").write_text(_DDPM_1D, encoding="utf-8")
 
 
+_HELLO_DEEPSPEED = '''
+import datasets
+
+# wikitext-2 from the Hub, as the script asks for it, is the corpus written beside this file:
+# the same datasets.Dataset type, its "text" column, with the empty lines it filters out.
+def _load_dataset(path, name=None, split=None, **kwargs):
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "wikitext.txt"), encoding="utf-8") as f:
+        return datasets.Dataset.from_dict({"text": [line if line.strip() else "" for line in f]})
+
+
+datasets.load_dataset = _load_dataset
+'''
+
+
+def _hello_deepspeed(where: Path) -> None:
+    """live_real_hello/: a sitecustomize writing the weights at exit (``exit_state``) that
+    answers ``datasets.load_dataset("wikitext", ...)`` with the corpus (wikitext.txt, an empty
+    line between paragraphs, as wikitext has), and a RoBERTa-like word-level tokenizer of that
+    corpus (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, as the script's model config expects), for
+    DeepSpeed's HelloDeepSpeed MLM script, which downloads both."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = where / "live_real_hello"
+    folder.mkdir(exist_ok=True)
+    text = _corpus(600, seed=3)
+    (folder / "wikitext.txt").write_text(text.replace(" .\n", " .\n\n"), encoding="utf-8")
+    special = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    words = sorted(set(text.split()))
+    vocab = {w: i for i, w in enumerate(special + words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
+                                   unk_token="<unk>", mask_token="<mask>")
+    fast.save_pretrained(folder / "tokenizer")
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE + _HELLO_DEEPSPEED, encoding="utf-8")
+
+
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
     "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
+    "hello_deepspeed": _hello_deepspeed,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),

@@ -88,7 +88,9 @@ def main(fixed: bool = False) -> None:
     parser.add_argument("--fixed", action="store_true")
     parser.add_argument("--zero-stage", type=int, default=2, choices=(1, 2, 3))
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--offload", action="store_true", help="ZeRO's optimizer state and step on the CPU")
     parser.add_argument("--save", default=None, help="write the model's state_dict here")
+    parser.add_argument("--checkpoint-dir", default=None, help="engine.save_checkpoint() here at the end")
     args = parser.parse_args()
     for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(free_port())),
                        ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
@@ -100,7 +102,8 @@ def main(fixed: bool = False) -> None:
         "train_micro_batch_size_per_gpu": 16,
         "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "torch_adam": True}},
         "bf16": {"enabled": args.bf16},
-        "zero_optimization": {"stage": args.zero_stage},
+        "zero_optimization": {"stage": args.zero_stage,
+                              **({"offload_optimizer": {"device": "cpu"}} if args.offload else {})},
         "steps_per_print": 1_000_000,
     }
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=ds_config)
@@ -114,6 +117,8 @@ def main(fixed: bool = False) -> None:
         engine.step()
         if step % 10 == 0:
             print(f"step {step}: loss {loss.item():.4f}")
+    if args.checkpoint_dir:  # global_step<N>/: the model's states, and ZeRO's optimizer files beside them
+        engine.save_checkpoint(args.checkpoint_dir, client_state={"step": args.steps})
     if args.save:
         torch.save(engine.module.state_dict(), args.save)
 

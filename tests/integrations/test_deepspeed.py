@@ -109,3 +109,41 @@ def test_zero3_partitions_on_two_ranks_are_named(tmp_path: Path) -> None:
     assert serious(data) == {"no-gradient": 0}
     found = next(f for f in data["findings"] if f["id"] == "no-gradient")
     assert found["where"] == ["module.length_head.weight", "module.length_head.bias"]
+
+
+@pytest.mark.parametrize("stage,fixed,found", [("1", True, {}), ("2", False, {"no-gradient": 0})])
+def test_zero_offloaded_to_the_cpu(stage: str, fixed: bool, found: dict, tmp_path: Path) -> None:
+    """With the optimizer offloaded (DeepSpeedExamples' HelloDeepSpeed configures it), ZeRO's
+    flat partition keeps its gradient buffer from step to step and overwrites it: the engine
+    clears the model's gradients itself, which is not missing-zero-grad."""
+    data = run(tmp_path, "--zero-stage", stage, "--offload", "--steps", "12", *(["--fixed"] if fixed else []),
+               script=DETACHED)
+    assert serious(data) == found
+
+
+def test_a_zero_checkpoint_holds_its_optimizer_beside_the_model_states(tmp_path: Path) -> None:
+    """engine.save_checkpoint writes the model's states and, under ZeRO, the optimizer's state in
+    a file of its own beside them: one checkpoint, seen saved and read back; it is incomplete
+    only when that file is missing."""
+    from traindoc.cli import main
+
+    data = run(tmp_path, "--zero-stage", "2", "--fixed", "--steps", "12", "--checkpoint-dir", str(tmp_path / "ck"),
+               script=DETACHED)
+    assert serious(data) == {}
+    assert "checkpoint-incomplete" in data["ran"]
+    folder = tmp_path / "ck" / "global_step12"
+
+    def inspect(*flags: str) -> dict:
+        assert main(["ckpt", "inspect", "--json", str(tmp_path / "c.json"), *flags, str(folder)]) == 0
+        report: dict = json.loads((tmp_path / "c.json").read_text())
+        return report
+
+    read = inspect()
+    assert read["run"]["checkpoint"]["format"] == "deepspeed"
+    assert read["run"]["checkpoint"]["has"] == ["model", "optimizer", "step"]
+    assert serious(read) == {}
+    assert [row["lr"] for row in inspect("--trust")["run"]["checkpoint"]["lrs"]] == [0.002]  # ZeRO's file
+    (folder / "zero_pp_rank_0_mp_rank_00_optim_states.pt").unlink()
+    alone = inspect()
+    assert "optimizer" in alone["run"]["checkpoint"]["missing"]
+    assert "checkpoint-incomplete" in serious(alone)

@@ -88,6 +88,10 @@ class Session:
         # Model parameters a framework's own optimizer updates through copies it steps (the
         # fp32 master weights of DeepSpeed's bf16/fp16 optimizers): held, though by no torch optimizer.
         self.framework_held = ObjectMap()  # parameter -> True (a WeakSet compares tensors with ==)
+        # Optimizers a framework steps and clears itself (inside DeepSpeed's engine.step(), which
+        # zeroes the gradients and divides the loss by its accumulation steps): the script's
+        # loop neither clears nor scales their gradients, so accumulation is not judged for them.
+        self.framework_stepped = ObjectMap()  # optimizer -> True
         # Called with (module, output) for every module output of a sampled training forward.
         self.output_listeners: list[Callable[[Any, Any], None]] = []
         # Called with every event emitted (the guard watches the stream through this).

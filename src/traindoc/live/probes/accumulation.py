@@ -195,7 +195,8 @@ class AccumulationProbe(Probe):
             self._post_backward()
 
     def _optimizers(self) -> list[Any]:
-        return self.s.optimizers()
+        held = self.s.framework_stepped
+        return [opt for opt in self.s.optimizers() if opt not in held] if len(held) else self.s.optimizers()
 
     def _params(self, opt: Any) -> tuple[list[Any], str]:
         """The parameters whose gradients each backward() adds to for ``opt``, and the name of

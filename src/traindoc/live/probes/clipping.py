@@ -159,6 +159,9 @@ class ClippingProbe(Probe):
         self.s.model.name_tensors(copies)
         for flat, pieces in zero_pieces(engine):
             self.s.model.name_pieces(flat, pieces)
+        while inner is not None and inner not in self.s.framework_stepped:  # ZeRO's wraps torch's
+            self.s.framework_stepped[inner] = True
+            inner = getattr(inner, "optimizer", None)
 
     def _after_deepspeed_step(self, engine: Any, step: int) -> None:
         max_norm = float(engine.gradient_clipping())

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, TypeGuard, TypeVar
 
 from traindoc.errors import UsageError
+from traindoc.sources.ckpt import deepspeed
 from traindoc.sources.ckpt._load import check_file, torch_load
 from traindoc.sources.ckpt.steps import (
     EPOCH_KEYS, META_KEYS, STEP_KEYS, counters, int_like, is_progress, is_rng_key,
@@ -106,12 +107,33 @@ def open_checkpoint(path: str | Path, *, trust: bool = False) -> Ckpt:
             ck.training = True
             ck.notes.append(f"{path.name} is named like a checkpoint to resume from, but holds only "
                             "the model's weights")
+    if ck.format == "deepspeed":
+        _deepspeed_siblings(ck, path, trust=trust)
     finish_reading(ck)
     sibling = path.parent / "trainer_state.json"
     if path.name in _HF_WEIGHTS + ("optimizer.pt", "scheduler.pt") and sibling.is_file():
         ck.notes.append(f"this file is one part of the Hugging Face checkpoint folder {path.parent}; "
                         "inspect the folder to see its training state")
     return ck
+
+
+def _deepspeed_siblings(ck: Ckpt, path: Path, *, trust: bool) -> None:
+    """A DeepSpeed model-states file read from disk: its optimizer counts only when its ZeRO
+    files are there (read from rank 0's with ``trust``: they pickle DeepSpeed's own objects)."""
+    files = deepspeed.optimizer_files(path.parent)
+    if not files:
+        ck.has.discard("optimizer")
+        ck.notes.append(f"no DeepSpeed optimizer file ({deepspeed.OPTIM_STATES}) beside it: "
+                        "the optimizer cannot be restored")
+    elif trust:
+        obj, _ = torch_load(files[0], trust=True)
+        base = deepspeed.base_optimizer(obj) if isinstance(obj, Mapping) else None
+        if base is not None:
+            ck.optimizers.append(base)
+            ck.notes.append(f"optimizer state read from {files[0].name} (rank 0's of {len(files)})")
+    else:
+        ck.notes.append(f"its optimizer state is in {files[0].name} (rank 0's of {len(files)}), not "
+                        "read: it pickles DeepSpeed's own objects (--trust reads it)")
 
 
 # --- files ----------------------------------------------------------------------------------
@@ -151,6 +173,9 @@ def _safetensors(path: Path) -> SafetensorsStore:
 
 
 def _open_folder(folder: Path, *, trust: bool) -> Ckpt:
+    states = deepspeed.model_states_file(folder)
+    if states is not None:  # DeepSpeed's global_stepN/: the model states, the optimizer beside them
+        return open_checkpoint(states, trust=trust)
     files = {p.name: p for p in folder.iterdir() if p.is_file()}
     ck = Ckpt(path=folder, format="hf-folder")
     weights = next((files[n] for n in _HF_WEIGHTS if n in files), None)
@@ -253,7 +278,27 @@ def from_object(obj: object, path: Path, *, trust: bool, mapped: bool) -> Ckpt:
         return ck
     if "state_dict" in obj and ("pytorch-lightning_version" in obj or "optimizer_states" in obj):
         return _lightning(obj, path, mapped)
-    return _training_dict(obj, path, mapped)
+    if deepspeed.is_optim_states(obj):
+        return _deepspeed_optimizer(obj, path, mapped)
+    ck = _training_dict(obj, path, mapped)
+    apart = deepspeed.optimizer_apart(obj) if deepspeed.is_model_states(obj) else ""
+    if apart:  # written by the same save_checkpoint call, beside this file
+        ck.format = "deepspeed"
+        ck.has.add("optimizer")
+        ck.training = ck.model is not None
+        ck.notes.append(f"DeepSpeed ({apart}) saves the optimizer's state beside this file, in "
+                        f"{deepspeed.OPTIM_STATES}")
+    return ck
+
+
+def _deepspeed_optimizer(obj: Mapping[object, object], path: Path, mapped: bool) -> Ckpt:
+    ck = Ckpt(path=path, format="deepspeed-optimizer", mapped=mapped)
+    base = deepspeed.base_optimizer(obj)
+    if base is not None:
+        ck.optimizers.append(base)
+    ck.notes.append("a DeepSpeed ZeRO optimizer file: one rank's optimizer state, no weights "
+                    f"(they are in {deepspeed.MODEL_STATES} beside it)")
+    return ck
 
 
 def _lightning(obj: Mapping[str, object], path: Path, mapped: bool) -> Ckpt:
