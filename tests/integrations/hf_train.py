@@ -7,10 +7,13 @@ stream, CPU) run with ``--callback`` (traindoc.hf.TraindocCallback) or under ``t
 --bug nan_labels   a batch whose labels are all -100 at step 12: a NaN loss that
                    logging_nan_inf_filter=True (the default) keeps out of the logs
 --grad-accum N     gradient_accumulation_steps (healthy: Trainer scales by num_items_in_batch)
+--deepspeed STAGE  TrainingArguments(deepspeed=...): a ZeRO config of that stage, Trainer's
+                   "auto" values, one process (the rendezvous variables the launcher would set)
 """
 
 import argparse
 import json
+import os
 import random
 import tempfile
 
@@ -62,7 +65,15 @@ def main():
     p.add_argument("--export", default="", help="comma-separated trackers for the callback's export=")
     p.add_argument("--report-to", default="none")
     p.add_argument("--fail-on", default=None)
+    p.add_argument("--deepspeed", type=int, choices=(1, 2, 3), default=None)
     args = p.parse_args()
+    deepspeed = None
+    if args.deepspeed:
+        for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", os.environ.get("TEST_PORT", "29591")),
+                           ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+            os.environ.setdefault(key, value)
+        deepspeed = {"zero_optimization": {"stage": args.deepspeed}, "train_micro_batch_size_per_gpu": "auto",
+                     "train_batch_size": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": "auto"}
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=SEQ))
     callbacks = []
@@ -80,7 +91,7 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         targs = TrainingArguments(
             output_dir=out, max_steps=args.steps, logging_steps=5, report_to=args.report_to.split(","),
-            save_strategy="no", use_cpu=True, per_device_train_batch_size=batch,
+            save_strategy="no", use_cpu=deepspeed is None, per_device_train_batch_size=batch, deepspeed=deepspeed,
             gradient_accumulation_steps=args.grad_accum,
             learning_rate=1e-6 if args.bug == "tiny_lr" else 1e-3, warmup_steps=4, seed=0,
             dataloader_num_workers=0, disable_tqdm=True,

@@ -147,3 +147,34 @@ def test_a_zero_checkpoint_holds_its_optimizer_beside_the_model_states(tmp_path:
     alone = inspect()
     assert "optimizer" in alone["run"]["checkpoint"]["missing"]
     assert "checkpoint-incomplete" in serious(alone)
+
+
+HF_SCRIPT = ROOT / "tests" / "integrations" / "hf_train.py"
+
+
+@pytest.mark.parametrize("stage, bug, expected", [
+    ("3", "", set()),
+    ("3", "tiny_lr", {"tiny-updates"}),
+    ("3", "unfreeze_late", {"optimizer-param-mismatch"}),
+    ("2", "unfreeze_late", {"optimizer-param-mismatch"}),
+])
+def test_hf_trainer_with_deepspeed_finds_what_it_finds_without(stage: str, bug: str, expected: set[str],
+                                                              tmp_path: Path) -> None:
+    """Trainer(args=TrainingArguments(deepspeed=...)): the same ids as tests/integrations/
+    test_hf_callback.py's plain runs. Trainer's two parameter groups (decay, no decay) are
+    stepped by ZeRO one at a time, two optimizer.step() calls per engine.step(): one step."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    report = tmp_path / "r.json"
+    ran = subprocess.run([sys.executable, "-m", "traindoc", "run", "--json", str(report), str(HF_SCRIPT),
+                          "--deepspeed", stage, *(["--bug", bug] if bug else [])], capture_output=True, text=True,
+                         env={**ENV, "TEST_PORT": port, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+                         cwd=tmp_path, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["disabled"] == [], data["disabled"]
+    assert set(serious(data)) == expected
+    assert data["run"]["optimizer_steps"] == 40  # not 80

@@ -65,6 +65,13 @@ def norm(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(t, dtype=wide).float()
 
 
+def numel(p: torch.Tensor) -> int:
+    """A parameter's elements, also where a framework partitioned them away from it (DeepSpeed's
+    ZeRO-3 leaves an empty tensor between steps and keeps the size in ``ds_numel``)."""
+    n = p.numel()
+    return n if n else int(getattr(p, "ds_numel", 0) or 0)
+
+
 def spacing(dtype: torch.dtype, magnitude: float) -> float:
     """The distance between adjacent representable numbers of ``dtype`` near ``magnitude``."""
     if magnitude <= 0 or not math.isfinite(magnitude):

@@ -55,6 +55,8 @@ class ModelWatch:
         self._snap = ObjectMap()  # parameter -> its pieces' StepSnapshots before this step
         # A flat partition a framework's optimizer steps -> the parameters it holds (live/zero.py)
         self._pieces = ObjectMap()
+        # An optimizer a framework steps a group at a time -> its whole groups (live/zero.py)
+        self._groups = ObjectMap()
         self._roots = ObjectMap()  # model -> the step of its latest training forward
         self._mnames = ObjectMap()  # module -> name
         self._built_at = ObjectMap()  # normalization layer with a large eps -> where it was built
@@ -132,8 +134,11 @@ class ModelWatch:
         stats: list[torch.Tensor] = []
         pre = getattr(opt, "grad_norms", None)
         with torch.no_grad():
+            whole = self._groups.get(opt)
             for gi, group in enumerate(opt.param_groups):
                 lr = float(group.get("lr", 0.0))
+                if whole is not None:  # the group in view is one of its whole groups
+                    gi = next((i for i, (g, _) in enumerate(whole) if g is group), gi)
                 for p in group["params"]:
                     snaps = self._snap.pop(p, None)
                     if snaps is None:
@@ -186,8 +191,8 @@ class ModelWatch:
 
     def optimizer_event(self, opt: Any, index: int, reevaluates: bool = False) -> Optimizer:
         groups = []
-        for gi, g in enumerate(opt.param_groups):
-            ps = g["params"]
+        whole = self._groups.get(opt)
+        for gi, (g, ps) in enumerate(whole or [(g, g["params"]) for g in opt.param_groups]):
             beta = g.get("betas", (g.get("momentum", 0.0),))[0]
             layout = [(piece, p) for p in ps for piece in self._layout(p)]
             groups.append(ParamGroup(
@@ -210,6 +215,12 @@ class ModelWatch:
         holds these parameters: (name, offset, elements) each, measured and named as such."""
         if pieces:
             self._pieces[flat] = pieces
+
+    def name_groups(self, opt: Any, groups: list[tuple[Any, list[torch.Tensor]]]) -> None:
+        """``opt`` is stepped a parameter group at a time by a framework (ZeRO), with only that
+        group in view: its whole groups, as (the group's dict, its parameters) each."""
+        if groups:
+            self._groups[opt] = groups
 
     def param_name(self, p: Any) -> str:
         return self._pnames.get(p) or f"param{tuple(p.shape)}"

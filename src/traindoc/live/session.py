@@ -92,6 +92,10 @@ class Session:
         # zeroes the gradients and divides the loss by its accumulation steps): the script's
         # loop neither clears nor scales their gradients, so accumulation is not judged for them.
         self.framework_stepped = ObjectMap()  # optimizer -> True
+        # The optimizers (ids) that stepped inside the framework step under way, None outside one:
+        # DeepSpeed's ZeRO steps torch's optimizer once per parameter group within one
+        # engine.step(), and those calls are one optimizer step (Patcher: slices).
+        self.framework_step: set[int] | None = None
         # Called with (module, output) for every module output of a sampled training forward.
         self.output_listeners: list[Callable[[Any, Any], None]] = []
         # Called with every event emitted (the guard watches the stream through this).
@@ -256,6 +260,23 @@ class Session:
             self._closure_ended(opt, self.clock.backwards - closure[1])
         self._step_begins(opt)
         self._end_step(opt, _has_grads(opt))
+        if self.clock.sampled and opt in self._optimizers and "params" not in self.failed:
+            try:
+                self.model.measure_step(opt)
+            except Exception as exc:  # never let traindoc break the user's training
+                self.fail("params", exc)
+
+    def on_slice_pre(self, opt: Any) -> None:
+        """Before a later call of ``opt.step()`` within the framework step under way (ZeRO's next
+        parameter group): measured with the step, which it does not begin."""
+        if self.clock.sampled and "params" not in self.failed:
+            try:
+                self.model.snapshot(opt)
+            except Exception as exc:  # never let traindoc break the user's training
+                self.fail("params", exc)
+
+    def on_slice_post(self, opt: Any) -> None:
+        """After such a call: its parameters' update, in the step it belongs to."""
         if self.clock.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
                 self.model.measure_step(opt)

@@ -71,6 +71,10 @@ class StrayGrads:
                     held.add(id(p))  # shared by two roots: once
                     got.append((n, p))
             site = self._side.get(root) if trained else None
+            if got and site is not None and any(p in self.s.framework_held for p in root.parameters()):
+                # a framework's model (DeepSpeed's engine, adopted at its first step, after the
+                # forward that judged it): on the path of the parameters the framework steps
+                site = self._side[root] = None
             if got and site is not None:
                 side.append((root, site, [p for _, p in got]))
             else:
@@ -83,7 +87,7 @@ class StrayGrads:
 
         def decode(vals: list[float]) -> Iterable[Event]:
             for (n, p), g in zip(stray, vals):
-                yield ParamStats(step=step, name=n, dtype=str(p.dtype), numel=p.numel(),
+                yield ParamStats(step=step, name=n, dtype=str(p.dtype), numel=measure.numel(p),
                                  requires_grad=p.requires_grad, norm=math.nan, grad=g,
                                  has_grad=True, optimizer=-1)
             rest = vals[len(stray):]

@@ -41,6 +41,38 @@ def zero_pieces(engine: Any) -> list[tuple[torch.Tensor, tuple[Piece, ...]]]:
     return []
 
 
+def zero_params(engine: Any) -> list[torch.Tensor] | None:
+    """The model's parameters the ZeRO optimizer of ``engine`` steps, on every rank (those
+    trainable when it was built); None when it is no ZeRO optimizer."""
+    inner = engine.optimizer
+    if hasattr(inner, "fp32_partitioned_groups_flat"):
+        groups = getattr(inner, "fp16_groups", None)
+    elif hasattr(inner, "single_partition_of_fp32_groups"):
+        groups = getattr(inner, "bit16_groups", None)
+    else:
+        return None
+    return [p for g in groups for p in g] if isinstance(groups, list) else None
+
+
+def zero_groups(engine: Any) -> tuple[Any, list[tuple[Any, list[torch.Tensor]]]]:
+    """The torch optimizer a ZeRO optimizer steps one parameter group at a time (with only that
+    group in view: stages 1 and 2 hand it a one-group list, stage 3 empties the other groups),
+    and its whole groups: (the group's dict, the flat partitions it steps) each. Read before a
+    step, when all the groups are in place; (None, []) for anything else."""
+    inner = engine.optimizer
+    opt: Any = getattr(inner, "optimizer", None)
+    try:
+        if hasattr(inner, "fp32_partitioned_groups_flat"):
+            owner = inner.sub_group_to_group_id
+            flats = list(inner.fp32_partitioned_groups_flat)
+            return opt, [(g, [f for s, f in enumerate(flats) if owner[s] == i]) for i, g in enumerate(opt.param_groups)]
+        if hasattr(inner, "single_partition_of_fp32_groups"):
+            return opt, [(g, list(g["params"])) for g in opt.param_groups]
+    except (AttributeError, KeyError, TypeError):
+        pass
+    return None, []
+
+
 def _stages12(inner: Any, names: dict[Any, str]) -> list[tuple[torch.Tensor, tuple[Piece, ...]]]:
     import torch.distributed as dist
 

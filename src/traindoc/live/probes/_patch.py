@@ -217,6 +217,10 @@ class Patcher:
         if is_traced():
             return
         self.ops.settle()  # the step and its measurements run without the mode of the backward
+        slices = self.session.framework_step
+        if slices is not None and id(opt) in slices:  # ZeRO's next group: the same step
+            self.guard("optimizer", self.session.on_slice_pre, opt)
+            return
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
         clock = self.session.clock
@@ -227,6 +231,13 @@ class Patcher:
         if is_traced():
             return
         session = self.session
+        slices = session.framework_step
+        if slices is not None:  # inside a framework's step: its first call of opt.step() is the step
+            if id(opt) in slices:
+                self.guard("optimizer", session.on_slice_post, opt)
+                self.step_ended()
+                return
+            slices.add(id(opt))
         failed = session.failed
         for probe, fn in self._step_post:  # call_each, written out: every step
             if probe not in failed:

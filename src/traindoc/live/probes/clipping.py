@@ -46,7 +46,7 @@ from traindoc.live.probes._clip import ClipCall
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
-from traindoc.live.zero import zero_pieces
+from traindoc.live.zero import zero_groups, zero_params, zero_pieces
 
 
 def local_norm(total_norm: Any) -> torch.Tensor | None:
@@ -128,7 +128,11 @@ class ClippingProbe(Probe):
             step = probe.s.clock.current_step  # the optimizer steps inside: the step it takes
             probe._ds_norm = None
             probe._patcher.guard(probe.name, probe._before_deepspeed_step, engine, step)
-            out = orig(engine, *args, **kwargs)
+            probe.s.framework_step = set()  # ZeRO steps torch's optimizer once per group: one step
+            try:
+                out = orig(engine, *args, **kwargs)
+            finally:
+                probe.s.framework_step = None
             probe._patcher.guard(probe.name, probe._after_deepspeed_step, engine, step)
             return out
 
@@ -147,9 +151,10 @@ class ClippingProbe(Probe):
         """DeepSpeed's bf16 / fp16 / ZeRO optimizers step fp32 copies of the model's parameters
         and copy them back: the model's parameters are held (by the engine), and copies kept one
         per parameter (fp16/bf16 without ZeRO) are named after theirs. A flat ZeRO partition is
-        measured as the parameters it holds (live/zero.py)."""
+        measured as the parameters it holds (live/zero.py). ZeRO holds the parameters that were
+        trainable when it was built: one unfrozen later is held by nothing."""
         params = dict(engine.module.named_parameters())
-        for p in params.values():
+        for p in zero_params(engine) or params.values():
             self.s.framework_held[p] = True
         name = {p: f"module.{n}" for n, p in params.items()}  # the engine is the model's root
         inner = engine.optimizer
@@ -159,6 +164,9 @@ class ClippingProbe(Probe):
         self.s.model.name_tensors(copies)
         for flat, pieces in zero_pieces(engine):
             self.s.model.name_pieces(flat, pieces)
+        torch_opt, groups = zero_groups(engine)
+        if torch_opt is not None:
+            self.s.model.name_groups(torch_opt, groups)
         while inner is not None and inner not in self.s.framework_stepped:  # ZeRO's wraps torch's
             self.s.framework_stepped[inner] = True
             inner = getattr(inner, "optimizer", None)
