@@ -31,6 +31,14 @@ CONFIGS = {"zero0-bf16": ["--bf16"], "zero1": ["--zero-stage", "1"], "zero2-bf16
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
+def free_port() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> dict:
     report = tmp_path / "r.json"
     more = ["--epochs", "1"] if script == SCRIPT else []
@@ -94,14 +102,9 @@ def test_zero3_trains_the_same_watched(tmp_path: Path) -> None:
 def test_zero3_partitions_on_two_ranks_are_named(tmp_path: Path) -> None:
     """On two ranks each holds part of every parameter (the last rank's padded, and none of a
     one-element bias): both ranks' pieces carry the model's names into one report."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
     report = tmp_path / "r.json"
     ran = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", port, "-m", "traindoc", "run", "--json", str(report), str(DETACHED),
+                          "--master_port", free_port(), "-m", "traindoc", "run", "--json", str(report), str(DETACHED),
                           "--zero-stage", "3", "--steps", "12"], capture_output=True, text=True, env=ENV,
                          cwd=tmp_path, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
@@ -150,6 +153,24 @@ def test_a_zero_checkpoint_holds_its_optimizer_beside_the_model_states(tmp_path:
 
 
 HF_SCRIPT = ROOT / "tests" / "integrations" / "hf_train.py"
+ACCELERATE_SCRIPT = ROOT / "tests" / "integrations" / "accelerate_deepspeed_train.py"
+
+
+@pytest.mark.parametrize("detach, found", [(False, {}), (True, {"no-gradient": 0})])
+def test_accelerate_deepspeed_plugin(detach: bool, found: dict, tmp_path: Path) -> None:
+    """Accelerate's loop over a ZeRO-3 engine (its DeepSpeed plugin): one step per
+    optimizer.step(), and the detached head named inside ZeRO's partition."""
+    report = tmp_path / "r.json"
+    ran = subprocess.run([sys.executable, "-m", "traindoc", "run", "--json", str(report), str(ACCELERATE_SCRIPT),
+                          *(["--detach"] if detach else [])], capture_output=True, text=True,
+                         env={**ENV, "TEST_PORT": free_port()}, cwd=tmp_path, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert serious(data) == found
+    assert data["run"]["optimizer_steps"] == 64
+    if detach:
+        assert next(f for f in data["findings"] if f["id"] == "no-gradient")["where"] == ["module.aux.weight",
+                                                                                           "module.aux.bias"]
 
 
 @pytest.mark.parametrize("stage, bug, expected", [
@@ -163,15 +184,10 @@ def test_hf_trainer_with_deepspeed_finds_what_it_finds_without(stage: str, bug: 
     """Trainer(args=TrainingArguments(deepspeed=...)): the same ids as tests/integrations/
     test_hf_callback.py's plain runs. Trainer's two parameter groups (decay, no decay) are
     stepped by ZeRO one at a time, two optimizer.step() calls per engine.step(): one step."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
     report = tmp_path / "r.json"
     ran = subprocess.run([sys.executable, "-m", "traindoc", "run", "--json", str(report), str(HF_SCRIPT),
                           "--deepspeed", stage, *(["--bug", bug] if bug else [])], capture_output=True, text=True,
-                         env={**ENV, "TEST_PORT": port, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+                         env={**ENV, "TEST_PORT": free_port(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
                          cwd=tmp_path, timeout=600)
     assert ran.returncode == 0, ran.stderr[-3000:]
     data = json.loads(report.read_text())
