@@ -266,20 +266,13 @@ class Session:
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
 
-    def on_slice_pre(self, opt: Any) -> None:
-        """Before a later call of ``opt.step()`` within the framework step under way (ZeRO's next
-        parameter group): measured with the step, which it does not begin."""
-        if self.clock.sampled and "params" not in self.failed:
-            try:
-                self.model.snapshot(opt)
-            except Exception as exc:  # never let traindoc break the user's training
-                self.fail("params", exc)
-
-    def on_slice_post(self, opt: Any) -> None:
-        """After such a call: its parameters' update, in the step it belongs to."""
+    def on_slice(self, opt: Any, before: bool) -> None:
+        """Before or after a later call of ``opt.step()`` within the framework step under way
+        (ZeRO's next parameter group): its parameters are measured with that step, which the
+        call neither begins nor ends."""
         if self.clock.sampled and opt in self._optimizers and "params" not in self.failed:
             try:
-                self.model.measure_step(opt)
+                (self.model.snapshot if before else self.model.measure_step)(opt)
             except Exception as exc:  # never let traindoc break the user's training
                 self.fail("params", exc)
 

@@ -219,7 +219,7 @@ class Patcher:
         self.ops.settle()  # the step and its measurements run without the mode of the backward
         slices = self.session.framework_step
         if slices is not None and id(opt) in slices:  # ZeRO's next group: the same step
-            self.guard("optimizer", self.session.on_slice_pre, opt)
+            self.guard("optimizer", self.session.on_slice, opt, True)
             return
         # torch's step hooks get the optimizer itself as args[0]
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None
@@ -234,7 +234,7 @@ class Patcher:
         slices = session.framework_step
         if slices is not None:  # inside a framework's step: its first call of opt.step() is the step
             if id(opt) in slices:
-                self.guard("optimizer", session.on_slice_post, opt)
+                self.guard("optimizer", session.on_slice, opt, False)
                 self.step_ended()
                 return
             slices.add(id(opt))
