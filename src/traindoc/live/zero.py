@@ -13,11 +13,15 @@ Read from the ZeRO optimizer's own records, as they stand after ``deepspeed.init
   elements, padded on the last rank by ``groups_padding``) end to end in
   ``fp32_partitioned_groups_flat``, in ``fp16_groups``' order.
 
-Any record missing or not as described (another version, another optimizer) gives no pieces:
-the flat tensors are then measured whole, as before."""
+The same records say which of the model's parameters ZeRO steps (those trainable when it was
+built) and its optimizer's whole parameter groups, which ZeRO hands torch's optimizer one at a
+time. Any record missing or not as described (another version, another optimizer) gives
+nothing: the flat tensors are then measured whole and every parameter of the engine counts as
+held, as before."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,51 +30,33 @@ import torch
 Piece = tuple[str, int, int]
 
 
-def zero_pieces(engine: Any) -> list[tuple[torch.Tensor, tuple[Piece, ...]]]:
-    """Per flat fp32 partition the ZeRO optimizer of ``engine`` steps, the pieces it holds,
-    named as the engine names its parameters (``module.`` and the model's names)."""
+@dataclass(frozen=True)
+class Zero:
+    """What a ZeRO optimizer steps, read before a step (when all its groups are in place)."""
+
+    optimizer: Any  # torch's optimizer, stepped one parameter group at a time, that group alone in view
+    groups: list[tuple[Any, list[torch.Tensor]]]  # its whole groups: (the group's dict, its flat partitions)
+    params: list[torch.Tensor]  # the model's parameters it steps, on every rank (trainable when built)
+    pieces: list[tuple[torch.Tensor, tuple[Piece, ...]]]  # per flat partition, the parameters it holds
+
+
+def read_zero(engine: Any) -> Zero | None:
+    """The ZeRO optimizer of a DeepSpeed ``engine``, its parameters named as the engine names
+    them (``module.`` and the model's names); None for another optimizer or other records."""
     inner = engine.optimizer
+    opt: Any = getattr(inner, "optimizer", None)
     names = {p: f"module.{n}" for n, p in engine.module.named_parameters()}
     try:
         if hasattr(inner, "fp32_partitioned_groups_flat"):
-            return _stage3(inner, names)
+            owner, flats = inner.sub_group_to_group_id, list(inner.fp32_partitioned_groups_flat)
+            groups = [(g, [f for s, f in enumerate(flats) if owner[s] == i]) for i, g in enumerate(opt.param_groups)]
+            return Zero(opt, groups, [p for g in inner.fp16_groups for p in g], _stage3(inner, names))
         if hasattr(inner, "single_partition_of_fp32_groups"):
-            return _stages12(inner, names)
-    except (AttributeError, IndexError, TypeError, ValueError, RuntimeError):
-        pass  # records of another shape: measured whole
-    return []
-
-
-def zero_params(engine: Any) -> list[torch.Tensor] | None:
-    """The model's parameters the ZeRO optimizer of ``engine`` steps, on every rank (those
-    trainable when it was built); None when it is no ZeRO optimizer."""
-    inner = engine.optimizer
-    if hasattr(inner, "fp32_partitioned_groups_flat"):
-        groups = getattr(inner, "fp16_groups", None)
-    elif hasattr(inner, "single_partition_of_fp32_groups"):
-        groups = getattr(inner, "bit16_groups", None)
-    else:
-        return None
-    return [p for g in groups for p in g] if isinstance(groups, list) else None
-
-
-def zero_groups(engine: Any) -> tuple[Any, list[tuple[Any, list[torch.Tensor]]]]:
-    """The torch optimizer a ZeRO optimizer steps one parameter group at a time (with only that
-    group in view: stages 1 and 2 hand it a one-group list, stage 3 empties the other groups),
-    and its whole groups: (the group's dict, the flat partitions it steps) each. Read before a
-    step, when all the groups are in place; (None, []) for anything else."""
-    inner = engine.optimizer
-    opt: Any = getattr(inner, "optimizer", None)
-    try:
-        if hasattr(inner, "fp32_partitioned_groups_flat"):
-            owner = inner.sub_group_to_group_id
-            flats = list(inner.fp32_partitioned_groups_flat)
-            return opt, [(g, [f for s, f in enumerate(flats) if owner[s] == i]) for i, g in enumerate(opt.param_groups)]
-        if hasattr(inner, "single_partition_of_fp32_groups"):
-            return opt, [(g, list(g["params"])) for g in opt.param_groups]
-    except (AttributeError, KeyError, TypeError):
-        pass
-    return None, []
+            groups = [(g, list(g["params"])) for g in opt.param_groups]
+            return Zero(opt, groups, [p for g in inner.bit16_groups for p in g], _stages12(inner, names))
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError, RuntimeError):
+        pass  # records of another shape: the flat partitions are measured whole
+    return None
 
 
 def _stages12(inner: Any, names: dict[Any, str]) -> list[tuple[torch.Tensor, tuple[Piece, ...]]]:
@@ -86,7 +72,7 @@ def _stages12(inner: Any, names: dict[Any, str]) -> list[tuple[torch.Tensor, tup
         pieces = []
         for p in inner.bit16_groups[i]:
             if p not in names or p.untyped_storage().data_ptr() != storage:
-                return []  # not a view of the buffer: the layout is not known
+                raise ValueError("not a view of the group's buffer: the layout is not known")
             at = p.storage_offset() - flat.storage_offset()
             lo, hi = max(at, start), min(at + p.numel(), end)
             if lo < hi:
@@ -102,7 +88,7 @@ def _stage3(inner: Any, names: dict[Any, str]) -> list[tuple[torch.Tensor, tuple
         pieces, at = [], 0
         for p, padding in zip(inner.fp16_groups[i], inner.groups_padding[i], strict=True):
             if p not in names:
-                return []
+                raise ValueError("a parameter the engine's model does not hold")
             n = int(p.partition_numel())
             if n - padding > 0:  # a small parameter may lie wholly on other ranks
                 pieces.append((names[p], at, n - int(padding)))

@@ -46,7 +46,7 @@ from traindoc.live.probes._clip import ClipCall
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
 from traindoc.live.session import Session
-from traindoc.live.zero import zero_groups, zero_params, zero_pieces
+from traindoc.live.zero import read_zero
 
 
 def local_norm(total_norm: Any) -> torch.Tensor | None:
@@ -154,7 +154,8 @@ class ClippingProbe(Probe):
         measured as the parameters it holds (live/zero.py). ZeRO holds the parameters that were
         trainable when it was built: one unfrozen later is held by nothing."""
         params = dict(engine.module.named_parameters())
-        for p in zero_params(engine) or params.values():
+        zero = read_zero(engine)
+        for p in zero.params if zero is not None else params.values():
             self.s.framework_held[p] = True
         name = {p: f"module.{n}" for n, p in params.items()}  # the engine is the model's root
         inner = engine.optimizer
@@ -162,11 +163,10 @@ class ClippingProbe(Probe):
         for low, high in zip(getattr(inner, "fp16_groups", ()) or (), getattr(inner, "fp32_groups", ()) or ()):
             copies += [(c, name[p]) for p, c in zip(low, high) if p in name and c.shape == p.shape]
         self.s.model.name_tensors(copies)
-        for flat, pieces in zero_pieces(engine):
-            self.s.model.name_pieces(flat, pieces)
-        torch_opt, groups = zero_groups(engine)
-        if torch_opt is not None:
-            self.s.model.name_groups(torch_opt, groups)
+        if zero is not None:
+            for flat, pieces in zero.pieces:
+                self.s.model.name_pieces(flat, pieces)
+            self.s.model.name_groups(zero.optimizer, zero.groups)
         while inner is not None and inner not in self.s.framework_stepped:  # ZeRO's wraps torch's
             self.s.framework_stepped[inner] = True
             inner = getattr(inner, "optimizer", None)
