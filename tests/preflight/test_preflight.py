@@ -48,6 +48,9 @@ ZOO_CASES = [
     ("healthy_gan", "gradients", "pass", None),
     ("healthy_wgan_gp", "gradients", "pass", None),  # the critic's output bias: exact zeros that cancel
     ("healthy_wgan_gp_trainer", "gradients", "pass", None),
+    # gradients removed after backward for a warm-up (p.grad = None), as DINO and SwAV do
+    ("healthy_dino_last_layer_warmup", "gradients", "pass", None),
+    ("healthy_swav_prototypes_warmup", "gradients", "pass", None),
     ("lr_zero_warmup", "overfit", "fail", "cannot-overfit-batch"),
     ("healthy_mlp", "overfit", "pass", None),
     ("healthy_gpt", "overfit", "pass", None),  # no DataLoader: random windows, the RNG rewound

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -35,6 +36,12 @@ class NoGradient(Detector):
     and the fake scores' with +1, so a shift of every score changes nothing and the bias's
     gradient is exactly 0 while the layer's weights learn. A gradient that is None is counted,
     and so is a module whose every gradient is zero (a head whose loss term is multiplied by 0).
+
+    A gradient the backward gave and the script removed before the step (``p.grad = None``:
+    DINO's last layer in its first epoch, SwAV's prototypes in their first iterations) shows
+    that the loss reaches the parameter: it is judged at the end of the run only, and fires when
+    it was removed on every sampled step, so that the parameter never trained. A parameter that
+    got no gradient at first and then did (a late start) turns the finding into a note.
     """
 
     id = "no-gradient"
@@ -46,6 +53,9 @@ class NoGradient(Detector):
         Example("zoo/pix2pix_fake_detached_in_forward.py", 1),
         Example("zoo/finetune_head_frozen_too.py", 0),
         Example("zoo/deepspeed_zero_aux_head_detached.py", 0),
+        Example("zoo/swav_prototypes_never_unfrozen.py", 0),
+        Example("zoo/healthy_swav_prototypes_warmup.py", None),
+        Example("zoo/healthy_dino_last_layer_warmup.py", None),
         Example("zoo/healthy_deepspeed_zero_multitask.py", None),
         Example("zoo/healthy_finetune.py", None),
         Example("zoo/healthy_gan.py", None),
@@ -59,8 +69,9 @@ class NoGradient(Detector):
     # Carried over a resume: the step being gathered, which parameters got a gradient and which
     # never did, the measured steps (counts towards confirm), and the optimizers whose parameters
     # are all frozen.
-    carry = ("_step", "_rows", "_counted", "_got", "_never", "_numel", "_first", "_fired",
-                "_frozen", "_frozen_steps", "_frozen_fired", "_cls", "_wet", "_dry", "_dry_steps", "_dry_fired")
+    carry = ("_step", "_rows", "_counted", "_got", "_never", "_numel", "_first", "_fired", "_late",
+             "_cleared", "_frozen", "_frozen_steps", "_frozen_fired", "_cls", "_wet", "_dry", "_dry_steps",
+             "_dry_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -79,6 +90,8 @@ class NoGradient(Detector):
         self._numel: dict[str, int] = {}
         self._first: int | None = None
         self._fired = False
+        self._late: dict[str, int] = {}  # fired on, then got a gradient: name -> that step
+        self._cleared: dict[str, int] = {}  # cleared after backward on every sampled step: -> first
         self._frozen: dict[int, list[ParamStats]] = {}  # optimizer -> its rows, all frozen so far
         self._frozen_steps: dict[int, int] = {}
         self._frozen_fired: set[int] = set()
@@ -100,8 +113,14 @@ class NoGradient(Detector):
 
     def finish(self) -> Iterator[Finding]:
         yield from self._judge()
-        if self._fired:
+        cleared = bool(self._cleared) and self._counted >= self.config.confirm
+        if cleared:  # removed by the script on every sampled step: never trained
+            self._never.update(self._cleared)
+            self._first = min(self._never.values())
+        if self._never and (self._fired or cleared):
             yield self._finding()  # final evidence: the parameters that never got one
+        elif self._late and not self._never:
+            yield self._late_note()
 
     def _judge(self) -> Iterator[Finding]:
         rows, self._rows = self._rows, []
@@ -120,7 +139,12 @@ class NoGradient(Detector):
             self._numel[r.name] = r.numel
             if r.has_grad and r.grad:
                 self._got.add(r.name)
-                self._never.pop(r.name, None)
+                self._cleared.pop(r.name, None)
+                if self._never.pop(r.name, None) is not None and self._fired:
+                    self._late[r.name] = r.step
+            elif r.cleared:  # the loss reaches it: judged at the end (see the class docstring)
+                if r.name not in self._got:
+                    self._cleared.setdefault(r.name, self._never.pop(r.name, r.step))
             elif r.has_grad and layer_of(r.name) in learning:
                 continue  # reached by the loss, its gradient cancels: see the class docstring
             elif r.name not in self._got:
@@ -225,22 +249,49 @@ class NoGradient(Detector):
         bad = sorted(self._never, key=lambda n: -self._numel[n])
         total = sum(self._numel.values()) or 1
         share = sum(self._numel[n] for n in bad) / total
+        cleared = [n for n in bad if n in self._cleared]
+        message = (f"{len(bad)} trainable parameter(s) held by the optimizer got no gradient (None or "
+                   f"exactly 0) on any of {self._counted} sampled steps: {names(bad)}; "
+                   f"{share:.1%} of the optimizer's parameter elements.")
+        cause = None
+        fix = (f"Trace how {bad[0]} reaches the loss; remove the detach or add the branch's term to the "
+               "loss. If they are meant to be frozen, set requires_grad_(False) and leave them out of "
+               "the optimizer.")
+        if cleared:
+            message += (f" The backward gave {names(cleared)} a gradient each time, and the script removed "
+                        "it before optimizer.step() (p.grad = None): not trained in this run.")
+            cause = ("The gradient is cleared on purpose for a warm-up (a layer frozen for the first "
+                     "epoch or iterations), and the condition that ends the warm-up never became "
+                     "false in this run: a per-epoch index compared with a number of iterations, an "
+                     "epoch counter that is not advanced, or a run shorter than the warm-up.")
+            fix = (f"Check the condition under which the script sets {cleared[0]}.grad = None: it "
+                   "should stop after the warm-up, counted in the same unit as the warm-up's length.")
         return finding(
-            self.id, step=self._first,
-            message=(
-                f"{len(bad)} trainable parameter(s) held by the optimizer got no gradient (None or "
-                f"exactly 0) on any of {self._counted} sampled steps: {names(bad)}; "
-                f"{share:.1%} of the optimizer's parameter elements."
-            ),
-            fix=(
-                f"Trace how {bad[0]} reaches the loss; remove the detach or add the branch's term to "
-                "the loss. If they are meant to be frozen, set requires_grad_(False) and leave them "
-                "out of the optimizer."
-            ),
+            self.id, step=self._first, message=message, cause=cause, fix=fix,
             evidence={"parameters": bad[:50], "count": len(bad), "share_of_elements": share,
-                      "sampled_steps": self._counted},
+                      "sampled_steps": self._counted, "cleared_by_script": cleared[:50]},
             where=bad[:10],
         )
+
+    def _late_note(self) -> Finding:
+        """Every parameter it fired on got a gradient later: a late start, said as a note."""
+        late = sorted(self._late, key=lambda n: -self._numel[n])
+        start = min(self._late.values())
+        f = finding(
+            self.id, step=self._first,
+            message=(f"{len(late)} trainable parameter(s) got no gradient (None or exactly 0) on the "
+                     f"sampled steps from step {self._first}, then got one on those from step {start}: "
+                     f"{names(late)}. A late start (a layer frozen for a warm-up, a loss term added "
+                     "later), not a branch cut off from the loss."),
+            cause=("The loss reaches these parameters only from a later step: a warm-up that "
+                   "freezes them, a curriculum that adds their loss term, or a branch enabled later."),
+            fix=(f"Nothing, if {late[0]} is meant to start late. Otherwise, find what changed at "
+                 f"step {start}."),
+            evidence={"parameters": late[:50], "count": len(late), "first_gradient_step": start,
+                      "sampled_steps": self._counted},
+            where=late[:10],
+        )
+        return dataclasses.replace(f, severity="info")
 
 
 def layer_of(name: str) -> str:

@@ -163,7 +163,9 @@ class ParamStats:
     """One parameter held by an optimizer, measured on one sampled step.
 
     ``grad`` is the gradient L2 norm before the step; ``has_grad`` says whether the parameter
-    had a gradient at all (None: unknown, as in a checkpoint diff). ``update`` is the
+    had a gradient at all (None: unknown, as in a checkpoint diff); ``cleared`` that the step's
+    backward gave it one and the script removed it before the step (``p.grad = None``: a layer
+    frozen for a warm-up, as DINO's last layer in its first epoch). ``update`` is the
     relative update ||dw||/||w|| of this step, ``unchanged`` the share of (sampled) elements with
     a non-zero gradient that the step left bit-identical, ``moved`` the largest absolute change
     of the sampled elements since the parameter was first seen. ``steps`` > 1 when the numbers
@@ -178,6 +180,7 @@ class ParamStats:
     norm: float
     grad: float | None = None
     has_grad: bool | None = None
+    cleared: bool = False
     update: float | None = None
     unchanged: float | None = None
     moved: float | None = None

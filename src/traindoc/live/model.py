@@ -69,6 +69,10 @@ class ModelWatch:
         self.nan_flags: list[tuple[str, str, torch.Tensor, bool]] = []  # name, type, NaN, empty input
         self.strays = StrayGrads(session)  # gradients no optimizer steps
         self._copies = ObjectMap()  # module -> has the parameter shapes of a trained model
+        # Ids of the held parameters the backward passes of this sampled step gave a gradient;
+        # open until a step measures them (the next backward then starts a new set).
+        self._reached: set[int] = set()
+        self._reached_open = False
 
     def models(self) -> list[Any]:
         return [m for m, _ in self._roots.items()]
@@ -125,10 +129,20 @@ class ModelWatch:
                     self._init[p] = [measure.strided(t).clone() for t, _ in pieces]
                 self._snap[p] = [measure.StepSnapshot(t, g) for t, g in pieces]
 
+    def note_reached(self, loss: Any) -> None:
+        """After a backward of a sampled step: which held parameters have a gradient now. One
+        that has none at the step was cleared by the script in between (``cleared``)."""
+        if not self._reached_open:
+            self._reached_open = True
+            self._reached.clear()
+        self._reached.update(id(p) for opt in self.s.optimizers() for g in opt.param_groups
+                             for p in g["params"] if p.grad is not None)
+
     def measure_step(self, opt: Any) -> None:
         index = self.s.optimizer_index(opt)
         step = self.s.clock.step
-        rows: list[tuple[str, str, int, bool, bool, int, float, bool]] = []
+        reached, self._reached_open = self._reached, False
+        rows: list[tuple[str, str, int, bool, bool, bool, int, float, bool]] = []
         tracked: list[torch.Tensor] = []
         grads: list[torch.Tensor] = []
         stats: list[torch.Tensor] = []
@@ -156,7 +170,8 @@ class ModelWatch:
                         piece = cut(p, at, n)
                         stats.append(snap.after(piece, init, cut(drive, at, n)))
                         tracked.append(measure.local(piece).detach())
-                        rows.append((name, str(p.dtype), n, p.requires_grad, has_grad, gi, lr, adam))
+                        cleared = not has_grad and id(p) in reached
+                        rows.append((name, str(p.dtype), n, p.requires_grad, has_grad, cleared, gi, lr, adam))
             if not rows:
                 return
             norms = measure.grad_norms(tracked)
@@ -169,7 +184,7 @@ class ModelWatch:
             n = len(rows)
             pn, gn, st = vals[:n], vals[n:n + len(grads)], vals[n + len(grads):]
             gi_ = 0
-            for i, (name, dtype, numel, req, has_grad, group, lr, adam) in enumerate(rows):
+            for i, (name, dtype, numel, req, has_grad, cleared, group, lr, adam) in enumerate(rows):
                 rel, unchanged, moved, typical, push = st[5 * i:5 * i + 5]
                 g = gn[gi_] if has_grad else None
                 gi_ += has_grad
@@ -179,7 +194,7 @@ class ModelWatch:
                 intended = lr if adam else (lr * push if math.isfinite(push) else None)
                 yield ParamStats(
                     step=step, name=name, dtype=dtype, numel=numel, requires_grad=req,
-                    norm=pn[i], grad=g, has_grad=has_grad, update=rel,
+                    norm=pn[i], grad=g, has_grad=has_grad, cleared=cleared, update=rel,
                     unchanged=None if math.isnan(unchanged) else unchanged, moved=moved,
                     spacing=measure.spacing(dtypes[i], typical) if low else None,
                     intended=intended, lr=lr, optimizer=index, group=group,

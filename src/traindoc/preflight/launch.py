@@ -137,6 +137,10 @@ class Launch:
         self.r = Result()
         self._first_opt: Callable[[], Any] = lambda: None
         self._optimizers: list[weakref.ref[Any]] = []
+        self._built: list[weakref.ref[Any]] = []  # every optimizer the script built
+        # ids of the parameters the backward passes since the last step gave a gradient: one
+        # without a gradient at the step had it removed by the script (a warm-up freeze)
+        self._reached: set[str] = set()
         self._schedulers: list[weakref.ref[Any]] = []
         self._scalers: list[weakref.ref[Any]] = []
         self._step_loss = 0.0
@@ -240,12 +244,13 @@ class Launch:
         return __init__
 
     def _wrap_optimizer_init(self, orig: Any) -> Any:
-        built = self._built_lrs
+        built, refs = self._built_lrs, self._built
 
         @functools.wraps(orig)
         def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
             orig(opt, *args, **kwargs)
             built[id(opt)] = [g.get("lr") for g in opt.param_groups]
+            refs.append(weakref.ref(opt))
         return __init__
 
     def _wrap_scale(self, orig: Any) -> Any:
@@ -269,7 +274,11 @@ class Launch:
             if tensor.numel() == 1:
                 scale = launch._scaled.pop(id(tensor), 1.0)  # scaler.scale(loss): the user's loss
                 launch._step_loss += float(tensor.detach().float()) / scale  # preflight may sync
-            return orig(tensor, *args, **kwargs)
+            out = orig(tensor, *args, **kwargs)
+            if launch.r.steps < GRAD_STEPS:
+                launch._reached.update(str(id(p)) for r in launch._built if (o := r()) is not None
+                                       for g in o.param_groups for p in g["params"] if p.grad is not None)
+            return out
         return backward
 
     def _wrap_save(self, orig: Any) -> Any:
@@ -408,7 +417,8 @@ class Launch:
         # gradients of this step exist only after it
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None  # args[0]: the optimizer
         if self.r.steps < GRAD_STEPS and not closure:  # every optimizer's: a GAN's generator too
-            self.r.grads.append(grad_table(opt))
+            self.r.grads.append(grad_table(opt, self._reached))
+            self._reached = set()
         if opt is not self._first_opt():
             return
         self._closure_grads = closure
@@ -421,7 +431,8 @@ class Launch:
         if opt is not self._first_opt():
             return
         if self.r.steps < GRAD_STEPS and self._closure_grads:
-            self.r.grads.append(grad_table(opt))
+            self.r.grads.append(grad_table(opt, self._reached))
+            self._reached = set()
         self.r.steps += 1
         self.r.losses.append(self._step_loss)
         self._step_loss = 0.0

@@ -67,8 +67,11 @@ def clone(obj: Any) -> Any:
     return obj
 
 
-def grad_table(opt: Any) -> dict[str, tuple[bool, float, bool]]:
-    """Per parameter (by id, named later): (has a gradient, its norm, all values finite)."""
+def grad_table(opt: Any, reached: set[str]) -> dict[str, tuple[bool, float, bool]]:
+    """Per parameter (by id, named later): (has a gradient, its norm, all values finite). Left
+    out, while others have a gradient: a parameter whose gradient the script removed after
+    backward (its id in ``reached``, no gradient now), frozen for this step on purpose, as for a
+    warm-up. (All of them removed is a ``zero_grad()`` between backward and step.)"""
     table: dict[str, tuple[bool, float, bool]] = {}
     for g in opt.param_groups:
         for p in g["params"]:
@@ -81,6 +84,8 @@ def grad_table(opt: Any) -> dict[str, tuple[bool, float, bool]]:
             finite = bool(torch.isfinite(grad).all())
             norm = float(grad.norm()) if finite else math.inf
             table[str(id(p))] = (True, norm, finite)
+    if any(has for has, _, _ in table.values()):
+        table = {k: v for k, v in table.items() if v[0] or k not in reached}
     return table
 
 

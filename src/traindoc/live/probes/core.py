@@ -60,6 +60,7 @@ class CoreProbes(Probe):
         patcher.on_step("optimizer", pre=s.on_step_pre, post=s.on_step_post)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         patcher.on_backward("backward", before=s.on_backward)
+        patcher.on_backward("params", after=s.model.note_reached, sampled_only=True)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         patcher.ops.listen("cross_entropy", [torch_function(F.cross_entropy)], self._on_cross_entropy)
         patcher.ops.listen("cross_entropy", [torch_function(F.binary_cross_entropy_with_logits),
