@@ -42,8 +42,8 @@ class ClipBeforeUnscale(Detector):
             if self._lr is None and event.groups:
                 self._optimizer, self._lr = event.cls, event.groups[0].lr
             return
-        if not isinstance(event, ScaledClip):
-            return
+        if not isinstance(event, ScaledClip) or not event.scale > 0:
+            return  # a scale of 0 (a collapsed scaler, grad-scaler-collapse's) tells no factor
         self._count += 1
         if len(self._calls) < 200:
             self._calls.append(event)

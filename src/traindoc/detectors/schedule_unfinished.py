@@ -81,7 +81,8 @@ class ScheduleUnfinished(Detector):
         if self._status not in ("ok", "exit"):
             return  # a crash or an interrupt: the run did not end on its own terms
         for i, e in enumerate(self._ends):
-            if e.horizon > 0 and e.taken < self.config.done * e.horizon and not self._continued(i):
+            # a peak LR of 0: the schedule anneals nothing, so cutting it short changes nothing
+            if e.horizon > 0 and e.lr_peak > 0 and e.taken < self.config.done * e.horizon and not self._continued(i):
                 yield self._finding(e)
 
     def _continued(self, i: int) -> bool:
