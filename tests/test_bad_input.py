@@ -84,6 +84,26 @@ def test_json_nested_100000_deep_is_one_line(tmp_path: Path, capsys: pytest.Capt
     assert Path(argv[-1]).name in line and "nested too deeply" in line
 
 
+# ------------------------------------------------------------------ a recorded stream of wrong types
+@pytest.mark.parametrize("line, says", [
+    ('{"kind": "param_stats", "step": 1, "name": "w", "dtype": "torch.float32", "numel": "ten", '
+     '"requires_grad": true, "norm": 1.0}', "numel is 'ten', not int"),
+    ('{"kind": "scalar", "step": 1, "name": "loss", "value": "0.5"}', "value is '0.5', not float"),
+    ('{"kind": "init_overwritten", "step": 0, "name": "w", "sites": ["a.py:1", 2], "stds": [], "counts": []}',
+     "sites is"),
+    ('{"kind": "optimizer", "step": 0, "index": 0, "cls": "SGD", "groups": [{"index": 0, "lr": "high", '
+     '"names": [], "dtypes": [], "numel": 0}]}', "lr is 'high', not float"),
+])
+def test_a_recorded_event_of_the_wrong_type_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         line: str, says: str) -> None:
+    """A stream is untrusted: a string where a count belongs would reach the detectors'
+    arithmetic (and crash one, or make a wrong finding), so reading it stops at that line."""
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"kind": "run_start", "source": "live"}\n' + line + "\n")
+    error = one_error(*cli(capsys, "analyze", str(path)))
+    assert "run.jsonl:2" in error and says in error, error
+
+
 # ------------------------------------------------------------------ a CSV header with an open quote
 def test_csv_header_with_an_unbalanced_quote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "train.csv"

@@ -55,7 +55,7 @@ class NormEpsTooLarge(Detector):
 
     def observe(self, event: Event) -> Iterator[Finding]:
         assert isinstance(event, NormInput)
-        if event.eps < self.config.min_eps or not math.isfinite(event.var) or event.var > event.eps:
+        if event.eps < self.config.min_eps or not 0 <= event.var <= event.eps:  # NaN too
             return
         name = event.module
         self._cls[name], self._eps[name], self._var[name] = event.cls, event.eps, event.var

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Iterator
@@ -60,7 +61,8 @@ class SlowEval(Detector):
             # of a model that draws its output from a distribution (a policy acting in eval
             # mode, as Stable-Baselines3 collects rollouts), nor a pass of a model of its own
             # (a teacher's forward inside each step): it is training's.
-            if event.index == 0 and not event.training and not event.sampled and event.role != "other":
+            if (event.index == 0 and not event.training and not event.sampled and event.role != "other"
+                    and 0 <= event.duration_s < math.inf and math.isfinite(event.elapsed_s)):  # times measured
                 self._add(event)
         return iter(())
 

@@ -16,6 +16,9 @@ All fields are JSON-friendly so a recorded stream can be replayed offline (``tra
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from typing import Any, Union, cast
 
 # The classes live in small modules by theme; everyone imports them from here.
@@ -150,29 +153,61 @@ def from_dict(data: dict[str, object]) -> Event:
     cls = EVENT_TYPES.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    if cls is Optimizer and "groups" in fields:
+        groups = fields["groups"]
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise ValueError(f"event {kind!r}: groups must be a list of objects")
+        fields["groups"] = tuple(_build(ParamGroup, f"{kind} group", g) for g in groups)
+    event: Event = _build(cls, kind, fields)
+    return event
+
+
+def _build(cls: type, kind: object, data: dict[str, object]) -> Any:
+    """``cls(**data)``, each field of the type it declares (JSON lists as tuples)."""
+    hints = _hints(cls)
     kwargs: dict[str, object] = {}
     for key, value in data.items():
-        if key == "kind":
-            continue
-        if key not in fields:
+        if key not in hints:
             raise ValueError(f"event {kind!r} has no field {key!r}")
-        if cls is Optimizer and key == "groups":
-            if not isinstance(value, list) or not all(isinstance(g, dict) for g in value):
-                raise ValueError(f"event {kind!r}: groups must be a list of objects")
-            value = tuple(ParamGroup(**cast("dict[str, Any]", _tupled(g))) for g in value)  # ParamGroup checks its fields
-        elif isinstance(value, list):
+        if isinstance(value, list):
             value = tuple(value)
-        kwargs[key] = value
+        if not _fits(value, hints[key]):
+            raise ValueError(f"bad {kind!r} event: {key} is {value!r:.60}, not {_spoken(hints[key])}")
+        kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value  # 1.0 written as 1
+    sizes = {key: len(cast("tuple[object, ...]", kwargs.get(key, ()))) for key in getattr(cls, "parallel", ())}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"bad {kind!r} event: {', '.join(sizes)} must be as long as each other, not "
+                         f"{', '.join(map(str, sizes.values()))} items")
     try:
-        event: Event = cls(**kwargs)
-        return event
+        return cls(**kwargs)
     except TypeError as exc:
         raise ValueError(f"bad {kind!r} event: {exc}") from None
 
 
-def _tupled(d: dict[str, object]) -> dict[str, object]:
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fits(value: object, hint: Any) -> bool:
+    """Is ``value``, read from JSON, of the type a field declares? A stream is untrusted input: a
+    string where a count belongs would reach the detectors' arithmetic."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, h) for h in typing.get_args(hint))
+    if origin is tuple:
+        item = typing.get_args(hint)[0]
+        return isinstance(value, tuple) and all(_fits(v, item) for v in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint in (int, str, bool, type(None)):
+        return type(value) is hint or (value is None and hint is type(None))
+    return True  # ParamGroup (checked above), a Series' columns (Sequence)
+
+
+def _spoken(hint: Any) -> str:
+    return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
 __all__ = [

@@ -12,12 +12,12 @@ class EvalBeforeTrain:
     """A module whose eval-mode output relies on state that only a training-mode forward
     computes ran in eval mode before any such forward: legacy ``nn.utils.spectral_norm``
     divides its weight by ``estimate``, the power-iteration estimate of its spectral norm,
-    against ``actual``, the spectral norm measured (``kind`` "spectral_norm"). ``where``: the
+    against ``actual``, the spectral norm measured (``state`` "spectral_norm"). ``where``: the
     user's call site of that forward."""
 
     step: int
     module: str
-    kind: str
+    state: str  # not "kind": a record's key for the event's class
     estimate: float
     actual: float
     where: str = ""
@@ -78,6 +78,7 @@ class InitOverwritten:
     stds: tuple[float, ...]
     counts: tuple[int, ...]
     signal: ClassVar[str] = "init"
+    parallel: ClassVar[tuple[str, ...]] = ('sites', 'stds', 'counts')  # one item per index each
 
 
 @dataclass(frozen=True)

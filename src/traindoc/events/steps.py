@@ -33,6 +33,7 @@ class ParamGroup:
     numel: int
     weight_decay: float = 0.0
     momentum: float = 0.0  # SGD momentum or Adam beta1
+    parallel: ClassVar[tuple[str, ...]] = ("names", "dtypes")  # one item per index each
 
 @dataclass(frozen=True)
 class Optimizer:

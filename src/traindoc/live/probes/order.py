@@ -76,7 +76,7 @@ class OrderProbe(Probe):
         if name == type(module).__name__:  # not named yet (no training step so far)
             owner = largest_container(module, frame_modules(sys._getframe(3)))
             name = next((n for n, m in owner.named_modules() if m is module and n), name)
-        self.s.emit(EvalBeforeTrain(step=self.s.clock.current_step, module=name, kind="spectral_norm",
+        self.s.emit(EvalBeforeTrain(step=self.s.clock.current_step, module=name, state="spectral_norm",
                                     estimate=est, actual=act, where=user_site(4)))
 
 
