@@ -69,8 +69,9 @@ class ModelWatch:
         self.nan_flags: list[tuple[str, str, torch.Tensor, bool]] = []  # name, type, NaN, empty input
         self.strays = StrayGrads(session)  # gradients no optimizer steps
         self._copies = ObjectMap()  # module -> has the parameter shapes of a trained model
-        # Ids of the held parameters the backward passes of this sampled step gave a gradient;
-        # open until a step measures them (the next backward then starts a new set).
+        # Ids of the held parameters the backward passes of this sampled round gave a gradient;
+        # open until a step measures them (a later backward of the round starts a new set: a
+        # GAN's generator after its discriminator), emptied when the round ends.
         self._reached: set[int] = set()
         self._reached_open = False
 
@@ -137,6 +138,10 @@ class ModelWatch:
             self._reached.clear()
         self._reached.update(id(p) for opt in self.s.optimizers() for g in opt.param_groups
                              for p in g["params"] if p.grad is not None)
+
+    def end_round(self) -> None:
+        self._reached.clear()
+        self._reached_open = False
 
     def measure_step(self, opt: Any) -> None:
         index = self.s.optimizer_index(opt)

@@ -240,6 +240,7 @@ class CoreProbes(Probe):
 
     def on_sampled_round_end(self, step: int) -> None:
         self._calls.clear()
+        self.s.model.end_round()
 
     def _pre(self, module: Any, args: Any) -> None:
         if _is_traced():
