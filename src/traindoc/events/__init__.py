@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, Union, cast
+from typing import Any, Callable, Union, cast
 
 # The classes live in small modules by theme; everyone imports them from here.
 from traindoc.events.columns import plain, scalars
@@ -165,16 +165,17 @@ def from_dict(data: dict[str, object]) -> Event:
 
 def _build(cls: type, kind: object, data: dict[str, object]) -> Any:
     """``cls(**data)``, each field of the type it declares (JSON lists as tuples)."""
-    hints = _hints(cls)
+    checks = _checks(cls)
     kwargs: dict[str, object] = {}
     for key, value in data.items():
-        if key not in hints:
+        check = checks.get(key)
+        if check is None:
             raise ValueError(f"event {kind!r} has no field {key!r}")
-        if isinstance(value, list):
+        if type(value) is list:
             value = tuple(value)
-        if not _fits(value, hints[key]):
-            raise ValueError(f"bad {kind!r} event: {key} is {value!r:.60}, not {_spoken(hints[key])}")
-        kwargs[key] = float(value) if hints[key] is float and isinstance(value, int) else value  # 1.0 written as 1
+        if not check(value):
+            raise ValueError(f"bad {kind!r} event: {key} is {value!r:.60}, not {_spoken(_hints(cls)[key])}")
+        kwargs[key] = value
     sizes = {key: len(cast("tuple[object, ...]", kwargs.get(key, ()))) for key in getattr(cls, "parallel", ())}
     if len(set(sizes.values())) > 1:
         raise ValueError(f"bad {kind!r} event: {', '.join(sizes)} must be as long as each other, not "
@@ -190,20 +191,26 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _fits(value: object, hint: Any) -> bool:
-    """Is ``value``, read from JSON, of the type a field declares? A stream is untrusted input: a
-    string where a count belongs would reach the detectors' arithmetic."""
+@functools.cache
+def _checks(cls: type) -> dict[str, Callable[[object], bool]]:
+    """Per field of ``cls``: is a value read from JSON of the type it declares? A stream is
+    untrusted input: a string where a count belongs would reach the detectors' arithmetic."""
+    return {f.name: _check(_hints(cls)[f.name]) for f in dataclasses.fields(cls)}
+
+
+def _check(hint: Any) -> Callable[[object], bool]:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
-        return any(_fits(value, h) for h in typing.get_args(hint))
+        options = [_check(h) for h in typing.get_args(hint)]
+        return lambda v: any(ok(v) for ok in options)
     if origin is tuple:
-        item = typing.get_args(hint)[0]
-        return isinstance(value, tuple) and all(_fits(v, item) for v in value)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        item = _check(typing.get_args(hint)[0])
+        return lambda v: type(v) is tuple and all(map(item, v))
+    if hint is float:  # a float written as 1 reads back as an int: the same number
+        return lambda v: type(v) is float or type(v) is int
     if hint in (int, str, bool, type(None)):
-        return type(value) is hint or (value is None and hint is type(None))
-    return True  # ParamGroup (checked above), a Series' columns (Sequence)
+        return lambda v: type(v) is hint
+    return lambda v: True  # ParamGroup (built above), a Series' columns (Sequence)
 
 
 def _spoken(hint: Any) -> str:
