@@ -56,6 +56,7 @@ class NoGradient(Detector):
         Example("zoo/swav_prototypes_never_unfrozen.py", 0),
         Example("zoo/healthy_swav_prototypes_warmup.py", None),
         Example("zoo/healthy_dino_last_layer_warmup.py", None),
+        Example("zoo/healthy_lightning_self_distillation.py", None),
         Example("zoo/healthy_deepspeed_zero_multitask.py", None),
         Example("zoo/healthy_finetune.py", None),
         Example("zoo/healthy_gan.py", None),
