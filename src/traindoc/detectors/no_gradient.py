@@ -282,10 +282,10 @@ class NoGradient(Detector):
             self.id, step=self._first,
             message=(f"{len(late)} trainable parameter(s) got no gradient (None or exactly 0) on the "
                      f"sampled steps from step {self._first}, then got one on those from step {start}: "
-                     f"{names(late)}. A late start (a layer frozen for a warm-up, a loss term added "
-                     "later), not a branch cut off from the loss."),
+                     f"{names(late)}. They train from then on."),
             cause=("The loss reaches these parameters only from a later step: a warm-up that "
-                   "freezes them, a curriculum that adds their loss term, or a branch enabled later."),
+                   "freezes them, a curriculum that adds their loss term, a branch enabled later, or "
+                   "a detach removed from the code before a resume."),
             fix=(f"Nothing, if {late[0]} is meant to start late. Otherwise, find what changed at "
                  f"step {start}."),
             evidence={"parameters": late[:50], "count": len(late), "first_gradient_step": start,
