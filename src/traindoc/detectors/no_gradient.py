@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
@@ -292,7 +291,7 @@ class NoGradient(Detector):
                       "sampled_steps": self._counted},
             where=late[:10],
         )
-        return dataclasses.replace(f, severity="info")
+        return replace(f, severity="info")
 
 
 def layer_of(name: str) -> str:

@@ -78,7 +78,7 @@ class InitOverwritten:
     stds: tuple[float, ...]
     counts: tuple[int, ...]
     signal: ClassVar[str] = "init"
-    parallel: ClassVar[tuple[str, ...]] = ('sites', 'stds', 'counts')  # one item per index each
+    parallel: ClassVar[tuple[str, ...]] = ("sites", "stds", "counts")  # one item per index each
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ class RankParams:
     sharded: int = 0
     unsynced: int = 0
     signal: ClassVar[str] = "rank_params"
-    parallel: ClassVar[tuple[str, ...]] = ('names', 'sums', 'scales')  # one item per index each
+    parallel: ClassVar[tuple[str, ...]] = ("names", "sums", "scales")  # one item per index each
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class RankLoss:
     steps: tuple[int, ...]
     values: tuple[float, ...]
     signal: ClassVar[str] = "rank_loss"
-    parallel: ClassVar[tuple[str, ...]] = ('steps', 'values')  # one item per index each
+    parallel: ClassVar[tuple[str, ...]] = ("steps", "values")  # one item per index each
 
 
 @dataclass(frozen=True)
