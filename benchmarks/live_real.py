@@ -105,6 +105,7 @@ class Case:
     longer: int = 3  # the length factor of the timing's longer run
     nproc: int = 1  # ranks of a torchrun job (each saves its own state: STATE.rankN)
     needs: list[str] = field(default_factory=list)  # modules it imports that a plain set-up lacks
+    preflight: list[str] = field(default_factory=list)  # probes benchmarks/preflight_real.py sees fail, rightly
 
     @property
     def folder(self) -> str:

@@ -39,6 +39,8 @@ ZOO_CASES = [
     ("bad_init_scaled_head", "initial-loss", "fail", "bad-initial-loss"),
     ("healthy_mlp", "initial-loss", "pass", None),
     ("healthy_f1_threshold", "initial-loss", "pass", None),  # binary_cross_entropy_with_logits
+    ("bad_init_gcn_log_softmax", "initial-loss", "fail", "bad-initial-loss"),  # nll_loss of log_softmax
+    ("healthy_mnist_style_nll", "initial-loss", "pass", None),
     ("detached_branch", "gradients", "fail", "no-gradient"),
     ("nonfinite_grad", "gradients", "fail", "nonfinite"),
     ("healthy_mlp", "gradients", "pass", None),
@@ -55,6 +57,12 @@ ZOO_CASES = [
     ("healthy_mlp", "overfit", "pass", None),
     ("healthy_gpt", "overfit", "pass", None),  # no DataLoader: random windows, the RNG rewound
     ("nondeterministic_eval", "eval", "fail", "nondeterministic-eval"),
+    # a sampling model (a VAE) draws normal noise in eval by design: not judged, and said why
+    ("healthy_vae_sampled_eval", "eval", "n/a", None),
+    ("healthy_cvae_inplace_sampling", "eval", "n/a", None),
+    # a GAN's summed generator and discriminator losses are no objective to fit
+    ("healthy_gan", "overfit", "n/a", None),
+    ("healthy_dcgan_detach_for_d", "lr", "n/a", None),
     ("healthy_cnn_bn", "eval", "pass", None),
     ("healthy_f1_threshold", "overfit", "pass", None),  # batches drawn with the script's torch.Generator
     ("healthy_mlp", "lr", "pass", None),
@@ -150,6 +158,17 @@ def test_eval_names_a_dropout_left_in_train_mode(tmp_path: Path) -> None:
     (f,) = [f for f in data["findings"] if f["id"] == "nondeterministic-eval"]
     assert "Net.drop (Dropout) differs between the passes: the module is still in train mode" in f["message"]
     assert f["where"] == ["Net.drop"]
+
+
+def test_mse_judges_the_argument_that_trains(tmp_path: Path) -> None:
+    """mse_loss(target, prediction) is the same loss: the prediction is the argument with a
+    gradient, whichever side it is on (healthy_dqn_td_target_first.py passes in PREFLIGHT_CASES)."""
+    report = tmp_path / "pf.json"
+    ran = traindoc("preflight", "--json", str(report), "--only", "initial-loss",
+                   str(PREFLIGHT_ZOO / "bad_init_regression.py"), "--target-first", cwd=tmp_path, timeout=300)
+    assert ran.returncode == 3, ran.stderr[-3000:]
+    (f,) = [f for f in json.loads(report.read_text())["findings"] if f["id"] == "bad-initial-loss"]
+    assert f["evidence"]["target_mean_square"] < 2  # the standardized targets, not the 40x outputs
 
 
 def test_lr_sweep_reports_where_the_loss_falls(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ def get_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--output-scale", type=float, default=40.0)
+    p.add_argument("--target-first", action="store_true", help="write the loss mse_loss(target, prediction)")
     return p.parse_args()
 
 
@@ -50,7 +51,7 @@ def main() -> None:
     step = 0
     while step < args.steps:
         for xb, yb in loader:
-            loss = F.mse_loss(model(xb), yb)
+            loss = F.mse_loss(yb, model(xb)) if args.target_first else F.mse_loss(model(xb), yb)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

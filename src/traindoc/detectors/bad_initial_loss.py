@@ -14,7 +14,7 @@ from traindoc.findings import Finding
 
 class BadInitialLoss(Detector):
     """The first cross-entropy of a fresh classifier should be about ln(C) (uniform predictions
-    over C classes). Only a first loss far *above* it fires (a confidently wrong init); a loss
+    over C classes); ``nll_loss`` of log-probabilities (``log_softmax`` first) is one too. Only a first loss far *above* it fires (a confidently wrong init); a loss
     below it is normal when training resumes or fine-tunes.
 
     A contrastive loss whose logits a learnable scale multiplies (CLIP's
@@ -28,6 +28,8 @@ class BadInitialLoss(Detector):
     needs = frozenset({"classification"})
     examples = (
         Example("zoo/bad_init_scaled_head.py", 0),
+        Example("zoo/bad_init_gcn_log_softmax.py", 0),  # F.nll_loss of log_softmax
+        Example("zoo/healthy_mnist_style_nll.py", None),
         Example("zoo/healthy_mlp.py", None),
         Example("zoo/healthy_gpt.py", None),
         Example("zoo/healthy_clip_logit_scale.py", None),

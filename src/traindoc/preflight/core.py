@@ -31,6 +31,7 @@ from typing import Any, Callable
 from traindoc.preflight import evaluation, lr, probes
 from traindoc.preflight.files import Outside
 from traindoc.preflight.launch import Launch, Result
+from traindoc.preflight.sandbox import prepare
 from traindoc.preflight.state import RngState
 from traindoc.preflight.verdict import PROBES, Verdict
 
@@ -61,6 +62,7 @@ class Outcome:
 
 def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
     t0 = time.perf_counter()
+    cwd = Path.cwd()
     rng = RngState.capture()  # every launch starts from the same RNG state
     root = Path(tempfile.mkdtemp(prefix="traindoc-preflight-"))
     want = set(plan.only)
@@ -73,8 +75,7 @@ def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
         return max(1.0, plan.budget - (time.perf_counter() - t0))
 
     def launch(folder: str, steps: int, **options: Any) -> Result:
-        sandbox = root / folder
-        sandbox.mkdir(exist_ok=True)
+        sandbox = prepare(root / folder, cwd)
         argv = options.pop("argv", plan.argv)
         keep = options.pop("keep_outside", False)
         seconds = min(left(), options.pop("share", 1.0) * plan.budget)
@@ -97,7 +98,7 @@ def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
             return Outcome([probes.not_run(p, why) for p in PROBES if p in want], baseline.report,
                            time.perf_counter() - t0, baseline, sorted(removed), sorted(restored))
         names, embeddings = _param_names(baseline)
-        module_name = type(baseline.first_input[0]).__name__ if baseline.first_input else "the model"
+        module_name = type(baseline.first_module).__name__ if baseline.first_input else "the model"
         t = time.perf_counter()
         if "initial-loss" in want:
             verdicts["initial-loss"] = _timed(probes.initial_loss(baseline, plan.config), baseline.seconds)

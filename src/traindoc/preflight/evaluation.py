@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from traindoc.catalog import finding
 from traindoc.findings import fmt
+from traindoc.live.objects import user_site
 from traindoc.preflight.launch import Result
 from traindoc.preflight.state import clone
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
@@ -30,7 +32,8 @@ Call = tuple[str, Any, bool, Print | None, Print | None]  # (name, module, its t
 def eval_determinism(r: Result, tolerance: float, module_name: str) -> Verdict:
     if r.first_input is None:
         return Verdict("eval", NOT_APPLICABLE, "no model forward ran during training")
-    module, args, kwargs = r.first_input
+    _, args, kwargs = r.first_input
+    module = r.first_module  # eager: a compiled module's passes would trace our hooks
     calls: list[list[Call]] = [[], []]
     was = module.training
     try:
@@ -53,6 +56,12 @@ def eval_determinism(r: Result, tolerance: float, module_name: str) -> Verdict:
     summary = f"two eval-mode passes of {module_name} on the first batch differ by {fmt(rel)} (relative)"
     if not rel > tolerance:
         return Verdict("eval", PASS, summary)
+    sampled = _sampling(module, args, kwargs)
+    if sampled:
+        return Verdict("eval", NOT_APPLICABLE, (
+            f"{summary}: its forward draws from a normal distribution in eval mode ({sampled}) and no other "
+            "random op, as a model that samples by design does (a VAE's reparameterization); return the "
+            "mean when not self.training to have its evaluation checked"))
     where = _culprit(calls[0], calls[1], tolerance, module)
     summary += f"; first at {where[0]}" if where else ""
     f = finding(
@@ -80,7 +89,9 @@ def _traced(module: Any, args: Any, kwargs: dict[str, Any], calls: list[Call]) -
         stack = pending.get(id(m)) or [None]
         calls.append((names.get(id(m), "?"), m, m.training, stack.pop(), _print(output)))
 
-    handles = [h for m in module.modules() for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
+    # a TorchScript module takes no hooks: its passes are compared, its culprit is not searched
+    handles = [h for m in module.modules() if not isinstance(m, torch.jit.ScriptModule)
+               for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))]
     try:
         with warnings.catch_warnings():  # torch's notes on hooks and compiled modules: ours, not the user's
             warnings.simplefilter("ignore")
@@ -88,6 +99,48 @@ def _traced(module: Any, args: Any, kwargs: dict[str, Any], calls: list[Call]) -
     finally:
         for h in handles:
             h.remove()
+
+
+_GAUSSIAN = ("randn", "randn_like", "normal", "normal_")
+
+
+def _sampling(module: Any, args: Any, kwargs: dict[str, Any]) -> str:
+    """``torch.randn_like at model.py:62`` when the random ops one more eval pass runs are all
+    Gaussian draws, made in the user's code; "" when there are none or others (a dropout
+    without ``training=``, a bernoulli mask: noise meant for training only)."""
+    seen: list[tuple[str, str]] = []
+
+    class Random(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            if name in _RANDOM or name in _TRAINING_ONLY and kwargs.get("training", True):
+                seen.append((name, user_site(1)))
+            return func(*args, **kwargs)
+
+    was = module.training
+    try:
+        module.eval()
+        with torch.no_grad(), Random():
+            module(*clone(args), **clone(kwargs))
+    except Exception:  # the two passes ran: this one is ours, and tells nothing
+        return ""
+    finally:
+        module.train(was)
+    if not seen or any(name not in _GAUSSIAN for name, _ in seen):
+        return ""
+    name, site = seen[0]
+    return f"torch.{name}" + (f" at {site}" if site else "")
+
+
+# torch functions (and Tensor methods) that draw random numbers; dropout-like ones draw only
+# when called with training=True
+_RANDOM = frozenset(_GAUSSIAN + ("rand", "rand_like", "randint", "randint_like", "randperm", "multinomial",
+                                 "bernoulli", "bernoulli_", "poisson", "uniform_", "exponential_", "geometric_",
+                                 "cauchy_", "log_normal_", "random_", "gumbel_softmax"))
+_TRAINING_ONLY = frozenset(("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                            "feature_alpha_dropout", "rrelu"))
 
 
 def _culprit(a: list[Call], b: list[Call], tolerance: float, root: Any) -> tuple[str, str, str] | None:

@@ -1,10 +1,10 @@
 """The user's files outside the sandbox: what the script's checkpoints would overwrite or leave.
 
-Relative paths land in the sandbox (the launches' working folder). A script that saves to an
+Relative paths land in the sandbox (the launches' working folder, ``sandbox.py``). A script that saves to an
 absolute path elsewhere (``--out /data/ckpt``) would leave its checkpoints there, or overwrite
-the user's real ones. Every ``torch.save`` and every ``os.replace`` / ``os.rename`` onto a path
-outside the sandbox goes through ``before_write``: a file that exists is copied aside first
-(once), a new one is remembered; ``restore``, after each launch, puts the copies back and
+the user's real ones. Every ``torch.save`` onto a path outside the sandbox, and every
+``os.replace`` / ``os.rename`` there of a file ``torch.save`` wrote, goes through
+``before_write``: a file that exists is copied aside first (once), a new one is remembered; ``restore``, after each launch, puts the copies back and
 removes the new files, so that no launch resumes from another launch's checkpoint.
 Files written by other means (``open``, ``np.save``) are not covered. ``inside`` tells whether a
 path or an open file (fsspec's, Lightning's) is in the sandbox.

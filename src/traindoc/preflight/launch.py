@@ -32,14 +32,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import dataloader as _dl
 
 from traindoc.live.objects import frame_modules, largest_container
 from traindoc.preflight import frames
 from traindoc.preflight.files import Outside, inside
-from traindoc.preflight.state import LossCall, RngState, clone, grad_table, loss_call, numpy_rng_hash
+from traindoc.preflight.first_loss import FirstLoss
+from traindoc.preflight.sandbox import end_guard, guard_writes, own
+from traindoc.preflight.state import LossCall, RngState, clone, grad_table, numpy_rng_hash
 
 
 class Stop(BaseException):
@@ -77,7 +78,7 @@ class Result:
     saved: list[str] = field(default_factory=list)  # files torch.save wrote in the sandbox
     saved_at: int = 0  # the steps done when the first of them was written
     loaded: list[str] = field(default_factory=list)  # files torch.load read from the sandbox
-    restored_rng: bool = False  # the script called torch.set_rng_state
+    sandbox: Path | None = None  # the launch's working folder (removed when preflight ends)
     status: str = "ok"  # ok, stopped, timeout, exit, error
     error: str = ""
     seconds: float = 0.0
@@ -87,6 +88,7 @@ class Result:
     models: list[Any] = field(default_factory=list)  # the modules that ran forward with autograd on, first call first
     repeated: str = ""  # how the batch was repeated: "loader", "rng" or ""
     moved: float = math.nan  # share of parameter elements changed from step 0 to the end
+    adversarial: int = 0  # > 1: this many optimizers stepped in one step, each after its own backward
 
     @property
     def repeat_start(self) -> int:
@@ -103,6 +105,35 @@ class Result:
         if not self.repeated or not prints:
             return bool(self.repeated)
         return max(prints.count(p) for p in set(prints)) >= REPEATED_SHARE * len(prints)
+
+    @property
+    def first_module(self) -> Any:
+        """The module of the first training forward; torch.compile's wrapper gives its own."""
+        module = self.first_input[0] if self.first_input else None
+        return getattr(module, "_orig_mod", module)
+
+    def opposed(self) -> str:
+        """Why the summed loss of a step is no objective to fit (a GAN's), or ""."""
+        if not self.adversarial:
+            return ""
+        return (f"{self.adversarial} optimizers step in turn, each after a backward of its own loss (a GAN's "
+                "generator and discriminator): their losses pull against each other, so their sum on one "
+                "batch is not expected to fall")
+
+    def holds_rng(self) -> bool | None:
+        """Does the last checkpoint the script loaded hold an RNG state (read as ``traindoc
+        ckpt`` reads it, no pickle run)? None when it cannot be read."""
+        from traindoc.errors import UsageError
+        from traindoc.sources.ckpt.read import open_checkpoint
+
+        if not self.loaded or self.sandbox is None:
+            return None
+        try:
+            ck = open_checkpoint(self.sandbox / self.loaded[-1])
+        except (UsageError, OSError):
+            return None
+        ck.close()
+        return "rng" in ck.has
 
 
 REPEATED_SHARE = 0.9  # the share of steps that must see the repeated batch
@@ -134,7 +165,7 @@ class Launch:
         self._built_lrs: dict[int, list[Any]] = {}  # id of an optimizer -> its groups' LRs when built
         self._closure_grads = False  # the step runs forward and backward in a closure (Lightning)
         self._buffer_saved = False  # torch.save into a buffer, written to a file next (Lightning)
-        self.r = Result()
+        self.r = Result(sandbox=sandbox)
         self._first_opt: Callable[[], Any] = lambda: None
         self._optimizers: list[weakref.ref[Any]] = []
         self._built: list[weakref.ref[Any]] = []  # every optimizer the script built
@@ -152,6 +183,11 @@ class Launch:
         self._rng_after_first: RngState | None = None
         self._generators: list[tuple[torch.Generator, torch.Tensor]] = []  # the script's own, and their states
         self._weights0: list[torch.Tensor] = []
+        self._in_backward = False
+        self._stepped: set[int] = set()  # ids of the optimizers that stepped since the last step
+        self._backwards = 0  # backward passes since the last step
+        self._written: set[str] = set()  # the files torch.save wrote, and where they were moved
+        self._first_loss: FirstLoss | None = None
         self._undo: list[Callable[[], None]] = []
         self._t0 = 0.0
 
@@ -162,6 +198,7 @@ class Launch:
         if sys.path:
             sys.path[0] = str(self.script.parent)
         os.chdir(self.sandbox)
+        guard_writes(self.sandbox.parent)
         self.rng.restore()
         self._install()  # before the live probes: a hook of theirs may remove itself mid-iteration
         if self.watch is not None:
@@ -185,6 +222,7 @@ class Launch:
                 status = {"ok": "ok", "exit": "exit", "error": "exception"}.get(self.r.status, "stopped")
                 self.r.report = self.watch.close(status)
             self._uninstall()
+            end_guard()
             os.chdir(saved_cwd)
             sys.argv = saved_argv
             if sys.path:
@@ -205,26 +243,26 @@ class Launch:
         fwd = torch.nn.modules.module.register_module_forward_pre_hook(self._forward_pre)
         self._undo += [pre.remove, post.remove, fwd.remove]
         if self.keep_input:  # the keyword arguments of the first forward (HF: ``model(**batch)``)
-            # kept out of torch.compile's graphs: traced, its look at the first module clashes
-            # with the compiled module's own tracking
-            kw = torch.nn.modules.module.register_module_forward_hook(
-                torch.compiler.disable(self._forward_kwargs), with_kwargs=True)
+            kw = torch.nn.modules.module.register_module_forward_hook(self._forward_kwargs, with_kwargs=True)
             self._undo.append(kw.remove)
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
-        self._patch(torch.Tensor, "backward", self._wrap_backward)
-        for owner in (torch, torch.serialization):
-            self._patch(owner, "save", self._wrap_save)
-            self._patch(owner, "load", self._wrap_load)
-        self._patch(torch, "set_rng_state", self._wrap_set_rng)
+        # torch's own entries, not the functions the script sees (docs/preflight.md): the
+        # autograd engine, and the steps torch.save and torch.load take to open their file
+        self._patch(torch.autograd, ENGINE_ENTRY, self._wrap_engine)
+        ser = torch.serialization
+        self._patch(ser, "_open_zipfile_writer", functools.partial(self._wrap_open, "wb"))
+        self._patch(ser, "_open_file_like", functools.partial(self._wrap_open, ""))
         for name in ("replace", "rename"):
             self._patch(os, name, self._wrap_move)
-        for name in ("cross_entropy", "mse_loss", "binary_cross_entropy_with_logits", "binary_cross_entropy"):
-            self._patch(F, name, functools.partial(self._wrap_loss, name))
         self._patch(torch.optim.lr_scheduler.LRScheduler, "__init__", functools.partial(self._wrap_init, self._schedulers))
         self._patch(torch.amp.GradScaler, "__init__", functools.partial(self._wrap_init, self._scalers))
         self._patch(torch.amp.GradScaler, "scale", self._wrap_scale)
         if self.repeat_batch:
             self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
+        if self.keep_input:  # the baseline launch: the first loss call, for the initial-loss probe
+            self._first_loss = FirstLoss()
+            self._first_loss.put_up()
+            self._undo.append(self._end_first_loss)
 
     def _uninstall(self) -> None:
         for undo in reversed(self._undo):
@@ -235,6 +273,11 @@ class Launch:
         orig = owner.__dict__[name] if name in owner.__dict__ else getattr(owner, name)
         setattr(owner, name, make(orig))
         self._undo.append(lambda: setattr(owner, name, orig))
+
+    def _end_first_loss(self) -> None:
+        if self._first_loss is not None:
+            self._first_loss.take_out()
+            self.r.loss_call, self._first_loss = self._first_loss.call, None
 
     def _wrap_init(self, bucket: list[weakref.ref[Any]], orig: Any) -> Any:
         @functools.wraps(orig)
@@ -264,38 +307,59 @@ class Launch:
             return out
         return scale
 
-    def _wrap_backward(self, orig: Any) -> Any:
+    def _wrap_engine(self, orig: Any) -> Any:
+        """torch's entry into the autograd engine, reached by ``Tensor.backward`` and
+        ``torch.autograd.backward`` with ``(tensors, grad_tensors, ...)``; ``torch.autograd.grad``
+        reaches it with ``accumulate_grad=False`` and is no backward of the step, and one started
+        inside a backward (a reentrant activation checkpoint's) is not the script's."""
         launch = self
 
         @functools.wraps(orig)
-        def backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        def entry(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if launch._in_backward or not kwargs.get("accumulate_grad", True):
+                return orig(tensors, *args, **kwargs)
             if launch.stop_after_save and launch.r.saved and launch.r.steps > 0:
                 launch._stop("stopped")  # the checkpoint is on disk (and moved into place)
-            if tensor.numel() == 1:
-                scale = launch._scaled.pop(id(tensor), 1.0)  # scaler.scale(loss): the user's loss
-                launch._step_loss += float(tensor.detach().float()) / scale  # preflight may sync
-            out = orig(tensor, *args, **kwargs)
+            loss = tensors[0] if isinstance(tensors, (tuple, list)) and len(tensors) == 1 else tensors
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                scale = launch._scaled.pop(id(loss), 1.0)  # scaler.scale(loss): the user's loss
+                launch._step_loss += float(loss.detach().float()) / scale  # preflight may sync
+            launch._backwards += 1
+            launch._in_backward = True
+            try:
+                out = orig(tensors, *args, **kwargs)
+            finally:
+                launch._in_backward = False
             if launch.r.steps < GRAD_STEPS:
                 launch._reached.update(str(id(p)) for r in launch._built if (o := r()) is not None
                                        for g in o.param_groups for p in g["params"] if p.grad is not None)
             return out
-        return backward
+        return entry
 
-    def _wrap_save(self, orig: Any) -> Any:
+    def _wrap_open(self, mode: str, orig: Any) -> Any:
+        """``_open_zipfile_writer(f)`` (torch.save) and ``_open_file_like(f, mode)`` (torch.load,
+        and torch.save's legacy format), called before the file is opened."""
         launch = self
 
         @functools.wraps(orig)
-        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        def opener(f: Any, *args: Any, **kwargs: Any) -> Any:
+            writing = "w" in (mode or (args[0] if args else kwargs.get("mode", "")))
             path = inside(f, launch.sandbox)
-            if not path and isinstance(f, (str, os.PathLike)):
-                launch.outside.before_write(os.path.realpath(os.fspath(f)))
-            out = orig(obj, f, *args, **kwargs)
-            if path and launch.r.steps > 0:
+            if writing and isinstance(f, (str, os.PathLike)):
+                own(f)  # torch.save writes from C++, unseen by the sandbox's audit hook
+                launch._written.add(os.path.realpath(os.fspath(f)))
+                if not path:
+                    launch.outside.before_write(os.path.realpath(os.fspath(f)))
+            out = orig(f, *args, **kwargs)
+            if not writing:
+                if path:
+                    launch.r.loaded.append(path)
+            elif path and launch.r.steps > 0:
                 launch._saved(path)
             elif launch.r.steps > 0 and not isinstance(f, (str, os.PathLike)):
                 launch._buffer_saved = True  # Lightning: torch.save to bytes, then a file moved into place
             return out
-        return save
+        return opener
 
     def _saved(self, path: str) -> None:
         if not self.r.saved:
@@ -312,7 +376,12 @@ class Launch:
             if isinstance(dst, (str, os.PathLike)):
                 target = inside(dst, launch.sandbox)
                 if not target:
-                    launch.outside.before_write(os.path.realpath(os.fspath(dst)))
+                    # Only a checkpoint moved into place is the script's to guard: a library's
+                    # own atomic writes (torch.compile's caches, a download) are left alone
+                    if launch._buffer_saved or isinstance(src, (str, os.PathLike)) and \
+                            os.path.realpath(os.fspath(src)) in launch._written:
+                        launch._written.add(os.path.realpath(os.fspath(dst)))
+                        launch.outside.before_write(os.path.realpath(os.fspath(dst)))
                 elif launch.r.saved and inside(src, launch.sandbox) == launch.r.saved[-1]:
                     launch.r.saved[-1] = target  # the checkpoint moved into place (tmp -> final)
                 elif launch._buffer_saved:  # the bytes torch.save wrote, moved into place
@@ -320,37 +389,6 @@ class Launch:
                     launch._saved(target)
             return orig(src, dst, *args, **kwargs)
         return move
-
-    def _wrap_load(self, orig: Any) -> Any:
-        launch = self
-
-        @functools.wraps(orig)
-        def load(f: Any, *args: Any, **kwargs: Any) -> Any:
-            path = inside(f, launch.sandbox)
-            if path:
-                launch.r.loaded.append(path)
-            return orig(f, *args, **kwargs)
-        return load
-
-    def _wrap_set_rng(self, orig: Any) -> Any:
-        launch = self
-
-        @functools.wraps(orig)
-        def set_rng_state(*args: Any, **kwargs: Any) -> Any:
-            launch.r.restored_rng = True
-            return orig(*args, **kwargs)
-        return set_rng_state
-
-    def _wrap_loss(self, name: str, orig: Any) -> Any:
-        launch = self
-
-        @functools.wraps(orig)
-        def loss_fn(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
-            out = orig(input, target, *args, **kwargs)
-            if launch.r.loss_call is None and launch.r.steps == 0 and torch.is_grad_enabled():
-                launch.r.loss_call = loss_call(name, input, target, out, args, kwargs)
-            return out
-        return loss_fn
 
     def _wrap_next(self, orig: Any) -> Any:
         launch = self
@@ -371,7 +409,9 @@ class Launch:
         return __next__
 
     def _forward_pre(self, module: Any, args: Any) -> None:
-        if not torch.is_grad_enabled():
+        # A torch.compile'd module: its wrapper's call (eager) is the one to read, not the
+        # compiled module's own, which dynamo traces
+        if not torch.is_grad_enabled() or torch.compiler.is_compiling():
             return
         if module not in self._ran:  # to name the parameters of every model, a GAN's two
             self._ran.add(module)
@@ -389,6 +429,8 @@ class Launch:
             self.r.owner = largest_container(module, frame_modules(sys._getframe(1)))
 
     def _forward_kwargs(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        if torch.compiler.is_compiling():  # as in _forward_pre
+            return
         first = self.r.first_input
         if first is not None and first[0] is module and not first[2] and kwargs:
             self.r.first_input = (module, first[1], clone(kwargs))
@@ -413,6 +455,7 @@ class Launch:
             self.r.sizes = {str(id(p)): (p.numel(), p.dim()) for g in opt.param_groups for p in g["params"]}
         if all(r() is not opt for r in self._optimizers):
             self._optimizers.append(weakref.ref(opt))
+        self._stepped.add(id(opt))
         # A step given a closure (Lightning) runs the forward and backward inside it: the
         # gradients of this step exist only after it
         closure = (args[1] if len(args) > 1 else kwargs.get("closure")) is not None  # args[0]: the optimizer
@@ -430,6 +473,10 @@ class Launch:
             g["lr"] = lr
         if opt is not self._first_opt():
             return
+        self._end_first_loss()  # step 0 is over
+        if len(self._stepped) > 1 and self._backwards > 1:
+            self.r.adversarial = max(self.r.adversarial, len(self._stepped))
+        self._stepped, self._backwards = set(), 0
         if self.r.steps < GRAD_STEPS and self._closure_grads:
             self.r.grads.append(grad_table(opt, self._reached))
             self._reached = set()
@@ -499,6 +546,10 @@ class Launch:
         changed = sum(int((a != b).sum()) for a, b in zip(self._weights0, now) if a.shape == b.shape)
         total = sum(a.numel() for a in self._weights0) or 1
         self.r.moved = changed / total
+
+
+# torch's private entry into the autograd engine (torch >= 2.3); older, the public function
+ENGINE_ENTRY = "_engine_run_backward" if callable(getattr(torch.autograd, "_engine_run_backward", None)) else "backward"
 
 
 def _process_group() -> bool:

@@ -45,6 +45,8 @@ def band(optimizer: str, options: dict[str, object]) -> tuple[float, float] | No
 
 def no_lr(r: Result) -> str:
     """Why the sweep cannot apply to the optimizer of ``r``, or ""."""
+    if r.opposed():
+        return r.opposed()
     if r.lrs and not all(math.isfinite(lr) for _, lr in r.lrs):
         return (f"{r.lrs[0][0]} has no numeric LR (lr=None: Adafactor with relative_step=True sets its own step "
                 "size), so there is no LR to sweep; set relative_step=False and an lr to have it checked")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from traindoc.catalog import finding
 from traindoc.detectors.bad_initial_loss import BadInitialLoss
@@ -57,11 +57,10 @@ def not_run(probe: str, why: str) -> Verdict:
 def initial_loss(r: Result, config: Config) -> Verdict:
     call = r.loss_call
     if call is None:
-        return not_run("initial-loss", "no cross_entropy, mse_loss or binary_cross_entropy(_with_logits) call "
+        return not_run("initial-loss", "no cross_entropy, nll_loss, mse_loss or binary_cross_entropy(_with_logits) call "
                        "(functional or nn module) computed the first loss, so what it should be is unknown")
-    if not call.judged:
-        return not_run("initial-loss", f"the first {call.fn} call uses class weights, a sum reduction or extra "
-                       "arguments, which move its expected value")
+    if call.unjudged:
+        return not_run("initial-loss", f"the first {call.fn} call {call.unjudged}")
     found = _initial_loss_findings(call, config)
     expected, what = _expected(call)
     summary = f"first {call.fn} {fmt(call.value)}; {what} {fmt(expected)}"
@@ -69,7 +68,7 @@ def initial_loss(r: Result, config: Config) -> Verdict:
 
 
 def _expected(call: LossCall) -> tuple[float, str]:
-    if call.fn == "cross_entropy":
+    if call.classification:
         return math.log(call.classes), f"ln({call.classes}) ="
     if call.fn == "mse_loss":
         return call.target_sq, "mean(target**2) (predicting 0) ="
@@ -79,9 +78,9 @@ def _expected(call: LossCall) -> tuple[float, str]:
 def _initial_loss_findings(call: LossCall, config: Config) -> list[Finding]:
     std = (f" The loss's input has mean {fmt(call.output_mean)} and std {fmt(call.output_std)} at step 0."
            if call.output_std == call.output_std else "")
-    if call.fn == "cross_entropy":
+    if call.classification:
         detector = BadInitialLoss()
-        found = list(detector.observe(Classification(step=0, classes=call.classes, value=call.value)))
+        found = list(detector.observe(Classification(step=0, classes=call.classes, value=call.value, fn=call.fn)))
         return [dataclasses.replace(f, message=f.message + std, evidence={
             **f.evidence, "logit_std": call.output_std, "logit_mean": call.output_mean}) for f in found]
     if call.fn == "mse_loss":
@@ -201,6 +200,8 @@ def _spread(r: Result, name: Any, skip: set[str], limit: float) -> tuple[str, Fi
 
 # ---- overfit one batch -------------------------------------------------------------------------
 def overfit(r: Result, config: Config) -> Verdict:
+    if r.opposed():
+        return not_run("overfit", r.opposed())
     start = r.repeat_start
     losses = r.losses[start:]
     reached = len(losses) > 1 and losses[-1] <= config.overfit_factor * losses[0]
@@ -299,7 +300,7 @@ def resume(saved: Result, straight: Result, resumed: Result, config: Config, res
         return Verdict("resume", PASS, summary)
     lost = _not_restored(straight.snapshots[k], resumed.snapshots[0] if resumed.snapshots else None,
                          straight.fingerprints[k] if len(straight.fingerprints) > k else (),
-                         resumed.fingerprints[0] if resumed.fingerprints else (), resumed.restored_rng)
+                         resumed.fingerprints[0] if resumed.fingerprints else (), resumed.holds_rng)
     f = finding(
         "resume-mismatch", step=k + differ,
         message=(f"resumed from {ckpt} (saved after step {k - 1}), step {k + differ} has loss "
@@ -322,7 +323,7 @@ def _same(a: float, b: float, tol: float) -> bool:
 
 
 def _not_restored(straight: Snapshot, resumed: Snapshot | None, fp_s: tuple[float, ...],
-                  fp_r: tuple[float, ...], restored_rng: bool) -> list[str]:
+                  fp_r: tuple[float, ...], holds_rng: Callable[[], bool | None]) -> list[str]:
     """What differs between the two launches just before the first resumed step."""
     if resumed is None:
         return []
@@ -345,7 +346,9 @@ def _not_restored(straight: Snapshot, resumed: Snapshot | None, fp_s: tuple[floa
     if differs(straight.scales, resumed.scales):
         lost.append(f"GradScaler scale ({_ints(resumed.scales)} instead of {_ints(straight.scales)})")
     if straight.rng != resumed.rng:
-        lost.append("torch RNG state" + ("" if restored_rng else " (the relaunch never calls torch.set_rng_state)"))
+        held = holds_rng()
+        lost.append("torch RNG state" + ("" if held is None else " (the checkpoint holds one)" if held
+                                         else " (the checkpoint holds none)"))
     if straight.py_rng != resumed.py_rng:
         lost.append("Python/numpy RNG state")
     if fp_s and fp_r and fp_s != fp_r:

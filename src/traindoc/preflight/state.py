@@ -15,13 +15,20 @@ import torch
 class LossCall:
     """The first loss function call of the run: which one, its value and what it implies."""
 
-    fn: str  # cross_entropy, mse_loss, binary_cross_entropy_with_logits, ...
+    fn: str  # cross_entropy, nll_loss, mse_loss, binary_cross_entropy_with_logits, ...
     value: float
     classes: int = 0  # cross-entropy: the size of the class dimension
     target_sq: float = math.nan  # mse: mean of target**2 (the loss of predicting 0)
     output_std: float = math.nan  # the std of the loss's input (logits / predictions)
     output_mean: float = math.nan  # and its mean
-    judged: bool = True  # False when the call's options change its reference (weights, sum)
+    unjudged: str = ""  # why its value has no reference: options that move it (weights), inputs
+
+    @property
+    def classification(self) -> bool:
+        return self.fn in CLASSIFICATION
+
+
+CLASSIFICATION = ("cross_entropy", "nll_loss")  # over classes: ln(C) for an untrained model
 
 
 class RngState:
@@ -93,6 +100,10 @@ def loss_call(name: str, input: Any, target: Any, out: Any, args: tuple[Any, ...
     if not isinstance(input, torch.Tensor) or not isinstance(out, torch.Tensor) or out.numel() != 1:
         return None
     value = float(out.detach().float())
+    if name == "mse_loss" and isinstance(target, torch.Tensor) and target.requires_grad and not input.requires_grad:
+        # mse_loss(td_target, q_values), as CleanRL's DQN writes it: the loss is symmetric, and
+        # the prediction is the argument that trains
+        input, target = target, input
     std = float(input.detach().float().std()) if input.numel() > 1 else math.nan
     mean = float(input.detach().float().mean())
     # The nn loss modules pass their options (weight=None ...) positionally or by keyword:
@@ -100,16 +111,27 @@ def loss_call(name: str, input: Any, target: Any, out: Any, args: tuple[Any, ...
     reduction = kwargs.get("reduction", "mean")
     judged = reduction in ("mean", "sum") and all(a is None for a in args) and \
         kwargs.get("weight") is None and kwargs.get("pos_weight") is None
+    why = "" if judged else "uses class weights, a sum reduction or extra arguments, which move its expected value"
     if reduction == "sum" and isinstance(target, torch.Tensor):
         # a sum divided by the number of counted elements afterwards (HF Trainer's causal-LM and
         # classification losses, given num_items_in_batch): the mean is the value to judge
-        counted = target != kwargs.get("ignore_index", -100) if name == "cross_entropy" and \
+        counted = target != kwargs.get("ignore_index", -100) if name in CLASSIFICATION and \
             not target.is_floating_point() else torch.ones_like(target, dtype=torch.bool)
         value /= max(1, int(counted.sum()))
-    if name == "cross_entropy":
+    if name in CLASSIFICATION:
         classes = int(input.shape[1] if input.dim() >= 2 else input.shape[0])
-        return LossCall(name, value, classes=classes, output_std=std, output_mean=mean, judged=judged)
+        if name == "nll_loss" and not why and not _log_probabilities(input):
+            why = "takes scores that are not log-probabilities (no log_softmax before it), so its value has no reference"
+        return LossCall(name, value, classes=classes, output_std=std, output_mean=mean, unjudged=why)
     if name == "mse_loss" and isinstance(target, torch.Tensor):
         sq = float(target.detach().float().pow(2).mean())
-        return LossCall(name, value, target_sq=sq, output_std=std, output_mean=mean, judged=judged)
-    return LossCall(name, value, classes=2, output_std=std, output_mean=mean, judged=judged)
+        return LossCall(name, value, target_sq=sq, output_std=std, output_mean=mean, unjudged=why)
+    return LossCall(name, value, classes=2, output_std=std, output_mean=mean, unjudged=why)
+
+
+def _log_probabilities(x: torch.Tensor) -> bool:
+    """Rows (over dim 1, the class dimension) whose exponentials sum to 1, as log_softmax gives."""
+    if x.dim() < 1 or not x.is_floating_point():
+        return False
+    total = torch.logsumexp(x.detach().float(), dim=1 if x.dim() >= 2 else 0)
+    return bool((total.abs() < 1e-3).all())

@@ -63,6 +63,7 @@ class CoreProbes(Probe):
         patcher.on_backward("params", after=s.model.note_reached, sampled_only=True)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         patcher.ops.listen("cross_entropy", [torch_function(F.cross_entropy)], self._on_cross_entropy)
+        patcher.ops.listen("cross_entropy", [torch_function(F.nll_loss)], self._on_nll)
         patcher.ops.listen("cross_entropy", [torch_function(F.binary_cross_entropy_with_logits),
                                              torch_function(F.binary_cross_entropy)], self._on_bce)
         for method in ("to", "bfloat16", "half"):
@@ -181,7 +182,13 @@ class CoreProbes(Probe):
             probs = torch.sigmoid(input.detach().float()) if name.endswith("with_logits") else input.detach()
         self.s.model.on_loss_input(name, probs)
 
-    def _on_cross_entropy(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+    def _on_nll(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        """``F.nll_loss`` after ``log_softmax`` (pygcn, PyTorch's MNIST example) is a
+        cross-entropy: judged as one when its input's rows are log-probabilities."""
+        self._on_cross_entropy(func, args, kwargs, out, fn="nll_loss")
+
+    def _on_cross_entropy(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any,
+                          fn: str = "cross_entropy") -> None:
         # torch hands the mode (input, target, weight) and the rest as keywords
         input = args[0] if args else kwargs.get("input")
         if (not self.s.clock.measuring or not torch.is_grad_enabled() or kwargs.get("reduction", "mean") != "mean"
@@ -194,11 +201,17 @@ class CoreProbes(Probe):
         # temperature sets how far above ln(C) the first loss may start. A bounded graph walk.
         scale = measure.learnable_scale(input) if step == 0 and input.requires_grad else None
         out = measure.local(out).detach()  # a DTensor under loss_parallel(): replicated
-        packed = out.reshape(1) if scale is None else \
-            torch.stack([out.float().reshape(()), measure.local(scale).to(out.device)])
+        values = [out.float().reshape(())]
+        if fn == "nll_loss":  # how far its rows are from log-probabilities (0 after log_softmax)
+            values.append(torch.logsumexp(input.detach().float(), dim=1 if input.ndim >= 2 else 0).abs().max())
+        if scale is not None:
+            values.append(measure.local(scale).to(out.device).float().reshape(()))
+        packed = torch.stack([v.to(out.device) for v in values])
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            yield Classification(step=step, classes=classes, value=vals[0],
+            if fn == "nll_loss" and not vals.pop(1) < 1e-3:
+                return  # scores, not log-probabilities: no reference value
+            yield Classification(step=step, classes=classes, value=vals[0], fn=fn,
                                  scale=vals[1] if len(vals) > 1 else None)
 
         self.s.defer(packed, decode)
