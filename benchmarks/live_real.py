@@ -106,6 +106,7 @@ class Case:
     nproc: int = 1  # ranks of a torchrun job (each saves its own state: STATE.rankN)
     needs: list[str] = field(default_factory=list)  # modules it imports that a plain set-up lacks
     preflight: list[str] = field(default_factory=list)  # probes benchmarks/preflight_real.py sees fail, rightly
+    preflight_why: str = ""  # the reason for each
 
     @property
     def folder(self) -> str:

@@ -2,7 +2,8 @@
 
 Each single-process case of benchmarks/live_real_manifest.toml (nanoGPT's train.py, minGPT,
 PyTorch's examples, CleanRL ...) runs once as ``traindoc preflight --budget B SCRIPT ARGS``,
-with the case's own command line, data and environment (live_real's ``prepare``), with
+with the case's own command line (its lengths, ``{60n}``, ten times as long: the probes stop
+the launches themselves), data and environment (live_real's ``prepare``), with
 OMP_NUM_THREADS=1:
 
     python benchmarks/preflight_real.py --export /work/.mirror --checkouts /tmp/livebench
@@ -41,6 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lint_real import Entry, export  # noqa: E402
 from live_real import DEFAULT_CHECKOUTS, MANIFEST, PREPARE, Case, load_manifest  # noqa: E402
 
+# The manifest's lengths ({60n}) are sized for seconds of bare training; the probes stop the
+# launches themselves (5 steps, 150 on the repeated batch ...), and judge a script that ends
+# sooner on what it ran: ten times as long leaves them room.
+LONGER = 10
 PROBES = ("initial-loss", "gradients", "overfit", "eval", "resume", "lr")
 SHORT = {"pass": "pass", "fail": "FAIL", "n/a": "n/a"}
 
@@ -53,7 +58,7 @@ def _preflight(case: Case, root: Path, scratch: Path, budget: float) -> tuple[in
     def fill(s: str) -> str:
         for k, v in subst.items():
             s = s.replace(k, v)
-        return re.sub(r"\{(\d+)n\}", lambda m: m.group(1), s)
+        return re.sub(r"\{(\d+)n\}", lambda m: str(int(m.group(1)) * LONGER), s)
 
     report = out / "preflight.json"
     cmd = [sys.executable, "-m", "traindoc", "preflight", "--budget", str(budget), "--json", str(report),

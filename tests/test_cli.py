@@ -6,6 +6,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from conftest import traindoc
 
 SCRIPT = """
@@ -111,3 +113,19 @@ def test_ctrl_c_still_reports(tmp: Path) -> None:
     assert out.returncode == -2  # death by SIGINT, as `python train.py` (a shell shows 130)
     assert "KeyboardInterrupt" in out.stderr and "traindoc report" in out.stderr
     assert "status interrupted" in out.stderr
+
+
+@pytest.mark.parametrize("argv,parsed", [
+    # a command line of the script's own, as the value of --resume-args: "--init_from=resume"
+    # alone read as an option of traindoc's and stopped the run with a usage error
+    (["preflight", "--resume-args", "--init_from=resume", "train.py", "--lr", "3"],
+     ["preflight", "--resume-args=--init_from=resume", "train.py", "--lr", "3"]),
+    (["preflight", "--resume-args", "--resume out/last.pt", "train.py"],
+     ["preflight", "--resume-args=--resume out/last.pt", "train.py"]),
+    # the script's own --resume-args stays the script's
+    (["preflight", "train.py", "--resume-args", "--x"], ["preflight", "train.py", "--resume-args", "--x"]),
+])
+def test_command_line_option_values(argv: list[str], parsed: list[str]) -> None:
+    from traindoc.cli import _option_values
+
+    assert _option_values(argv) == parsed

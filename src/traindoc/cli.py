@@ -55,9 +55,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options whose value is a command line of the script's own: "--resume-args --init_from=resume"
+# would read as two options (argparse takes a value that starts with "-" for an option)
+_COMMAND_LINE_OPTIONS = ("--resume-args",)
+
+
+def _option_values(argv: list[str]) -> list[str]:
+    """``--resume-args VALUE`` as ``--resume-args=VALUE``, for the options above, before the
+    script's own arguments (the first ``*.py``) begin."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.endswith(".py"):
+            return out + argv[i:]
+        if arg in _COMMAND_LINE_OPTIONS and i + 1 < len(argv):
+            out.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_option_values(list(sys.argv[1:] if argv is None else argv)))
     if not getattr(args, "_run", None):
         parser.print_help(sys.stderr)
         return 2

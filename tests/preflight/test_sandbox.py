@@ -80,7 +80,7 @@ def launch(tmp_path: Path):
     (user / "runs" / "old" / "log.txt").write_text("old")
     (user / "runs" / "metrics.csv").write_text("a,b\n")
     folder = tmp_path / "launch"
-    work = sandbox.prepare(folder, user)
+    work = sandbox.prepare(folder, user, sandbox.links(user))
     cwd = os.getcwd()
     os.chdir(work)
     sandbox.guard_writes(folder)

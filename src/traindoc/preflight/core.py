@@ -31,7 +31,7 @@ from typing import Any, Callable
 from traindoc.preflight import evaluation, lr, probes
 from traindoc.preflight.files import Outside
 from traindoc.preflight.launch import Launch, Result
-from traindoc.preflight.sandbox import prepare
+from traindoc.preflight.sandbox import links, prepare
 from traindoc.preflight.state import RngState
 from traindoc.preflight.verdict import PROBES, Verdict
 
@@ -63,6 +63,7 @@ class Outcome:
 def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
     t0 = time.perf_counter()
     cwd = Path.cwd()
+    linked = links(cwd)  # the user's files every launch reads through links
     rng = RngState.capture()  # every launch starts from the same RNG state
     root = Path(tempfile.mkdtemp(prefix="traindoc-preflight-"))
     want = set(plan.only)
@@ -75,7 +76,7 @@ def run(plan: Plan, make_watch: Callable[[], Any]) -> Outcome:
         return max(1.0, plan.budget - (time.perf_counter() - t0))
 
     def launch(folder: str, steps: int, **options: Any) -> Result:
-        sandbox = prepare(root / folder, cwd)
+        sandbox = prepare(root / folder, cwd, linked)
         argv = options.pop("argv", plan.argv)
         keep = options.pop("keep_outside", False)
         seconds = min(left(), options.pop("share", 1.0) * plan.budget)

@@ -35,12 +35,14 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import dataloader as _dl
 
+from traindoc.errors import UsageError
 from traindoc.live.objects import frame_modules, largest_container
 from traindoc.preflight import frames
 from traindoc.preflight.files import Outside, inside
 from traindoc.preflight.first_loss import FirstLoss
 from traindoc.preflight.sandbox import end_guard, guard_writes, own
 from traindoc.preflight.state import LossCall, RngState, clone, grad_table, numpy_rng_hash
+from traindoc.sources.ckpt.read import open_checkpoint
 
 
 class Stop(BaseException):
@@ -123,9 +125,6 @@ class Result:
     def holds_rng(self) -> bool | None:
         """Does the last checkpoint the script loaded hold an RNG state (read as ``traindoc
         ckpt`` reads it, no pickle run)? None when it cannot be read."""
-        from traindoc.errors import UsageError
-        from traindoc.sources.ckpt.read import open_checkpoint
-
         if not self.loaded or self.sandbox is None:
             return None
         try:

@@ -31,6 +31,8 @@ class Config:
     overfit_steps: int = 150  # the most steps on one repeated batch (it stops once the loss fell enough)
     overfit_factor: float = 0.5  # the loss on that batch must fall below this share of its first value
     overfit_still: float = 0.1  # a script that ends sooner fails only when the loss fell less than this share
+    overfit_slow: float = 0.2  # a loss that fell this share of its first value ...
+    overfit_pace: float = 0.05  # ... and still falls this share of it over the last quarter: not judged
     eval_tolerance: float = 1e-4  # relative difference of two eval passes on the same input
     resume_tolerance: float = 1e-5  # relative difference of two losses counted as equal
     lr_steps: int = 30  # steps on the repeated batch at each LR of the sweep
@@ -221,6 +223,13 @@ def overfit(r: Result, config: Config) -> Verdict:
         return Verdict("overfit", PASS, summary)
     if ended and best < (1 - config.overfit_still) * first:  # still falling when the script ended
         return not_run("overfit", f"the script ended after {r.steps} steps, the {summary} and still falling")
+    pace = _last_quarter_fall(losses)
+    if best < (1 - config.overfit_slow) * first and pace >= config.overfit_pace * first:
+        # A loss falling steadily at the end of the probe's steps trains on the batch, at a pace
+        # its step budget does not cover (a bigram table at AdamW's 1e-3, a GAT under dropout 0.6)
+        return not_run("overfit", f"the {summary} and still falling at its end ({fmt(pace)} over the last quarter "
+                       "of its steps): at this pace it needs more steps than the probe takes; the lr probe tells "
+                       "whether a larger LR is in range")
     why = _why_not(r)
     f = finding(
         "cannot-overfit-batch", step=len(losses) - 1,
@@ -231,6 +240,14 @@ def overfit(r: Result, config: Config) -> Verdict:
                   "moved_share": r.moved, "batch": r.repeated},
     )
     return Verdict("overfit", FAIL, summary, (f,))
+
+
+def _last_quarter_fall(losses: list[float]) -> float:
+    """How much the loss fell over the last quarter of the steps (means of 5 steps at its ends)."""
+    if len(losses) < 20 or not all(math.isfinite(v) for v in losses):
+        return 0.0
+    at = len(losses) - len(losses) // 4
+    return sum(losses[at - 5:at]) / 5 - sum(losses[-5:]) / 5
 
 
 def _why_not(r: Result) -> str:

@@ -45,25 +45,37 @@ _root: str | None = None  # the launch folder, while a launch runs
 _installed = False
 
 
-def prepare(folder: Path, cwd: Path) -> Path:
-    """Link the entries of ``cwd`` and of its parent into ``folder``; the script's working folder."""
-    work = folder / (cwd.name or "work")
-    work.mkdir(parents=True, exist_ok=True)
-    for source, into, skip in ((cwd, work, ""), (cwd.parent, folder, cwd.name)):
-        if source == into or not source.is_dir():
-            continue
+Links = list[tuple[str, str]]  # (entry to link, where in the launch folder: "name" or "../name")
+
+
+def links(cwd: Path) -> Links:
+    """What every launch links: the entries of ``cwd``, and those of its parent (``../name``),
+    less what holds checkpoints. Decided once per preflight: the checkpoint scan reads folders."""
+    found: Links = []
+    for source, prefix, skip in ((cwd, "", ""), (cwd.parent, "../", cwd.name)):
+        if source == cwd and prefix or not source.is_dir():
+            continue  # the root folder is its own parent
         try:
             entries = list(os.scandir(source))
         except OSError:
             continue
-        for entry in entries:
-            link = into / entry.name
-            if entry.name in (skip, work.name) or link.exists() or _holds_checkpoints(entry):
-                continue
-            try:
-                os.symlink(entry.path, link)
-            except OSError:
-                pass
+        found += [(entry.path, prefix + entry.name) for entry in entries
+                  if entry.name != skip and not _holds_checkpoints(entry)]
+    return found
+
+
+def prepare(folder: Path, cwd: Path, linked: Links) -> Path:
+    """The script's working folder in ``folder``, named as ``cwd``, with ``linked`` in place."""
+    work = folder / (cwd.name or "work")
+    work.mkdir(parents=True, exist_ok=True)
+    for path, name in linked:
+        link = work / name
+        if link.exists() or link.is_symlink():  # the resume probe's relaunch: its folder is ready
+            continue
+        try:
+            os.symlink(path, link)
+        except OSError:
+            pass
     return work
 
 
