@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from traindoc.catalog import finding
 from traindoc.findings import fmt
 from traindoc.live.objects import user_site
+from traindoc.live.probes.eval_parts import RANDOM_OPS, RandomDraws
 from traindoc.preflight.launch import Result
 from traindoc.preflight.state import clone
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
@@ -59,9 +59,10 @@ def eval_determinism(r: Result, tolerance: float, module_name: str) -> Verdict:
     sampled = _sampling(module, args, kwargs)
     if sampled:
         return Verdict("eval", NOT_APPLICABLE, (
-            f"{summary}: its forward draws from a normal distribution in eval mode ({sampled}) and no other "
-            "random op, as a model that samples by design does (a VAE's reparameterization); return the "
-            "mean when not self.training to have its evaluation checked"))
+            f"{summary}: its forward samples in eval mode ({sampled}: a draw scaled by a tensor it computed) "
+            "and runs no other random op (a dropout, noise of a fixed scale), as a model that samples by design "
+            "does (a VAE's reparameterization, a diffusion model's noise and timesteps); make its eval forward "
+            "deterministic (the mean, fixed timesteps) to have it checked"))
     where = _culprit(calls[0], calls[1], tolerance, module)
     summary += f"; first at {where[0]}" if where else ""
     f = finding(
@@ -101,46 +102,46 @@ def _traced(module: Any, args: Any, kwargs: dict[str, Any], calls: list[Call]) -
             h.remove()
 
 
-_GAUSSIAN = ("randn", "randn_like", "normal", "normal_")
+# Integer draws of a model that samples by design: a diffusion model's timesteps, categories
+_INDEX_DRAWS = frozenset(("randint", "randint_like", "multinomial"))
+
+
+class _Draws(RandomDraws):
+    """The live eval probe's reading of a forward's random ops (a sample from a distribution the
+    model predicts, or other noise), with where each ran; integer draws (random timesteps) are
+    left to the float draws they index."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = getattr(func, "__name__", "")
+        if name in RANDOM_OPS:
+            site = user_site(1)
+            self.sites.append(f"torch.{name}" + (f" at {site}" if site else ""))
+            if name in _INDEX_DRAWS:
+                return func(*args, **(kwargs or {}))
+        return super().__torch_function__(func, types, args, kwargs)
 
 
 def _sampling(module: Any, args: Any, kwargs: dict[str, Any]) -> str:
-    """``torch.randn_like at model.py:62`` when the random ops one more eval pass runs are all
-    Gaussian draws, made in the user's code; "" when there are none or others (a dropout
-    without ``training=``, a bernoulli mask: noise meant for training only)."""
-    seen: list[tuple[str, str]] = []
-
-    class Random(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                               kwargs: dict[str, Any] | None = None) -> Any:
-            kwargs = kwargs or {}
-            name = getattr(func, "__name__", "")
-            if name in _RANDOM or name in _TRAINING_ONLY and kwargs.get("training", True):
-                seen.append((name, user_site(1)))
-            return func(*args, **kwargs)
-
+    """``torch.randn_like at model.py:62`` when one more eval pass, watched op by op, samples by
+    design (a draw scaled by a tensor the forward computed, as a VAE's; a ``torch.distributions``
+    sample) and runs no other random op (functional dropout, noise of a fixed scale); else ""."""
+    draws = _Draws()
     was = module.training
     try:
         module.eval()
-        with torch.no_grad(), Random():
+        with torch.no_grad(), draws:
             module(*clone(args), **clone(kwargs))
     except Exception:  # the two passes ran: this one is ours, and tells nothing
         return ""
     finally:
         module.train(was)
-    if not seen or any(name not in _GAUSSIAN for name, _ in seen):
+    if not draws.sampled or draws.other:
         return ""
-    name, site = seen[0]
-    return f"torch.{name}" + (f" at {site}" if site else "")
-
-
-# torch functions (and Tensor methods) that draw random numbers; dropout-like ones draw only
-# when called with training=True
-_RANDOM = frozenset(_GAUSSIAN + ("rand", "rand_like", "randint", "randint_like", "randperm", "multinomial",
-                                 "bernoulli", "bernoulli_", "poisson", "uniform_", "exponential_", "geometric_",
-                                 "cauchy_", "log_normal_", "random_", "gumbel_softmax"))
-_TRAINING_ONLY = frozenset(("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                            "feature_alpha_dropout", "rrelu"))
+    return ", ".join(list(dict.fromkeys(draws.sites))[:3])
 
 
 def _culprit(a: list[Call], b: list[Call], tolerance: float, root: Any) -> tuple[str, str, str] | None:

@@ -404,6 +404,8 @@ class Launch:
                 launch.r.repeated = "loader"
             elif launch._dataset is None or launch._dataset() is not dataset:
                 return orig(it)
+            else:  # the epoch keeps its length: a loop that counts its batches (timm's, by
+                orig(it)  # len(loader)) ends it as without preflight
             return clone(launch._batch)  # a fresh copy: the script may change it in place
         return __next__
 

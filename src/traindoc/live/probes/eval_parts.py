@@ -149,7 +149,7 @@ def restore_rng(saved: dict[str, Any]) -> None:
 
 
 # Ops that draw from torch's RNG (as torch names them to a TorchFunctionMode)
-_RANDOM_OPS = frozenset({
+RANDOM_OPS = frozenset({
     "multinomial", "normal", "normal_", "bernoulli", "bernoulli_", "rand", "rand_like", "randn",
     "randn_like", "randint", "randint_like", "randperm", "poisson", "binomial", "uniform_",
     "exponential_", "geometric_", "cauchy_", "log_normal_", "random_", "_standard_gamma",
@@ -188,7 +188,7 @@ class RandomDraws(TorchFunctionMode):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
         out = func(*args, **kwargs)
-        if name in _RANDOM_OPS:
+        if name in RANDOM_OPS:
             if _in_distribution(sys._getframe(1)):
                 self._sampled = True
             elif isinstance(out, torch.Tensor):
