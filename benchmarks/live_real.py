@@ -107,6 +107,7 @@ class Case:
     needs: list[str] = field(default_factory=list)  # modules it imports that a plain set-up lacks
     preflight: list[str] = field(default_factory=list)  # probes benchmarks/preflight_real.py sees fail, rightly
     preflight_why: str = ""  # the reason for each
+    preflight_resume: str = ""  # the arguments that make the script resume (preflight's --resume-args)
 
     @property
     def folder(self) -> str:

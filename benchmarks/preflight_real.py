@@ -9,6 +9,10 @@ OMP_NUM_THREADS=1:
     python benchmarks/preflight_real.py --export /work/.mirror --checkouts /tmp/livebench
     python benchmarks/preflight_real.py --checkouts /tmp/livebench --case nanogpt-char
 
+A case with ``preflight_resume`` in the manifest (the arguments that make the script resume,
+nanoGPT's ``--init_from=resume``) gets them as ``--resume-args``, and its output folder
+(``{out}``) relative, inside preflight's launch folder, so that the resume probe runs.
+
 Judged per case:
 
 - *ran*: preflight's exit status is 0 (every probe passed or said why it could not run) or 3
@@ -53,7 +57,10 @@ SHORT = {"pass": "pass", "fail": "FAIL", "n/a": "n/a"}
 def _preflight(case: Case, root: Path, scratch: Path, budget: float) -> tuple[int, dict[str, str], str, float]:
     """(exit status, probe -> verdict, the last lines of stderr, seconds)."""
     out = Path(tempfile.mkdtemp(dir=scratch))
+    # a script that resumes writes its checkpoint into preflight's launch folder, as with a
+    # relative output folder
     subst = {"{out}": str(out), "{root}": str(root)}
+    args = [a.replace("{out}", "out") for a in case.args] if case.preflight_resume else case.args
 
     def fill(s: str) -> str:
         for k, v in subst.items():
@@ -61,8 +68,9 @@ def _preflight(case: Case, root: Path, scratch: Path, budget: float) -> tuple[in
         return re.sub(r"\{(\d+)n\}", lambda m: str(int(m.group(1)) * LONGER), s)
 
     report = out / "preflight.json"
-    cmd = [sys.executable, "-m", "traindoc", "preflight", "--budget", str(budget), "--json", str(report),
-           str(root / case.script), *(fill(a) for a in case.args)]
+    resume = ["--resume-args", case.preflight_resume] if case.preflight_resume else []
+    cmd = [sys.executable, "-m", "traindoc", "preflight", "--budget", str(budget), "--json", str(report), *resume,
+           str(root / case.script), *(fill(a) for a in args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **{k: fill(v) for k, v in case.env.items()}}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root / case.cwd, env=env, capture_output=True, text=True,
