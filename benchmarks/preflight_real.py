@@ -72,6 +72,8 @@ def _preflight(case: Case, root: Path, scratch: Path, budget: float) -> tuple[in
     cmd = [sys.executable, "-m", "traindoc", "preflight", "--budget", str(budget), "--json", str(report), *resume,
            str(root / case.script), *(fill(a) for a in args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **{k: fill(v) for k, v in case.env.items()}}
+    if "PYTHONPATH" in case.env and os.environ.get("PYTHONPATH"):  # the caller's (a traindoc to compare) first
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"] + os.pathsep + env["PYTHONPATH"]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root / case.cwd, env=env, capture_output=True, text=True,
                           timeout=budget * 3 + 300)
