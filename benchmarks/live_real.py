@@ -685,6 +685,25 @@ def _ratio(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f}x" if xs else "-"
 
 
+def chosen_cases(names: list[str] | None, mirrors: Path | None, checkouts: Path) -> list[Case]:
+    """The manifest's cases (only ``names``, when given), their files first exported from the git
+    directories under ``mirrors`` (when given). ValueError: a malformed manifest, a missing checkout."""
+    try:
+        cases = load_manifest(MANIFEST)
+    except (OSError, TypeError, tomllib.TOMLDecodeError) as e:
+        raise ValueError(str(e)) from e
+    if names:
+        cases = [c for c in cases if c.name in names]
+    if mirrors:
+        export([Entry(c.repo, c.commit, c.script) for c in cases], mirrors, checkouts)
+    # A library's case runs a driver its preparation writes: its checkout must be there.
+    missing = sorted({c.folder for c in cases if not (checkouts / c.folder / c.script).is_file()
+                      and not (c.prepare and (checkouts / c.folder).is_dir())})
+    if missing:
+        raise ValueError(f"no checkout of {', '.join(missing)} under {checkouts} (see --export)")
+    return cases
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkouts", type=Path, default=DEFAULT_CHECKOUTS)
@@ -695,20 +714,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", action="append", help="only these cases (by name)")
     args = ap.parse_args(argv)
     try:
-        cases = load_manifest(MANIFEST)
-    except (OSError, ValueError, TypeError, tomllib.TOMLDecodeError) as e:
+        cases = chosen_cases(args.case, args.export, args.checkouts)
+    except ValueError as e:
         print(f"live_real: error: {e}", file=sys.stderr)
-        return 2
-    if args.case:
-        cases = [c for c in cases if c.name in args.case]
-    if args.export:
-        export([Entry(c.repo, c.commit, c.script) for c in cases], args.export, args.checkouts)
-    # A library's case runs a driver its preparation writes: its checkout must be there.
-    missing = sorted({c.folder for c in cases if not (args.checkouts / c.folder / c.script).is_file()
-                      and not (c.prepare and (args.checkouts / c.folder).is_dir())})
-    if missing:
-        print(f"live_real: error: no checkout of {', '.join(missing)} under {args.checkouts} "
-              "(see --export)", file=sys.stderr)
         return 2
     failed = False
     rows = ["| case | identical | false alarms | expected | CPU, whole run | CPU, per step |",

@@ -39,12 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lint_real import Entry, export  # noqa: E402
-from live_real import DEFAULT_CHECKOUTS, MANIFEST, PREPARE, Case, load_manifest  # noqa: E402
+from live_real import DEFAULT_CHECKOUTS, PREPARE, Case, chosen_cases  # noqa: E402
 
 # The manifest's lengths ({60n}) are sized for seconds of bare training; the probes stop the
 # launches themselves (5 steps, 150 on the repeated batch ...), and judge a script that ends
@@ -94,20 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=120.0, help="preflight's --budget per case (seconds)")
     ap.add_argument("--verbose", action="store_true", help="print every verdict's summary")
     args = ap.parse_args(argv)
-    try:
-        cases = [c for c in load_manifest(MANIFEST) if c.nproc == 1]
-    except (OSError, ValueError, TypeError, tomllib.TOMLDecodeError) as e:
+    try:  # one process each: a torchrun job cannot be preflighted
+        cases = [c for c in chosen_cases(args.case, args.export, args.checkouts) if c.nproc == 1]
+    except ValueError as e:
         print(f"preflight_real: error: {e}", file=sys.stderr)
-        return 2
-    if args.case:
-        cases = [c for c in cases if c.name in args.case]
-    if args.export:
-        export([Entry(c.repo, c.commit, c.script) for c in cases], args.export, args.checkouts)
-    missing = sorted({c.folder for c in cases if not (args.checkouts / c.folder / c.script).is_file()
-                      and not (c.prepare and (args.checkouts / c.folder).is_dir())})
-    if missing:
-        print(f"preflight_real: error: no checkout of {', '.join(missing)} under {args.checkouts} "
-              "(see --export)", file=sys.stderr)
         return 2
     failed = False
     rows = ["| case | exit | " + " | ".join(PROBES) + " | false failures | seconds |",
