@@ -226,7 +226,7 @@ def overfit(r: Result, config: Config) -> Verdict:
     pace = _last_quarter_fall(losses)
     if best < (1 - config.overfit_slow) * first and pace >= config.overfit_pace * first:
         # A loss falling steadily at the end of the probe's steps trains on the batch, at a pace
-        # its step budget does not cover (a bigram table at AdamW's 1e-3, a GAT under dropout 0.6)
+        # its step budget does not cover (a bigram table at AdamW's 1e-2, a GAT under dropout 0.6)
         return not_run("overfit", f"the {summary} and still falling at its end ({fmt(pace)} over the last quarter "
                        "of its steps): at this pace it needs more steps than the probe takes; the lr probe tells "
                        "whether a larger LR is in range")
