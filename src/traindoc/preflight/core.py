@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from traindoc.preflight import evaluation, lr, probes
 from traindoc.preflight.files import Outside
-from traindoc.preflight.launch import Launch, Result
+from traindoc.preflight.launch import Launch
+from traindoc.preflight.result import Result
 from traindoc.preflight.sandbox import links, prepare
 from traindoc.preflight.state import RngState
 from traindoc.preflight.verdict import PROBES, Verdict

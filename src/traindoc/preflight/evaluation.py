@@ -21,7 +21,7 @@ from traindoc.catalog import finding
 from traindoc.findings import fmt
 from traindoc.live.objects import user_site
 from traindoc.live.probes.eval_parts import RANDOM_OPS, RandomDraws
-from traindoc.preflight.launch import Result
+from traindoc.preflight.result import Result
 from traindoc.preflight.state import clone
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
 

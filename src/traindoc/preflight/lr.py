@@ -17,7 +17,7 @@ import math
 
 from traindoc.catalog import finding
 from traindoc.findings import fmt
-from traindoc.preflight.launch import Result
+from traindoc.preflight.result import Result
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict
 
 # The LR range in which each optimizer family usually trains, from its defaults and published

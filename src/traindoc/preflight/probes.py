@@ -16,7 +16,7 @@ from traindoc.detectors.bad_initial_loss import BadInitialLoss
 from traindoc.detectors.no_gradient import layer_of
 from traindoc.events import Classification
 from traindoc.findings import Finding, fmt
-from traindoc.preflight.launch import Result, Snapshot
+from traindoc.preflight.result import Result, Snapshot
 from traindoc.preflight.lr import GRID, band
 from traindoc.preflight.state import LossCall
 from traindoc.preflight.verdict import FAIL, NOT_APPLICABLE, PASS, Verdict

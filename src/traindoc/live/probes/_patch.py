@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from traindoc.live.entries import ENGINE_ENTRY
 from traindoc.live.probes import _ops
 from traindoc.live.probes._clip import ClipEntry
 from traindoc.live.probes._ops import OpsWatch, dynamo_compiled, is_traced
@@ -103,8 +104,8 @@ class Patcher:
         ``sampled_only``: called only for the backward of a sampled step."""
         if not self._backward_patched:
             self._backward_patched = True
-            if _ENGINE_ENTRY:  # reached by Tensor.backward and torch.autograd.backward alike
-                self.patch(torch.autograd, _ENGINE_ENTRY, self._dispatch_engine)
+            if ENGINE_ENTRY:  # reached by Tensor.backward and torch.autograd.backward alike
+                self.patch(torch.autograd, ENGINE_ENTRY, self._dispatch_engine)
             else:  # an older torch: the public function, which Tensor.backward calls
                 self.patch(torch.autograd, "backward", self._dispatch_backward)
         entry = (probe, before, after, sampled_only)
@@ -316,9 +317,6 @@ def _ours_on_top(current: Any, new: Any) -> bool:
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 
-# torch's private entry into the autograd engine (torch >= 2.3), looked up in torch.autograd's
-# namespace by torch.autograd.backward; "" where this torch has none.
-_ENGINE_ENTRY = "_engine_run_backward" if callable(getattr(torch.autograd, "_engine_run_backward", None)) else ""
 
 
 class _Busy(threading.local):

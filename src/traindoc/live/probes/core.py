@@ -201,12 +201,13 @@ class CoreProbes(Probe):
         # temperature sets how far above ln(C) the first loss may start. A bounded graph walk.
         scale = measure.learnable_scale(input) if step == 0 and input.requires_grad else None
         out = measure.local(out).detach()  # a DTensor under loss_parallel(): replicated
-        values = [out.float().reshape(())]
+        extra = []  # read with the loss in one deferred copy
         if fn == "nll_loss":  # how far its rows are from log-probabilities (0 after log_softmax)
-            values.append(torch.logsumexp(input.detach().float(), dim=1 if input.ndim >= 2 else 0).abs().max())
+            lse = torch.logsumexp(input.detach().float(), dim=1 if input.ndim >= 2 else 0)
+            extra.append(measure.local(lse.abs().max()).to(out.device))
         if scale is not None:
-            values.append(measure.local(scale).to(out.device).float().reshape(()))
-        packed = torch.stack([v.to(out.device) for v in values])
+            extra.append(measure.local(scale).to(out.device).float().reshape(()))
+        packed = torch.stack([out.float().reshape(()), *extra]) if extra else out.reshape(1)
 
         def decode(vals: list[float]) -> Iterable[Event]:
             if fn == "nll_loss" and not vals.pop(1) < 1e-3:
