@@ -61,6 +61,59 @@ def test_not_applicable_says_which_signal_was_missing() -> None:
     assert na[0] == "clipping-every-step" and "clip_grad_norm_" in na[1]
 
 
+class ReadsErrors(Detector):
+    """Judges val_loss and, by name, every error metric a run names itself."""
+
+    id = "metric-divergence"
+    needs = frozenset({"val_loss"})
+
+    def __init__(self) -> None:
+        self.got: list[str] = []
+
+    def reads(self, signal: str) -> bool:
+        return signal.endswith("_mae")
+
+    def observe(self, event: events.Event) -> None:
+        assert isinstance(event, Scalar)
+        self.got.append(event.name)
+
+
+def test_a_signal_a_detector_reads_by_name_is_routed_to_it_and_makes_it_applicable() -> None:
+    det = ReadsErrors()
+    engine = Engine([det])
+    assert not engine.wants("metric.val_acc") and engine.wants("metric.val_mae")
+    for name in ("metric.val_acc", "metric.val_mae", "metric.train_mae", "metric.val_mae"):
+        engine.feed(Scalar(step=0, name=name, value=1.0))
+    assert det.got == ["metric.val_mae", "metric.train_mae", "metric.val_mae"]
+    assert engine.finish().ran == ["metric-divergence"]  # its needs stood in for
+
+    quiet = Engine([ReadsErrors()])
+    quiet.feed(Scalar(step=0, name="metric.val_acc", value=1.0))
+    assert quiet.finish().not_applicable == [("metric-divergence", "this run showed no val_loss (val_loss)")]
+
+
+def test_a_source_that_declares_a_read_signal_keeps_the_detector_routed() -> None:
+    kept, dropped = ReadsErrors(), ReadsErrors()
+    for det, signals in ((kept, ("loss", "metric.val_mae")), (dropped, ("loss", "metric.val_acc"))):
+        engine = Engine([det])
+        engine.feed(RunStart(source="logs", signals=signals))
+        engine.feed(Scalar(step=0, name="metric.val_mae", value=1.0))
+    assert kept.got == ["metric.val_mae"] and dropped.got == []
+
+
+class ReadsBadly(ReadsErrors):
+    def reads(self, signal: str) -> bool:
+        raise KeyError(signal)
+
+
+def test_a_detector_whose_reads_raises_is_disabled_not_the_run() -> None:
+    engine = Engine([ReadsBadly(), Refining()])
+    engine.feed(Scalar(step=0, name="metric.val_mae", value=1.0))
+    engine.feed(Scalar(step=0, name="loss", value=1.0))
+    report = engine.finish()
+    assert [i for i, _ in report.disabled] == ["metric-divergence"] and report.ran == ["loss-spike"]
+
+
 def test_ignored_ids_are_not_reported() -> None:
     engine = Engine([Refining()], ignore=["loss-spike"])
     engine.feed(Scalar(step=0, name="loss", value=1.0))

@@ -83,6 +83,8 @@ class Engine:
             # ``needs``: required signals; ``uses``: optional ones that enrich the evidence.
             for signal in sorted(set(det.needs) | set(det.uses)):
                 self._routes.setdefault(signal, []).append(det)
+        self._fixed = set(self._routes)  # the signals named up front; others are routed by reads()
+        self._unrouted: set[Detector] = set()  # detectors whose signals the source said it lacks
         self._seen: set[str] = set()
         self._findings: dict[str, Finding] = {}
         self._disabled: dict[str, str] = {}
@@ -94,13 +96,30 @@ class Engine:
         self._curves = Curves()
 
     def signals(self) -> set[str]:
-        """Every signal some detector observes (needs or uses)."""
-        return set(self._routes)
+        """Every signal some detector names (needs or uses); ``wants`` also knows the signals
+        a detector reads by name."""
+        return set(self._fixed)
 
     def wants(self, signal: str) -> bool:
         """Does any detector observe ``signal``? (a source may skip making routine events
         nobody reads)"""
-        return bool(self._routes.get(signal))
+        return bool(self._route(signal))
+
+    def _route(self, signal: str) -> list[Detector]:
+        """The detectors that observe ``signal``: those that name it, or, the first time a signal
+        no detector names comes, those that read it (``Detector.reads``)."""
+        routed = self._routes.get(signal)
+        if routed is None:
+            routed = self._routes[signal] = [
+                det for det in self._detectors if det not in self._unrouted and self._reads(det, signal)]
+        return routed
+
+    def _reads(self, det: Detector, signal: str) -> bool:
+        try:
+            return det.reads(signal)
+        except Exception as exc:  # a detector bug must never reach the user's training
+            self._disable(det, exc)
+            return False
 
     @property
     def findings(self) -> list[Finding]:
@@ -186,7 +205,7 @@ class Engine:
             if isinstance(step, int) and step + 1 > self._steps:
                 self._steps = step + 1
             self._seen.add(signal)
-        for det in self._routes.get(signal, ()):
+        for det in self._route(signal):
             queue = self._queues[det]
             if det.columnar or isinstance(event, Series):  # a log's columns wait for the next event
                 queue.append(event)
@@ -211,10 +230,21 @@ class Engine:
         """The source said up front which signals it carries: stop routing events to detectors
         that need others (a million-row log pays nothing for them)."""
         for det in self._detectors:
-            if _missing(det, signals):
+            if self._missing(det, signals):
+                self._unrouted.add(det)
                 for routed in self._routes.values():
                     if det in routed:
                         routed.remove(det)
+
+    def _missing(self, det: Detector, seen: set[str]) -> list[str]:
+        """The signals ``det`` lacks: none once it saw a signal it reads by name; else all of
+        its ``needs``; with no needs, any one of its ``uses``."""
+        needs, uses = set(det.needs), set(det.uses)
+        if any(self._reads(det, s) for s in seen - needs):
+            return []
+        if needs:
+            return sorted(needs - seen)
+        return [] if uses & seen else sorted(uses)
 
     def _deliver(self, det: Detector) -> None:
         """``det``'s queue, in order: each run of numbers as columns in the order their signals
@@ -255,7 +285,7 @@ class Engine:
             id_ = det.id
             if id_ in self._disabled or id_ in self._ignore:
                 continue
-            missing = _missing(det, self._seen)
+            missing = self._missing(det, self._seen)
             if missing and id_ not in self._findings:
                 what = "; ".join(f"{s} ({SIGNALS.get(s, s)})" for s in missing)
                 not_applicable.append((id_, f"this run showed no {what}"))
@@ -284,8 +314,11 @@ class Engine:
                 for f in found:
                     self.add(f)
         except Exception as exc:  # a detector bug must never reach the user's training
-            last = traceback.extract_tb(exc.__traceback__)[-1]
-            self._disabled[id_] = f"{type(exc).__name__}: {exc} ({last.filename}:{last.lineno})"
+            self._disable(det, exc)
+
+    def _disable(self, det: Detector, exc: Exception) -> None:
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        self._disabled[det.id] = f"{type(exc).__name__}: {exc} ({last.filename}:{last.lineno})"
 
     def add(self, f: Finding) -> None:
         """Record a finding: a detector's, or one made outside the detectors (the guard
@@ -307,15 +340,6 @@ class _Gathered(Series):
 
     steps: list[int]
     values: list[float]
-
-
-def _missing(det: Detector, seen: set[str]) -> list[str]:
-    """The signals ``det`` lacks: all of its ``needs``; with no needs, any one of its ``uses``."""
-    needs = set(det.needs)
-    if needs:
-        return sorted(needs - seen)
-    uses = set(det.uses)
-    return [] if uses & seen else sorted(uses)
 
 
 # ---- state across a resume (Engine.state_dict) -------------------------------------------------

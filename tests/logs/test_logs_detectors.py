@@ -200,14 +200,15 @@ def test_nonfinite_loss_in_plain_sight_is_not_hidden() -> None:
     assert fired(pts, "nan-hidden-by-logging") == {}
 
 
-def test_metric_divergence_watches_what_it_is_told() -> None:
-    pts = [(e, "metric.train_mae", 7.0 * math.exp(-e / 20) if e < 30 else 40.0 + e) for e in range(50)]
-    assert fired(pts, "metric-divergence") == {}  # not watched by default
-    got = fired(pts, "metric-divergence", watch=("metric.train_mae",))
-    assert got == {"metric-divergence": 32}
-    det = detectors.by_id()["metric-divergence"]
-    inst = det(det.Config(watch=("metric.train_mae",)))
-    assert inst.needs == frozenset({"metric.train_mae"}) and inst.uses == frozenset({"val_loss"})
+def test_metric_divergence_reads_error_metrics_by_name_and_watches_what_it_is_told() -> None:
+    rise = [7.0 * math.exp(-e / 20) if e < 30 else 40.0 + e for e in range(50)]
+    assert fired([(e, "metric.train_mae", v) for e, v in enumerate(rise)], "metric-divergence") == {
+        "metric-divergence": 32}  # an error by its name, as a log column or a live script's metric
+    chamfer = [(e, "metric.val_chamfer", v) for e, v in enumerate(rise)]
+    assert fired(chamfer, "metric-divergence") == {}  # a name that says nothing: not judged ...
+    assert fired(chamfer, "metric-divergence", watch=("metric.val_chamfer",)) == {"metric-divergence": 32}
+    score = [(e, "metric.val_auc", v) for e, v in enumerate(rise)]
+    assert fired(score, "metric-divergence") == {}  # ... nor a score, where higher is better
 
 
 def test_metric_divergence_quiet_near_zero_after_converging() -> None:

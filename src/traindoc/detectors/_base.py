@@ -28,6 +28,9 @@ class Detector:
       which may replace the class's value from its config (metric-divergence).
     - ``uses``: signals that enrich the evidence when present. A detector with no ``needs``
       applies when any one of them was seen. Default: none.
+    - ``reads(signal)``: signals named by the run itself that it also judges (every error
+      metric, for metric-divergence), decided by name when each first comes; one such signal
+      seen makes it applicable, as its ``needs`` would. Default: none.
     - ``examples``: cases that must fire (at a step) and cases that must stay quiet; they are the
       tests and the docs.
     - ``Config``: a nested frozen dataclass whose fields all have defaults, validated in
@@ -59,6 +62,11 @@ class Detector:
     def __init__(self, config: object = None) -> None:
         """Each detector sets ``self.config`` to its own ``Config`` (typed there, not here, so
         that mypy knows each detector's fields)."""
+
+    def reads(self, signal: str) -> bool:
+        """Does it judge ``signal`` besides its ``needs`` and ``uses``? (a ``metric.*`` signal,
+        whose name the script chose). Default: no."""
+        return False
 
     def observe(self, event: Event) -> Iterable[Finding] | None:
         """Findings made on seeing ``event`` (a generator is fine; None means none), for every

@@ -12,6 +12,7 @@ from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
+from traindoc.events.metrics import thresholded_metric
 from traindoc.findings import EvidenceValue, Finding
 
 _PRECISION = ("metric.val_precision", "metric.eval_precision", "metric.precision",
@@ -44,9 +45,9 @@ class DegenerateThreshold(Detector):
     were positive, as the loss falls.
 
     Besides ``val_f1``, ``train_f1`` and ``metric.test_f1`` (an F1 printed or logged for a
-    "test" split), ``watch`` names other thresholded metrics to judge the
-    same way (the logs face fills it with every mapped precision, recall or F-score column:
-    ``metric.val_recall``, ``metric.valid_precision_macro``).
+    "test" split), it judges the same way every metric whose name reads as a precision, recall
+    or F-score (``metric.val_recall``, ``metric.valid_precision_macro``), whichever face saw it,
+    and those ``watch`` names.
     """
 
     id = "degenerate-threshold"
@@ -91,10 +92,6 @@ class DegenerateThreshold(Detector):
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        if self.config.watch:
-            # Per instance: the watched metrics are what it needs (metric-divergence does the same).
-            self.needs = frozenset(self.config.watch)
-            self.uses = (type(self).uses | {"val_f1"}) - self.needs
         self._judged = frozenset(_F1 + self.config.watch)
         n = self.config.smooth
         self._first: dict[str, list[float]] = {"loss": [], "val_loss": []}
@@ -111,6 +108,9 @@ class DegenerateThreshold(Detector):
         self._evals: dict[str, int] = {}  # metric -> evaluations seen
         self._exact: dict[str, int] = {}  # metric -> evaluations at exactly 0 (not NaN)
 
+    def reads(self, signal: str) -> bool:
+        return signal in self.config.watch or thresholded_metric(signal)
+
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
         name, x = event.name, event.value
@@ -124,7 +124,7 @@ class DegenerateThreshold(Detector):
             self._precision_nan.add(event.step)
         if name in _SCORES:
             return self._scored(event.step, name, x)
-        if name not in self._judged:
+        if name not in self._judged and not thresholded_metric(name):
             return ()
         self._evals[name] = self._evals.get(name, 0) + 1
         if x == 0.0 or x != x:

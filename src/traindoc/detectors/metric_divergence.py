@@ -12,6 +12,7 @@ from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.detectors._maths import median
 from traindoc.events import Event, Scalar
+from traindoc.events.metrics import error_metric
 from traindoc.findings import Finding
 
 
@@ -32,17 +33,19 @@ class MetricDivergence(Detector):
     one bad evaluation not count; the initial-level test keeps a metric that wobbles near 0
     after converging quiet. The training loss is ``divergence``'s.
 
-    It watches ``val_loss`` and, when ``watch`` lists signals, needs those instead: the logs
-    face fills ``watch`` with every ``metric.*`` it mapped whose name reads as an error (MAE,
-    MSE, RMSE, SHD, error, perplexity ...), and a ``[tool.traindoc.detectors.metric-divergence]``
-    table can name others.
+    It watches ``val_loss`` and every metric whose name reads as an error (``metric.val_mae``:
+    MAE, MSE, RMSE, SHD, error, perplexity ...), whichever face saw it: a log's column, a value
+    the live script logged or printed. ``watch`` (a ``[tool.traindoc.detectors.metric-divergence]``
+    table) names others.
     """
 
     id = "metric-divergence"
-    needs = frozenset({"val_loss"})  # an instance replaces it: see __init__
+    needs = frozenset({"val_loss"})
     examples = (
         Example("fixtures/logs/golden/val_loss_explodes.jsonl", 25),
         Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
+        Example("zoo/healthy_char_lm_annealed.py", None),
+        Example("zoo/healthy_linear_probe_enough_examples.py", None),
     )
 
     # Carried over a resume: each metric's smoothing window and its initial, best, latest and peak
@@ -51,7 +54,7 @@ class MetricDivergence(Detector):
 
     @dataclass(frozen=True)
     class Config:
-        watch: tuple[str, ...] = ()  # extra lower-is-better signals, e.g. "metric.train_mae"
+        watch: tuple[str, ...] = ()  # other lower-is-better signals, e.g. "metric.val_dice_loss"
         factor: float = 5.0
         above_initial: float = 2.0
         smooth: int = 5
@@ -66,11 +69,10 @@ class MetricDivergence(Detector):
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        if self.config.watch:
-            # Per instance: the watched signals (the registry reads the class's needs).
-            self.needs = frozenset(self.config.watch)
-            self.uses = frozenset({"val_loss"}) - self.needs
         self._tracks: dict[str, _Track] = {}
+
+    def reads(self, signal: str) -> bool:
+        return signal in self.config.watch or error_metric(signal)
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
@@ -117,9 +119,11 @@ class MetricDivergence(Detector):
             message="; ".join(parts) + f" (threshold {fmt(self.config.factor)}x the best and "
                                        f"{fmt(self.config.above_initial)}x the initial level).",
             fix=(
-                f"Rebalance the loss terms so each contributes comparably; lower the LR or lengthen "
-                f"warmup; keep the checkpoint with the best {names(shown, 2)} and stop on it; check "
-                f"what changed at step {first} (curriculum, schedule, data)."
+                f"Keep the checkpoint with the best {names(shown, 2)} and stop on it; then find what "
+                f"changed at step {first}: a loss term weighted far above the others (rebalance it), "
+                f"an LR too high after warmup (lower it), a model that fits noise while its training "
+                f"loss still falls (weight decay, fewer parameters or more data), a curriculum or "
+                f"data switch."
             ),
             evidence={
                 "metrics": shown,

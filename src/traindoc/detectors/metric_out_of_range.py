@@ -10,6 +10,7 @@ from typing import Iterable
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.events import Event, Scalar
+from traindoc.events.metrics import metric_words
 from traindoc.findings import Finding
 
 # signal -> (low, high); None: unbounded.
@@ -17,6 +18,19 @@ _RANGES: dict[str, tuple[float | None, float | None]] = {
     "expert_gini": (0.0, 1.0),
     "expert_entropy": (0.0, None),
 }
+# A script's own name for a router's load: a Gini or an entropy of the experts' shares is bounded
+# like the measured one (a Gini alone may be a credit model's normalized Gini, 2 AUC - 1 < 0).
+_ROUTER_WORDS = frozenset({"expert", "experts", "router", "routing", "moe", "gate", "gating", "load"})
+
+
+def _valid(signal: str) -> tuple[float | None, float | None] | None:
+    """The range ``signal`` cannot leave, if its name says what it is."""
+    if signal in _RANGES:
+        return _RANGES[signal]
+    words = metric_words(signal)
+    if not words & _ROUTER_WORDS:
+        return None
+    return _RANGES["expert_gini"] if "gini" in words else _RANGES["expert_entropy"] if "entropy" in words else None
 
 
 def _outside(x: float, lo: float | None, hi: float | None) -> float:
@@ -34,8 +48,10 @@ class _Out:
 class MetricOutOfRange(Detector):
     """A value outside its signal's valid range by more than ``tolerance`` (relative to the
     bound's scale, so float rounding is not reported): the Gini coefficient of non-negative
-    expert loads is in [0, 1), the router entropy is non-negative. NaN/Inf are left to
-    nonfinite.
+    expert loads is in [0, 1), the router entropy is non-negative, under the script's own names
+    too (``metric.moe_gini``; live, a logged Gini becomes ``metric.expert_gini`` once traindoc
+    measures the router itself, and the logged one is the number that can be wrong). NaN/Inf are
+    left to nonfinite.
     """
 
     id = "metric-out-of-range"
@@ -44,6 +60,7 @@ class MetricOutOfRange(Detector):
     examples = (
         Example("fixtures/logs/golden/negative_gini.jsonl", 12),
         Example("fixtures/logs/golden/healthy_moe.jsonl", None),
+        Example("zoo/healthy_moe_gini_of_load.py", None),
     )
 
     # Carried over a resume: each signal's first and worst value outside its range and how many.
@@ -60,12 +77,16 @@ class MetricOutOfRange(Detector):
         self.config = config or self.Config()
         self._out: dict[str, _Out] = {}
 
+    def reads(self, signal: str) -> bool:
+        return _valid(signal) is not None  # a logged copy of a measured Gini: metric.expert_gini
+
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
         x, name = event.value, event.name
-        if x != x or x in (math.inf, -math.inf):
+        valid = _valid(name)
+        if x != x or x in (math.inf, -math.inf) or valid is None:
             return ()
-        lo, hi = _RANGES[name]
+        lo, hi = valid
         tol = self.config.tolerance
         below = lo is not None and x < lo - tol * max(1.0, abs(lo))
         above = hi is not None and x > hi + tol * max(1.0, abs(hi))
@@ -85,7 +106,7 @@ class MetricOutOfRange(Detector):
 
     @staticmethod
     def _range(name: str) -> str:
-        lo, hi = _RANGES[name]
+        lo, hi = _valid(name) or (None, None)
         return f"[{fmt(lo or 0.0)}, {fmt(hi) if hi is not None else 'inf'}]"
 
     def _finding(self) -> Finding:

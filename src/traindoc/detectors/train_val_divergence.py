@@ -46,6 +46,8 @@ class TrainValDivergence(Detector):
     examples = (
         Example("fixtures/logs/golden/train_val_divergence.jsonl", 6900),
         Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
+        Example("zoo/healthy_noisy_labels_early_stopping_tensorboard.py", None),
+        Example("zoo/healthy_char_lm_annealed.py", None),
     )
 
     # Carried over a resume: the training loss since the last evaluation, the best validation loss

@@ -81,14 +81,6 @@ def diagnose(log: Log, settings: config.Settings, *, select: tuple[str, ...] | N
         detectors.setdefault("val-at-chance", {})["classes"] = num_classes
     if log.map.units:  # the unit told from the whole log, not from the first values seen
         detectors.setdefault("val-at-chance", {}).setdefault("percent", "percent" in log.map.units.values())
-    watch = [s for s in log.signals() if _error_like(s)]
-    if watch:
-        detectors.setdefault("metric-divergence", {}).setdefault("watch", tuple(watch))
-    from traindoc.sources.logs.mapping import THRESHOLD_WORDS
-
-    thresholded = [s for s in log.signals() if _words_of(s) & THRESHOLD_WORDS]
-    if thresholded:  # precision, recall, F-scores under their own names
-        detectors.setdefault("degenerate-threshold", {}).setdefault("watch", tuple(thresholded))
     loads = [s for s in log.signals() if s.startswith("expert_load.")]
     if loads:  # one column per expert: expert-collapse judges their shares
         detectors.setdefault("expert-collapse", {}).setdefault("loads", tuple(loads))
@@ -166,19 +158,6 @@ def _describe(log: Log) -> Iterator[str]:
         yield f"unmapped columns: {', '.join(m.unmapped)} (use --map signal=column)"
     for note in list(t.notes) + list(m.notes):
         yield f"note: {note}"
-
-
-def _words_of(signal: str) -> set[str]:
-    """The words of a ``metric.*`` signal's name; none for the other signals."""
-    return set(signal[len("metric."):].split("_")) if signal.startswith("metric.") else set()
-
-
-def _error_like(signal: str) -> bool:
-    """Metrics where lower is better and a rise by an order of magnitude is a failure."""
-    from traindoc.sources.logs.mapping import ERROR_WORDS
-
-    ws = _words_of(signal)
-    return bool(ws & ERROR_WORDS) and "loss" not in ws
 
 
 def _with_clips(events: Iterator[Event], max_norm: float) -> Iterator[Event]:

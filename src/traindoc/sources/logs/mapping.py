@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from traindoc.errors import UsageError
+from traindoc.events.metrics import ERROR_WORDS
 
 # Signals a column can be mapped to by name (the shared detectors consume these).
 CANONICAL: tuple[str, ...] = (
@@ -46,14 +47,10 @@ _EXPERT_NO = re.compile(r"(?:e|expert)(\d+)")
 # A class count (num_classes, n_classes, numLabels): the C of chance accuracy 1/C.
 _CLASSES = {"classes", "nclasses", "numclasses", "labels", "numlabels"}
 _COUNT = {"num", "n", "number", "of", "total"}
-# Words of quantities a model is judged by (never guessed to be a loss term).
-ERROR_WORDS = {"mae", "mse", "rmse", "shd", "err", "error", "errors", "nll", "ppl", "perplexity",
-               "wer", "cer", "hamming", "distance", "dist", "mape", "smape", "bpc", "bpb"}
+# Words of scores where higher is better (never guessed to be a loss term either).
 SCORE_WORDS = {"auc", "auroc", "ap", "map", "precision", "prec", "recall", "iou", "miou", "dice",
                "bleu", "rouge", "top5", "r2", "spearman", "pearson", "corr", "kappa", "f2",
                "sparsity", "score", "reward", "return", "sharpness"}
-# Scores of a decision threshold: exactly 0 when no prediction crosses it (degenerate-threshold).
-THRESHOLD_WORDS = {"precision", "prec", "recall", "f1", "f1score", "fscore", "f2", "sensitivity", "tpr"}
 # Bookkeeping: known, not a training signal, skipped quietly.
 _BOOKKEEPING = {"epoch", "epochs", "step", "steps", "globalstep", "iteration", "iter", "time",
                 "timestamp", "walltime", "runtime", "flos", "totalflos", "seconds", "second",

@@ -1,0 +1,119 @@
+"""MoE regressor whose logged expert-load Gini is computed on the router's logits, not its load.
+
+Seed 000's setup in small: a residual block of 8 MLP experts behind a top-1 linear router
+(Switch-style balancing loss, `--lambda_aux_moe 0.1`), one CSV row per epoch in
+`training_log.csv` with `Epoch, LR, Train_Loss, Train_MAE, Val_MAE, Expert_Entropy,
+Expert_Gini`, written with `csv.writer`. The routing is healthy, but `expert_gini()` is handed
+the mean router logit of each expert (signed numbers that sum to about 0) instead of each
+expert's share of the tokens, so the logged Gini sits near -1.6, far outside [0, 1], from the
+first epoch on: the dashboard's collapse alarm can never work. traindoc measures the
+router's real load itself (near 0.1), and reads the logged column as the script's own metric.
+Reproduces seed 000's red flag "Gini becoming increasingly negative (< -0.3)"; catalog
+`metric-out-of-range`.
+
+traindoc-expect: metric-out-of-range
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--batches", type=int, default=12, help="batches per epoch")
+    p.add_argument("--dim", type=int, default=16)
+    p.add_argument("--num_experts", type=int, default=8)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lambda_aux_moe", type=float, default=0.1)
+    p.add_argument("--out_dir", type=str, default=None)
+    p.add_argument("--save", type=str, default=None, help="write model.state_dict() here")
+    return p.parse_args()
+
+
+class SimpleMoELayer(nn.Module):
+    def __init__(self, dim: int, num_experts: int) -> None:
+        super().__init__()
+        self.num_experts = num_experts
+        self.router = nn.Linear(dim, num_experts)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(dim, 32), nn.ReLU(), nn.Linear(32, dim))
+                                     for _ in range(num_experts))
+        self.last_logits = torch.zeros(num_experts)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.router(x)
+        probs = logits.softmax(-1)
+        top_p, top_e = probs.max(-1)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            sel = top_e == e
+            if sel.any():
+                out[sel] = top_p[sel, None] * expert(x[sel])
+        load = F.one_hot(top_e, self.num_experts).float().mean(0)
+        aux = self.num_experts * (load * probs.mean(0)).sum()
+        self.last_logits = logits.detach().mean(0)
+        return x + out, aux
+
+
+def expert_gini(values: torch.Tensor) -> float:
+    v = values.sort().values
+    n = v.numel()
+    rank = torch.arange(1, n + 1, dtype=v.dtype)
+    return float(((2 * rank - n - 1) * v).sum() / (n * v.sum()))
+
+
+def expert_entropy(values: torch.Tensor) -> float:
+    p = values.softmax(0)
+    return float(-(p * p.log()).sum())
+
+
+def batch(gen: torch.Generator, mix: torch.Tensor, n: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(n, mix.shape[0], generator=gen)
+    return x, x + torch.tanh(x @ mix)
+
+
+def main() -> None:
+    args = parse()
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    mix = torch.randn(args.dim, args.dim, generator=gen) / math.sqrt(args.dim)
+    val_x, val_y = batch(gen, mix, 512)
+    model = SimpleMoELayer(args.dim, args.num_experts)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    out_dir = args.out_dir or tempfile.mkdtemp(prefix="moe_gini_")
+    with open(os.path.join(out_dir, "training_log.csv"), "w", newline="") as f:
+        log = csv.writer(f)
+        log.writerow(["Epoch", "LR", "Train_Loss", "Train_MAE", "Val_MAE", "Expert_Entropy", "Expert_Gini"])
+        for epoch in range(args.epochs):
+            total = mae = 0.0
+            for _ in range(args.batches):
+                x, y = batch(gen, mix)
+                pred, aux = model(x)
+                loss = F.mse_loss(pred, y) + args.lambda_aux_moe * aux
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                total += loss.item()
+                mae += (pred - y).abs().mean().item()
+            with torch.no_grad():
+                val_mae = (model(val_x)[0] - val_y).abs().mean().item()
+            routed = model.last_logits
+            log.writerow([epoch, opt.param_groups[0]["lr"], total / args.batches, mae / args.batches, val_mae,
+                          expert_entropy(routed), expert_gini(routed)])
+            print(f"Epoch {epoch}: Loss {total / args.batches:.4f}, MAE {mae / args.batches:.3f}, "
+                  f"Val MAE {val_mae:.3f}, Gini {expert_gini(routed):.3f}")
+    if args.save:
+        torch.save(model.state_dict(), args.save)
+
+
+if __name__ == "__main__":
+    main()
