@@ -24,7 +24,7 @@ NAN, INF = math.nan, math.inf
 
 
 def config(names: Sequence[str], **kw: Any) -> ExpertCollapse.Config:
-    return ExpertCollapse.Config(loads=tuple(n for n in names if n.startswith("expert_load.")), **kw)
+    return ExpertCollapse.Config(**kw)  # the loads are read by name
 
 
 def findings(cfg: ExpertCollapse.Config, calls: list[dict[str, Series]], engine: Engine | None = None) -> list[dict[str, Any]]:

@@ -218,7 +218,7 @@ def test_per_expert_loads_columns_judge_as_points_do(collapse: bool) -> None:
     rows = _loads(collapse)
     columns = {n: Series(n, list(range(STEPS)), [r[i] for r in rows]) for i, n in enumerate(names)}
     columns["expert_entropy"] = Series("expert_entropy", list(range(STEPS)), [2.0 - s / 1000 for s in range(STEPS)])
-    cfg = ExpertCollapse.Config(loads=tuple(names))
+    cfg = ExpertCollapse.Config()
     by_columns = ExpertCollapse(cfg)
     found = by_columns.observe_series(columns) + list(by_columns.finish())
     by_points = ExpertCollapse(cfg)

@@ -28,7 +28,7 @@ class ExpertCollapse(Detector):
     logs, each as a median over the last ``window`` values:
 
     - per-expert loads (token counts or shares, one column per expert: ``expert_3_load``,
-      ``moe/frac_e3``; ``loads`` names them, the logs face fills it): the Gini coefficient of
+      ``moe/frac_e3``, read as ``expert_load.K`` by any face): the Gini coefficient of
       the shares at each step, scaled by E/(E-1) so that 1 means every token on one expert
       whatever E, reaches ``gini``; per MoE layer when the columns name layers;
     - a logged load Gini (0 = even, (E-1)/E = all tokens on one expert) reaches ``gini``. For
@@ -47,7 +47,7 @@ class ExpertCollapse(Detector):
     """
 
     id = "expert-collapse"
-    # no needs: any one of uses (an instance adds the loads)
+    # no needs: any one of uses, or a per-expert load (reads)
     uses = frozenset({"expert_gini", "expert_entropy"})
     examples = (
         Example("fixtures/logs/golden/expert_collapse.jsonl", 13),
@@ -76,10 +76,8 @@ class ExpertCollapse(Detector):
         experts: int | None = None  # E, to normalize the entropy
         neg_gini: float = 0.3  # seed 000's red flag: a Gini increasingly negative below -0.3
         entropy_ratio: float = 0.5  # the router entropy this share of where it started
-        loads: tuple[str, ...] = ()  # per-expert load signals, "expert_load.K" / "expert_load.GROUP.K"
 
         def __post_init__(self) -> None:
-            object.__setattr__(self, "loads", tuple(self.loads))  # a TOML list is fine too
             require(self, gini="(0, 1)")
             if self.window < 1 or not 1 <= self.min_points <= self.window:
                 raise ValueError("need window >= 1 and 1 <= min_points <= window")
@@ -90,9 +88,6 @@ class ExpertCollapse(Detector):
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        if self.config.loads:
-            # Per instance: the per-expert loads are routed to it too.
-            self.uses = type(self).uses | frozenset(self.config.loads)
         w = self.config.window
         self._recent: deque[float] = deque(maxlen=w)  # logged Gini
         self._gini_first: list[float] = []
@@ -110,6 +105,9 @@ class ExpertCollapse(Detector):
         self._last: tuple[int, float] = (0, math.nan)
         self._peak: tuple[int, float] = (0, -math.inf)
         self._high = 0  # values past the threshold since firing
+
+    def reads(self, signal: str) -> bool:
+        return signal.startswith("expert_load.")  # one expert's load, "expert_load.K" / ".GROUP.K"
 
     def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
         """A delivery of columns (a log's whole, or a live run's cut anywhere). The loads of

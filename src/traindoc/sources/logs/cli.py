@@ -81,9 +81,6 @@ def diagnose(log: Log, settings: config.Settings, *, select: tuple[str, ...] | N
         detectors.setdefault("val-at-chance", {})["classes"] = num_classes
     if log.map.units:  # the unit told from the whole log, not from the first values seen
         detectors.setdefault("val-at-chance", {}).setdefault("percent", "percent" in log.map.units.values())
-    loads = [s for s in log.signals() if s.startswith("expert_load.")]
-    if loads:  # one column per expert: expert-collapse judges their shares
-        detectors.setdefault("expert-collapse", {}).setdefault("loads", tuple(loads))
     extra = ("clip",) if max_norm is not None else ()
     events: Iterator[Event] = log.events(extra_signals=extra)
     if max_norm is not None:
