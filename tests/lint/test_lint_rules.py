@@ -68,3 +68,32 @@ def test_rule_docs_show_examples(cls):
 
 def test_rule_docs_unknown_id():
     assert rule_docs("loss-spike") is None
+
+
+@pytest.mark.parametrize("optimizer, lr, limit", [
+    ("torch.optim.AdamW", "2e-5", "0.0078: the norm weights (1.0) never change, nor do weights of a typical 0.02"),
+    ("torch.optim.Adam", "cfg.lr", "0.12: the norm weights (1.0) never change"),  # 3e-4 from a dataclass config
+    ("torch.optim.AdamW", "3e-3", None),  # a step of 3e-3 still moves a weight of 1.0 down
+    ("torch.optim.SGD", "1e-5", None),  # an SGD step is lr times the gradient: its size is unknown here
+])
+def test_bf16_master_weights_says_which_weights_an_lr_sized_step_still_moves(optimizer: str, lr: str,
+                                                                              limit: str | None) -> None:
+    code = f"""
+        import torch
+        from dataclasses import dataclass
+        from transformers import AutoModelForCausalLM
+
+        @dataclass
+        class Config:
+            lr: float = 3e-4
+
+        cfg = Config()
+        model = AutoModelForCausalLM.from_pretrained(cfg_path, torch_dtype="bfloat16")
+        optimizer = {optimizer}(model.parameters(), lr={lr})
+        """
+    (found,), _ = lint_source(snippet(code), "train.py")
+    assert found.finding.id == "bf16-master-weights" and "loaded in `torch.bfloat16`" in found.finding.message
+    if limit is None:
+        assert "|w| <" not in found.finding.message
+    else:
+        assert f"a step, which a bfloat16 weight keeps only while |w| < {limit}" in found.finding.message

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ast
+import math
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, dotted, kwarg, method
+from traindoc.lint._ast import Module, Scope, arg, dotted, kwarg, method, number, value_of
 from traindoc.lint.rules._common import Hit, Invalid
 
 # Optimizers or options that keep fp32 state for bf16 parameters (master weights, Kahan
@@ -13,12 +14,23 @@ from traindoc.lint.rules._common import Hit, Invalid
 MASTER_KWARGS = ("master_weights", "kahan_sum", "bf16_stochastic_round", "use_kahan_summation")
 MASTER_PACKAGES = ("torchao.", "optimi.", "apex.", "deepspeed.", "transformer_engine.")
 CASTS = ("to", "type", "half", "bfloat16")
+# Optimizers whose step moves each element by about its LR, whatever the gradient's scale.
+LR_SIZED_STEPS = frozenset({"Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Lion", "Adam8bit", "AdamW8bit",
+                            "PagedAdamW", "PagedAdamW8bit"})
+# Fraction bits of the low precisions: the spacing of values in [2**e, 2**(e+1)) is 2**(e - bits).
+FRACTION_BITS = {"torch.bfloat16": 7, "torch.float16": 10}
+# Loaders that build a model in the dtype they are given (Hugging Face transformers, diffusers).
+LOADERS = ("from_pretrained", "from_config", "from_single_file")
+LOADER_KWARGS = ("torch_dtype", "dtype")
+DTYPE_NAMES = {"bfloat16": "torch.bfloat16", "bf16": "torch.bfloat16", "float16": "torch.float16",
+               "fp16": "torch.float16", "half": "torch.float16"}
 
 
 class Bf16MasterWeights:
     """A model's parameters are cast to bf16/fp16 (``model.to(torch.bfloat16)``,
-    ``model.bfloat16()``, ``model.half()``) before an optimizer that keeps no fp32 copy is built
-    on them, in the same function. Updates smaller than half a bf16 step round away
+    ``model.bfloat16()``, ``model.half()``) or loaded in it
+    (``AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)``, ``dtype="bfloat16"``)
+    before an optimizer that keeps no fp32 copy is built on them, in the same function. Updates smaller than half a bf16 step round away
     (``update-underflow``): weights near 1.0 cannot move by less than ~0.004. Quiet when the
     optimizer keeps fp32 master weights (Kahan summation, stochastic rounding) or only trains
     adapters (PEFT / a ``requires_grad`` filter), and for casts after training (export).
@@ -57,6 +69,29 @@ class Bf16MasterWeights:
             dtype = torch.bfloat16
             model = GPT(cfg).to("cuda", dtype)
             optimizer = torch.optim.Adam([{"params": model.parameters(), "lr": 3e-4}])
+            """,
+            4,
+        ),
+        Invalid(
+            """
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(
+                "Qwen/Qwen2.5-0.5B", torch_dtype=torch.bfloat16, attn_implementation="sdpa"
+            )
+            model.gradient_checkpointing_enable()
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.0)
+            """,
+            4,
+        ),
+        Invalid(
+            """
+            import torch
+            from diffusers import UNet2DConditionModel
+
+            unet = UNet2DConditionModel.from_pretrained(base, subfolder="unet", dtype="float16").to("cuda")
+            optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-5)
             """,
             4,
         ),
@@ -102,6 +137,29 @@ class Bf16MasterWeights:
         """,
         """
         import torch
+        from torchao.prototype import low_bit_optim
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.bfloat16)
+        optim = low_bit_optim.AdamW8bit(model.parameters(), lr=args.lr, bf16_stochastic_round=True)
+        """,
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype="auto")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+        """,
+        """
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        reference = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16).eval()
+        policy = AutoModelForCausalLM.from_pretrained(path)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+        """,
+        """
+        import torch
 
         images = images.to(device, torch.float16)
         model = model.to(device)
@@ -112,7 +170,7 @@ class Bf16MasterWeights:
     def check(self, mod: Module) -> Iterator[Hit]:
         if any(q.startswith(("peft", "peft.")) for q in mod.aliases.values()):
             return  # adapters are kept in fp32 by PEFT; the cast base model is frozen
-        if not any(mod.named(c) for c in CASTS):
+        if not any(mod.named(c) for c in CASTS + LOADERS):
             return
         for scope in mod.scopes:
             casts = list(self._casts(mod, scope))
@@ -123,7 +181,7 @@ class Bf16MasterWeights:
                 for c in mod.constructors()
                 if mod.scope_of.get(c) is scope and mod.kind_of_call(c) == "optimizer"
             ]
-            for node, model, dtype in casts:
+            for node, model, dtype, loaded in casts:
                 for opt in optimizers:
                     if opt.lineno <= node.lineno or not _takes_params_of(opt, model):
                         continue
@@ -131,22 +189,25 @@ class Bf16MasterWeights:
                         break
                     opt_name = mod.callee(opt).split(".")[-1]
                     short, share = ("a bf16", "0.4%") if dtype == "torch.bfloat16" else ("an fp16", "0.05%")
+                    how = "loaded in" if loaded else "cast to"
                     yield Hit(
                         node,
-                        f"`{model}` is cast to `{dtype}` (line {node.lineno}) and its parameters "
+                        f"`{model}` is {how} `{dtype}` (line {node.lineno}) and its parameters "
                         f"go to `{opt_name}` (line {opt.lineno}) with no fp32 master copy: "
                         f"updates smaller than half {short} step (~{share} of a weight) round "
-                        "away and those weights stop moving",
+                        "away and those weights stop moving" + _with_lr(mod, scope, opt, opt_name, dtype),
                         cause=f"`{mod.text(node)}` stores the trained parameters themselves in "
                         "16 bits; the optimizer adds its small updates to them in 16 bits.",
-                        fix=f"Keep `{model}` in fp32 (remove the cast) and run the forward under "
+                        fix=f"Keep `{model}` in fp32 ({'load it without the dtype' if loaded else 'remove the cast'}) "
+                        f"and run the forward under "
                         f"`torch.autocast(device_type=..., dtype={dtype})`; or use an optimizer "
                         "with fp32 master weights / Kahan summation.",
                     )
                     break
 
-    def _casts(self, mod: Module, scope: Scope) -> Iterator[tuple[ast.stmt, str, str]]:
-        """(node, model name, dtype) for each cast of a module-like name in ``scope``."""
+    def _casts(self, mod: Module, scope: Scope) -> Iterator[tuple[ast.stmt, str, str, bool]]:
+        """(node, model name, dtype, loaded in it) for each cast of a module-like name in
+        ``scope``, and each model a loader builds in a low precision."""
         for stmt in _statements(mod, scope):
             if isinstance(stmt, ast.Expr):
                 call, target = stmt.value, None
@@ -154,15 +215,17 @@ class Bf16MasterWeights:
                 call, target = stmt.value, dotted(stmt.targets[0])
             else:
                 continue
-            # walk the call chain: Net().to(dtype).cuda() / model.half()
+            # walk the call chain: Net().to(dtype).cuda() / model.half() / Auto*.from_pretrained(...)
             node = call
             while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 dtype = _cast_dtype(mod, scope, node)
+                loaded = dtype is None and node.func.attr in LOADERS
+                if loaded:
+                    dtype = _loader_dtype(mod, scope, node)
                 if dtype:
-                    receiver = dotted(node.func.value)
-                    name = target or receiver
+                    name = target or (None if loaded else dotted(node.func.value))
                     if name:
-                        yield stmt, name, dtype
+                        yield stmt, name, dtype, loaded
                     break
                 node = node.func.value
 
@@ -170,7 +233,7 @@ class Bf16MasterWeights:
 def _statements(mod: Module, scope: Scope) -> Iterator[ast.stmt]:
     """The statements of ``scope`` that hold a possible cast (``.to``, ``.half()`` ...)."""
     seen: set[int] = set()
-    for call in mod.named_in(scope, *CASTS):
+    for call in mod.named_in(scope, *CASTS, *LOADERS):
         node = mod.parent.get(call)
         while node is not None and not isinstance(node, ast.stmt):
             node = mod.parent.get(node)
@@ -193,6 +256,39 @@ def _cast_dtype(mod: Module, scope: Scope, call: ast.Call) -> str | None:
             dtype = mod.is_dtype(c, scope)
             if dtype:
                 return dtype
+    return None
+
+
+def _with_lr(mod: Module, scope: Scope, opt: ast.Call, name: str, dtype: str) -> str:
+    """What the optimizer's LR means in this dtype, when the step is LR-sized and the LR is
+    known: the largest weight that still moves, against the norm weights' 1.0."""
+    if name not in LR_SIZED_STEPS:
+        return ""
+    lr = number(value_of(mod, arg(opt, 1, "lr"), opt, scope=scope))
+    if lr is None or not 0 < lr < 1:
+        return ""
+    # A step survives in [2**e, 2**(e+1)) when it exceeds half the spacing there, 2**(e - bits - 1).
+    limit = 2.0 ** (math.floor(math.log2(lr * 2 ** (FRACTION_BITS[dtype] + 1))) + 1)
+    if limit > 0.5:  # a weight at 1.0 can still step down
+        return ""
+    return (f"; `{name}` moves each element by about lr = {lr:g} a step, which a {dtype.split('.')[1]} "
+            f"weight keeps only while |w| < {limit:.2g}: the norm weights (1.0) never change"
+            + (", nor do weights of a typical 0.02" if limit <= 2.0 ** -6 else ""))
+
+
+def _loader_dtype(mod: Module, scope: Scope, call: ast.Call) -> str | None:
+    """The low precision a loader is asked to build the model in: a torch dtype, or its name as
+    a string (``torch_dtype="bfloat16"``); None for ``"auto"`` (the checkpoint's, unknown here)."""
+    for key in LOADER_KWARGS:
+        value = kwarg(call, key)
+        if value is None:
+            continue
+        dtype = mod.is_dtype(value, scope)
+        if dtype:
+            return dtype
+        named = value_of(mod, value, value, scope=scope)  # a string from a config, argparse ...
+        if isinstance(named, ast.Constant) and isinstance(named.value, str):
+            return DTYPE_NAMES.get(named.value)
     return None
 
 
