@@ -126,6 +126,71 @@ def test_evaluation_accuracy_is_derived_from_the_loss_calls(style: str) -> None:
     assert values(scalars, "val_classes") == [(1, 4.0), (2, 4.0), (3, 4.0)]
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_the_validation_loss_is_the_mean_over_the_evaluation(reduction: str) -> None:
+    """Batches of unequal size and ignored targets: the mean of every counted element's loss,
+    whichever reduction the script asked for, as the MNIST example's "Average loss" computes it."""
+    model, opt, x, y = make_task(n=70)
+    y = y.clone()
+    y[:5] = -100
+    expected: list[float] = []
+
+    def run() -> None:
+        for _ in range(2):
+            train_step(model, opt, x, y.clamp(min=0))
+            model.eval()
+            with torch.no_grad():
+                for i in range(0, 70, 32):  # 32, 32 and 6 rows
+                    F.cross_entropy(model(x[i:i + 32]), y[i:i + 32], reduction=reduction)
+                per_row = F.cross_entropy(model(x), y, reduction="none")
+            expected.append((per_row.sum() / (y != -100).sum()).item())
+
+    _, scalars = watched(run)
+    assert values(scalars, "val_loss") == [(1, pytest.approx(expected[0])), (2, pytest.approx(expected[1]))]
+
+
+def test_a_weighted_loss_gives_no_validation_loss_and_the_scripts_own_stands_alone() -> None:
+    model, opt, x, y = make_task()
+
+    def weighted() -> None:
+        train_step(model, opt, x, y)
+        with torch.no_grad():
+            F.cross_entropy(model(x), y, weight=torch.tensor([1.0, 2.0, 3.0, 4.0]))
+
+    own: list[float] = []
+
+    def printed() -> None:
+        train_step(model, opt, x, y)
+        with torch.no_grad():
+            loss = F.cross_entropy(model(x), y)
+        own.append(round(loss.item() + 1, 4))
+        print(f"val_loss {own[0]:.4f}")  # the script's own number (not the mean loss)
+
+    assert values(watched(weighted)[1], "val_loss") == []
+    assert values(watched(printed)[1], "val_loss") == [(1, pytest.approx(own[0]))]
+
+
+def test_binary_losses_give_the_validation_loss_when_no_class_loss_does() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, t = torch.randn(50, 4), (torch.rand(50, 3) < 0.2).float()
+
+    def run() -> None:
+        loss = F.binary_cross_entropy_with_logits(model(x), t)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            F.binary_cross_entropy_with_logits(model(x[:20]), t[:20])
+            nn.BCELoss(reduction="sum")(torch.sigmoid(model(x[20:])), t[20:])
+
+    _, scalars = watched(run)
+    with torch.no_grad():
+        whole = F.binary_cross_entropy_with_logits(model(x), t).item()
+    assert values(scalars, "val_loss") == [(1, pytest.approx(whole, rel=1e-5))]
+
+
 def test_ignore_index_and_probability_targets() -> None:
     model, opt, x, y = make_task()
     y_ignored = y.clone()

@@ -14,11 +14,14 @@ training step pays nothing. Of an
 evaluation call the probe keeps, on the device: for a class loss (logits ``[N, C, ...]``) the
 argmax predictions equal to the targets and the targets counted (``ignore_index`` left out;
 probability targets by their argmax), and C; for a binary loss the scores above 0.5 (logit > 0
-for the ``with_logits`` form), the targets >= 0.5, the count and the highest score. The sums of
-one evaluation phase (until the next training backward) are read in the session's batched
-transfer and published at the step the evaluation ran: ``val_classes`` and ``val_acc`` (unless
-the script logs a ``val_acc`` itself, which then stands alone), ``val_pos_rate``,
-``val_base_rate`` and ``val_max_score``. With gradients on, a call followed by a backward
+for the ``with_logits`` form), the targets >= 0.5, the count and the highest score; and for
+either, the call's loss summed over what it counted (its mean times the count, its sum). The
+sums of one evaluation phase (until the next training backward) are read in the session's
+batched transfer and published at the step the evaluation ran: ``val_classes`` and
+``val_acc``, ``val_pos_rate``, ``val_base_rate`` and ``val_max_score``, and ``val_loss`` (the
+class losses' mean, else the binary ones'; none when a class ``weight`` or ``pos_weight``
+makes the mean another average). A value the script logs or prints itself under the same
+signal stands alone. With gradients on, a call followed by a backward
 before any other evaluation call or ``model.train()`` was training (a model trained in eval
 mode): it is dropped and the gradient-on path waits for the next ``model.eval()``.
 
@@ -28,6 +31,7 @@ mode): it is dropped and the gradient-on path waits for the next ``model.eval()`
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 from typing import Any, Iterable
 
@@ -56,8 +60,8 @@ class _Phase:
     def __init__(self, step: int) -> None:
         self.step = step
         self.classes = 0
-        self.cls: list[torch.Tensor] = []  # [correct, counted] per call (or folded)
-        self.bin: list[torch.Tensor] = []  # [above 0.5, positive targets, count, top score]
+        self.cls: list[torch.Tensor] = []  # [correct, counted, loss summed] per call (or folded)
+        self.bin: list[torch.Tensor] = []  # [above 0.5, positive targets, count, loss summed, top score]
 
 
 class EvalMetricsProbe(Probe):
@@ -101,7 +105,7 @@ class EvalMetricsProbe(Probe):
         name = func.__name__
         kind = "cls" if name in _CLASS_FNS else "bin"
         # torch hands the mode the tensors positionally and the options as keywords
-        self._on_loss(kind, name.endswith("with_logits"), args[0], args[1], args[2:], kwargs)
+        self._on_loss(kind, name.endswith("with_logits"), args[0], args[1], args[2:], kwargs, out)
 
     def _wrap_train(self, orig: Any) -> Any:
         probe = self
@@ -155,7 +159,7 @@ class EvalMetricsProbe(Probe):
 
     # ---- one loss call ---------------------------------------------------------------------------
     def _on_loss(self, kind: str, logits: bool, input: Any, target: Any, args: tuple[Any, ...],
-                 kwargs: dict[str, Any]) -> None:
+                 kwargs: dict[str, Any], out: Any) -> None:
         if is_traced() or not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor):
             return
         grad = torch.is_grad_enabled()
@@ -169,6 +173,10 @@ class EvalMetricsProbe(Probe):
         if got is None:
             return
         vec, classes = got
+        if kind == "cls":  # [correct, counted, loss summed]
+            vec = torch.cat([vec, _loss_sum(out, kwargs, vec[1], vec.dtype)])
+        else:  # [above 0.5, positive, count, loss summed, top score]
+            vec = torch.cat([vec[:3], _loss_sum(out, kwargs, vec[2], vec.dtype), vec[3:]])
         step = self.s.clock.current_step
         self.evaluated = True
         self._wake()
@@ -250,18 +258,35 @@ class EvalMetricsProbe(Probe):
 
 def _publish(pub: Publisher, step: int, vals: list[float], classes: int, has_bin: bool) -> None:
     pos = 0
+    loss: tuple[float, float] | None = None  # (sum, count) of the losses the validation loss is
     if classes:
-        correct, counted = vals[0], vals[1]
-        pos = 2
+        correct, counted, loss_sum = vals[0:3]
+        pos = 3
         if counted > 0:
             pub.derived(step, "val_classes", float(classes))
             pub.derived(step, "val_acc", correct / counted)
+            loss = (loss_sum, counted)
     if has_bin:
-        above, positive, count, top = vals[pos:pos + 4]
+        above, positive, count, bin_sum, top = vals[pos:pos + 5]
         if count > 0:
             pub.derived(step, "val_pos_rate", above / count)
             pub.derived(step, "val_base_rate", positive / count)
             pub.derived(step, "val_max_score", top)
+            loss = loss or (bin_sum, count)  # a class loss, when there is one, is the model's
+    if loss is not None and math.isfinite(loss[0]):  # NaN: a loss it cannot average (weighted)
+        pub.derived(step, "val_loss", loss[0] / loss[1])
+
+
+def _loss_sum(out: Any, kwargs: dict[str, Any], count: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    """[the call's loss summed over the elements ``count`` counts] (device ops): its mean times
+    the count, or its sum; NaN where that is not the sum of its per-element losses (a class
+    ``weight`` or ``pos_weight`` divides the mean by other numbers) or the loss is no tensor."""
+    reduction = kwargs.get("reduction", "mean")
+    if (not isinstance(out, torch.Tensor) or kwargs.get("weight") is not None
+            or kwargs.get("pos_weight") is not None or reduction not in ("mean", "sum", "none")):
+        return torch.full((1,), math.nan, dtype=dt, device=count.device)
+    total = out.detach().to(dt).sum()
+    return (total * count if reduction == "mean" else total).reshape(1)
 
 
 def _acc_dtype(t: torch.Tensor) -> torch.dtype:
@@ -276,7 +301,7 @@ def _sum(vecs: list[torch.Tensor]) -> torch.Tensor:
 def _fold_binary(vecs: list[torch.Tensor]) -> torch.Tensor:
     dev = vecs[0].device
     st = torch.stack([v.to(dev) for v in vecs])
-    return torch.cat([st[:, :3].sum(0), st[:, 3:].amax(0)])
+    return torch.cat([st[:, :4].sum(0), st[:, 4:].amax(0)])
 
 
 def _class_stats(input: torch.Tensor, target: torch.Tensor, ignore: int) -> tuple[torch.Tensor, int] | None:
