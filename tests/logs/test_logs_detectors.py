@@ -216,6 +216,14 @@ def test_metric_divergence_quiet_near_zero_after_converging() -> None:
     assert fired(pts, "metric-divergence", watch=("metric.val_mae",)) == {}
 
 
+def test_a_router_gini_or_entropy_under_the_scripts_own_name_is_bounded_too() -> None:
+    for name in ("metric.moe_gini", "metric.expert_gini", "metric.router_entropy"):
+        assert fired([(e, name, -0.5) for e in range(5)], "metric-out-of-range") == {"metric-out-of-range": 0}
+    # a credit model's normalized Gini (2 AUC - 1) and a policy's differential entropy may be < 0
+    for name in ("metric.val_gini", "metric.policy_entropy"):
+        assert fired([(e, name, -0.5) for e in range(5)], "metric-out-of-range") == {}
+
+
 def test_gini_at_the_bounds_within_rounding_is_fine() -> None:
     pts = [(e, "expert_gini", v) for e, v in enumerate([0.0, -1e-9, 1.0, 1 + 1e-9, 0.3])]
     assert fired(pts, "metric-out-of-range") == {}

@@ -24,8 +24,7 @@ class Detector:
 
     - ``id``: the catalog id, also the module name with ``_`` for ``-`` (``loss-spike``).
     - ``needs``: the signals it cannot work without; a source that lacks one makes the detector
-      "not applicable". May be empty when ``uses`` is not. The engine reads it on the instance,
-      which may replace the class's value from its config (metric-divergence).
+      "not applicable". May be empty when ``uses`` is not.
     - ``uses``: signals that enrich the evidence when present. A detector with no ``needs``
       applies when any one of them was seen. Default: none.
     - ``reads(signal)``: signals named by the run itself that it also judges (every error
@@ -43,8 +42,8 @@ class Detector:
     """
 
     id: ClassVar[str]
-    needs: frozenset[str] = frozenset()  # not ClassVars: an instance may replace them
-    uses: frozenset[str] = frozenset()
+    needs: ClassVar[frozenset[str]] = frozenset()
+    uses: ClassVar[frozenset[str]] = frozenset()
     examples: ClassVar[tuple[Example, ...]] = ()
     carry: ClassVar[tuple[str, ...]] = ()
     # Set for each subclass: does it judge whole columns (its own ``observe_series``)? Then the
@@ -70,7 +69,7 @@ class Detector:
 
     def observe(self, event: Event) -> Iterable[Finding] | None:
         """Findings made on seeing ``event`` (a generator is fine; None means none), for every
-        event of a signal in ``needs`` or ``uses``. Default: none."""
+        event of a signal in ``needs`` or ``uses`` or that it ``reads``. Default: none."""
         return None
 
     def observe_series(self, columns: dict[str, Series]) -> Iterable[Finding] | None:

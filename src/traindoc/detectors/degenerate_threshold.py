@@ -124,7 +124,7 @@ class DegenerateThreshold(Detector):
             self._precision_nan.add(event.step)
         if name in _SCORES:
             return self._scored(event.step, name, x)
-        if name not in self._judged and not thresholded_metric(name):
+        if name not in self._judged and not self.reads(name):
             return ()
         self._evals[name] = self._evals.get(name, 0) + 1
         if x == 0.0 or x != x:
