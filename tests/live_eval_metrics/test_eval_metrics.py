@@ -170,27 +170,6 @@ def test_a_weighted_loss_gives_no_validation_loss_and_the_scripts_own_stands_alo
     assert values(watched(printed)[1], "val_loss") == [(1, pytest.approx(own[0]))]
 
 
-def test_binary_losses_give_the_validation_loss_when_no_class_loss_does() -> None:
-    torch.manual_seed(0)
-    model = nn.Linear(4, 3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, t = torch.randn(50, 4), (torch.rand(50, 3) < 0.2).float()
-
-    def run() -> None:
-        loss = F.binary_cross_entropy_with_logits(model(x), t)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            F.binary_cross_entropy_with_logits(model(x[:20]), t[:20])
-            nn.BCELoss(reduction="sum")(torch.sigmoid(model(x[20:])), t[20:])
-
-    _, scalars = watched(run)
-    with torch.no_grad():
-        whole = F.binary_cross_entropy_with_logits(model(x), t).item()
-    assert values(scalars, "val_loss") == [(1, pytest.approx(whole, rel=1e-5))]
-
-
 def test_ignore_index_and_probability_targets() -> None:
     model, opt, x, y = make_task()
     y_ignored = y.clone()
@@ -216,7 +195,8 @@ def test_ignore_index_and_probability_targets() -> None:
     assert [v for _, v in values(scalars, "val_acc")] == pytest.approx([first, second])
 
 
-def test_binary_scores_crossing_the_threshold() -> None:
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_binary_scores_crossing_the_threshold_and_the_loss(reduction: str) -> None:
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -229,14 +209,16 @@ def test_binary_scores_crossing_the_threshold() -> None:
         opt.step()
         with torch.no_grad():
             F.binary_cross_entropy_with_logits(model(x[:20]), t[:20])
-            nn.BCELoss()(torch.sigmoid(model(x[20:])), t[20:])
+            nn.BCELoss(reduction=reduction)(torch.sigmoid(model(x[20:])), t[20:])
 
     _, scalars = watched(run)
     with torch.no_grad():
         scores = torch.sigmoid(model(x))
+        whole = F.binary_cross_entropy_with_logits(model(x), t).item()
     assert values(scalars, "val_pos_rate") == [(1, pytest.approx((scores > 0.5).float().mean().item()))]
     assert values(scalars, "val_base_rate") == [(1, pytest.approx(t.mean().item()))]
     assert values(scalars, "val_max_score") == [(1, pytest.approx(scores.max().item()))]
+    assert values(scalars, "val_loss") == [(1, pytest.approx(whole, rel=1e-5))]  # no class loss gave one
 
 
 def test_training_steps_measure_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
