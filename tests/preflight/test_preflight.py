@@ -248,6 +248,23 @@ def test_the_users_folders_are_left_as_they_were(tmp_path: Path) -> None:
     assert f"put back the overwritten file(s) {out / 'last.pt'}" in ran.stderr
 
 
+@pytest.mark.parametrize("name,status", [("healthy_resume", "pass"), ("resume_no_rng", "fail")])
+def test_resume_goes_through_a_checkpoint_saved_to_an_absolute_path(name: str, status: str, tmp_path: Path) -> None:
+    """`--out /abs/folder`, written atomically (a .tmp file, then os.replace): the relaunch
+    resumes from it as from a relative one, and the folder is left empty afterwards."""
+    out, report = tmp_path / "checkpoints", tmp_path / "pf.json"
+    ran = traindoc("preflight", "--json", str(report), "--only", "resume", str(PREFLIGHT_ZOO / f"{name}.py"),
+                   "--out", str(out), cwd=tmp_path, timeout=300)
+    data = json.loads(report.read_text())
+    v = verdict(data, "resume")
+    assert v["status"] == status, (v, ran.stderr[-2000:])
+    assert str(out / "last.pt") in v["summary"]
+    if status == "fail":  # read while it existed: preflight removes it after the launch
+        (f,) = data["findings"]
+        assert "torch RNG state (the checkpoint holds none)" in f["message"]
+    assert list(out.iterdir()) == []  # the checkpoints preflight made there are gone
+
+
 def test_fail_on_gives_exit_3(tmp_path: Path) -> None:
     ran = traindoc("preflight", "--only", "initial-loss", "--fail-on", "warning",
                    str(ZOO / "bad_init_scaled_head.py"), cwd=tmp_path, timeout=300)

@@ -35,6 +35,10 @@ class Outside:
         else:
             self.created.append(path)
 
+    def wrote(self, path: str) -> bool:
+        """Did a launch write ``path`` since the last ``restore`` (a checkpoint to resume from)?"""
+        return path in self.created or path in self.saved_aside
+
     def restore(self) -> tuple[list[str], list[str]]:
         """Remove the files preflight created, put back the ones it overwrote; return both lists."""
         removed = []

@@ -39,7 +39,7 @@ from traindoc.live.objects import frame_modules, largest_container
 from traindoc.preflight import frames
 from traindoc.preflight.files import Outside, inside
 from traindoc.preflight.first_loss import FirstLoss
-from traindoc.preflight.result import Result, Snapshot
+from traindoc.preflight.result import Result, Snapshot, holds_rng
 from traindoc.preflight.sandbox import end_guard, guard_writes, own
 from traindoc.preflight.state import RngState, clone, grad_table, numpy_rng_hash
 
@@ -256,9 +256,10 @@ class Launch:
         def opener(f: Any, *args: Any, **kwargs: Any) -> Any:
             writing = "w" in (mode or (args[0] if args else kwargs.get("mode", "")))
             path = inside(f, launch.sandbox)
-            if writing and isinstance(f, (str, os.PathLike)):
+            named = isinstance(f, (str, os.PathLike))
+            real = os.path.realpath(os.fspath(f)) if named else ""
+            if writing and named:
                 own(f)  # torch.save writes from C++, unseen by the sandbox's audit hook
-                real = os.path.realpath(os.fspath(f))
                 launch._written.add(real)
                 if not path:
                     launch.outside.before_write(real)
@@ -266,8 +267,11 @@ class Launch:
             if not writing:
                 if path:
                     launch.r.loaded.append(path)
-            elif path and launch.r.steps > 0:
-                launch._saved(path)
+                elif real and launch.outside.wrote(real):  # an absolute --out a launch before wrote
+                    launch.r.loaded.append(real)
+                    launch.r.rng_outside[real] = holds_rng(Path(real))  # gone after the launch
+            elif (path or real) and launch.r.steps > 0:
+                launch._saved(path or real)
             elif launch.r.steps > 0 and not isinstance(f, (str, os.PathLike)):
                 launch._buffer_saved = True  # Lightning: torch.save to bytes, then a file moved into place
             return out
@@ -290,11 +294,13 @@ class Launch:
                 if not target:
                     # Only a checkpoint moved into place is the script's to guard: a library's
                     # own atomic writes (torch.compile's caches, a download) are left alone
-                    if launch._buffer_saved or isinstance(src, (str, os.PathLike)) and \
-                            os.path.realpath(os.fspath(src)) in launch._written:
+                    moved = os.path.realpath(os.fspath(src)) if isinstance(src, (str, os.PathLike)) else ""
+                    if launch._buffer_saved or moved in launch._written:
                         real = os.path.realpath(os.fspath(dst))
                         launch._written.add(real)
                         launch.outside.before_write(real)
+                        if launch.r.saved and launch.r.saved[-1] == moved:
+                            launch.r.saved[-1] = real  # the checkpoint moved into place there
                 elif launch.r.saved and inside(src, launch.sandbox) == launch.r.saved[-1]:
                     launch.r.saved[-1] = target  # the checkpoint moved into place (tmp -> final)
                 elif launch._buffer_saved:  # the bytes torch.save wrote, moved into place

@@ -42,9 +42,12 @@ class Result:
     lr_options: dict[str, Any] = field(default_factory=dict)  # the first optimizer's other defaults
     sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # per parameter (by id): (numel, dim)
     framework: str = ""  # "transformers" or "lightning" when their trainer steps the optimizer
-    saved: list[str] = field(default_factory=list)  # files torch.save wrote in the sandbox
+    saved: list[str] = field(default_factory=list)  # files torch.save wrote: in the sandbox, or absolute
     saved_at: int = 0  # the steps done when the first of them was written
-    loaded: list[str] = field(default_factory=list)  # files torch.load read from the sandbox
+    loaded: list[str] = field(default_factory=list)  # files torch.load read from the sandbox, or absolute
+    # ones a launch wrote; whether each of those held an RNG state, read when it was loaded
+    # (preflight removes them after the launch)
+    rng_outside: dict[str, bool | None] = field(default_factory=dict)
     sandbox: Path | None = None  # the launch's working folder (removed when preflight ends)
     status: str = "ok"  # ok, stopped, timeout, exit, error
     error: str = ""
@@ -92,9 +95,15 @@ class Result:
         ckpt`` reads it, no pickle run)? None when it cannot be read."""
         if not self.loaded or self.sandbox is None:
             return None
-        try:
-            ck = open_checkpoint(self.sandbox / self.loaded[-1])
-        except (UsageError, OSError):
-            return None
-        ck.close()
-        return "rng" in ck.has
+        last = self.loaded[-1]
+        return self.rng_outside[last] if last in self.rng_outside else holds_rng(self.sandbox / last)
+
+
+def holds_rng(path: Path) -> bool | None:
+    """Does the checkpoint at ``path`` hold an RNG state? None when it cannot be read."""
+    try:
+        ck = open_checkpoint(path)
+    except (UsageError, OSError):
+        return None
+    ck.close()
+    return "rng" in ck.has
