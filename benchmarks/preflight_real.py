@@ -10,8 +10,8 @@ OMP_NUM_THREADS=1:
     python benchmarks/preflight_real.py --checkouts /tmp/livebench --case nanogpt-char
 
 A case with ``preflight_resume`` in the manifest (the arguments that make the script resume,
-nanoGPT's ``--init_from=resume``) gets them as ``--resume-args``, and its output folder
-(``{out}``) relative, inside preflight's launch folder, so that the resume probe runs.
+nanoGPT's ``--init_from=resume``) gets them as ``--resume-args``; its output folder (``{out}``)
+stays the absolute one live_real gives it, as a user's would.
 
 Judged per case:
 
@@ -55,10 +55,7 @@ SHORT = {"pass": "pass", "fail": "FAIL", "n/a": "n/a"}
 def _preflight(case: Case, root: Path, scratch: Path, budget: float) -> tuple[int, dict[str, str], str, float]:
     """(exit status, probe -> verdict, the last lines of stderr, seconds)."""
     out = Path(tempfile.mkdtemp(dir=scratch))
-    # a script that resumes writes its checkpoint into preflight's launch folder, as with a
-    # relative output folder
     subst = {"{out}": str(out), "{root}": str(root)}
-    args = [a.replace("{out}", "out") for a in case.args] if case.preflight_resume else case.args
 
     def fill(s: str) -> str:
         for k, v in subst.items():
@@ -68,7 +65,7 @@ def _preflight(case: Case, root: Path, scratch: Path, budget: float) -> tuple[in
     report = out / "preflight.json"
     resume = ["--resume-args", case.preflight_resume] if case.preflight_resume else []
     cmd = [sys.executable, "-m", "traindoc", "preflight", "--budget", str(budget), "--json", str(report), *resume,
-           str(root / case.script), *(fill(a) for a in args)]
+           str(root / case.script), *(fill(a) for a in case.args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **{k: fill(v) for k, v in case.env.items()}}
     if "PYTHONPATH" in case.env and os.environ.get("PYTHONPATH"):  # the caller's (a traindoc to compare) first
         env["PYTHONPATH"] = os.environ["PYTHONPATH"] + os.pathsep + env["PYTHONPATH"]
