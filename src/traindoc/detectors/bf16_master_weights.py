@@ -6,7 +6,7 @@ from typing import Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding
-from traindoc.events import Cast, Event, Optimizer, ParamStats
+from traindoc.events import Cast, Event, Optimizer, ParamStats, RunStart
 from traindoc.findings import Finding
 
 LOW = ("torch.bfloat16", "torch.float16")
@@ -27,12 +27,13 @@ _FRAMEWORK_FIX = {
 
 class Bf16MasterWeights(Detector):
     """An optimizer trains parameters stored in bf16/fp16 (the model was cast, e.g.
-    ``model.to(torch.bfloat16)``) instead of fp32 parameters with autocast. The evidence names
-    the cast's file:line when the live source saw it."""
+    ``model.to(torch.bfloat16)``, or built in that dtype: ``from_pretrained(...,
+    torch_dtype=torch.bfloat16)``) instead of fp32 parameters with autocast. The evidence names
+    the cast's file:line when the live source saw it, and says so when a live run saw no cast."""
 
     id = "bf16-master-weights"
     needs = frozenset({"optimizer"})
-    uses = frozenset({"cast", "params"})
+    uses = frozenset({"cast", "params", "run"})  # run: a live source, which sees every cast
     examples = (
         Example("demo_scripts/bf16_master.py", 0),
         Example("demo_scripts/healthy_bf16_autocast.py", None),
@@ -44,8 +45,12 @@ class Bf16MasterWeights(Detector):
         self.config = config or self.Config()
         self._casts: list[Cast] = []
         self._fired = False
+        self._live = False
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, RunStart):
+            self._live = event.source == "live"
+            return
         if isinstance(event, Cast):
             self._casts.append(event)
             return
@@ -59,7 +64,16 @@ class Bf16MasterWeights(Detector):
         self._fired = True
         dtype = max(set(low), key=low.count)
         cast = self._casts[-1] if self._casts else None
-        site = f" (cast at {cast.where}: `{cast.module}` to {cast.dtype})" if cast and cast.where else ""
+        if cast and cast.where:
+            site = f" (cast at {cast.where}: `{cast.module}` to {cast.dtype})"
+        elif self._live and cast is None:  # born in that dtype: no .to()/.half() ran
+            site = (" (created in that dtype, no cast ran: a loader's dtype option such as "
+                    "`from_pretrained(..., torch_dtype=torch.bfloat16)`, layers built with `dtype=`, or "
+                    "`torch.set_default_dtype`)")
+        else:
+            site = ""
+        undo = (f"Remove the cast{(' at ' + cast.where) if cast and cast.where else ''}" if cast or not self._live
+                else "Build or load the model in float32 (drop the dtype option)")
         yield finding(
             self.id, step=event.step,
             message=(
@@ -67,8 +81,7 @@ class Bf16MasterWeights(Detector):
                 "the optimizer has no fp32 copy of them."
             ),
             fix=_FRAMEWORK_FIX.get(cast.via if cast else "") or (
-                f"Remove the cast{(' at ' + cast.where) if cast and cast.where else ''} and keep "
-                "fp32 parameters; get the speed with `torch.autocast(device_type, "
+                f"{undo} and keep fp32 parameters; get the speed with `torch.autocast(device_type, "
                 "dtype=torch.bfloat16)` around the forward pass (and a GradScaler for fp16)."
             ),
             evidence={"optimizer": event.cls, "low_precision_params": len(low), "params": len(dtypes),
