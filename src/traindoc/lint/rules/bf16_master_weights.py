@@ -22,6 +22,9 @@ FRACTION_BITS = {"torch.bfloat16": 7, "torch.float16": 10}
 # Loaders that build a model in the dtype they are given (Hugging Face transformers, diffusers).
 LOADERS = ("from_pretrained", "from_config", "from_single_file")
 LOADER_KWARGS = ("torch_dtype", "dtype")
+# Lightning's precisions that store the parameters themselves in 16 bits ("bf16"/"16" mean mixed).
+TRUE_PRECISIONS = {"bf16-true": "torch.bfloat16", "16-true": "torch.float16"}
+LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
 DTYPE_NAMES = {"bfloat16": "torch.bfloat16", "bf16": "torch.bfloat16", "float16": "torch.float16",
                "fp16": "torch.float16", "half": "torch.float16"}
 
@@ -30,7 +33,8 @@ class Bf16MasterWeights:
     """A model's parameters are cast to bf16/fp16 (``model.to(torch.bfloat16)``,
     ``model.bfloat16()``, ``model.half()``) or loaded in it
     (``AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)``, ``dtype="bfloat16"``)
-    before an optimizer that keeps no fp32 copy is built on them, in the same function. Updates smaller than half a bf16 step round away
+    before an optimizer that keeps no fp32 copy is built on them, in the same function; or a
+    Lightning ``Trainer``/``Fabric`` with ``precision="bf16-true"`` that trains. Updates smaller than half a bf16 step round away
     (``update-underflow``): weights near 1.0 cannot move by less than ~0.004. Quiet when the
     optimizer keeps fp32 master weights (Kahan summation, stochastic rounding) or only trains
     adapters (PEFT / a ``requires_grad`` filter), and for casts after training (export).
@@ -87,6 +91,26 @@ class Bf16MasterWeights:
         ),
         Invalid(
             """
+            import lightning as L
+
+            trainer = L.Trainer(max_epochs=3, precision="bf16-true", accelerator="gpu")
+            trainer.fit(LitClassifier(lr=3e-4), train_loader, val_loader)
+            """,
+            3,
+        ),
+        Invalid(
+            """
+            from lightning.fabric import Fabric
+
+            fabric = Fabric(devices=1, precision="16-true")
+            model = GPT(config)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            model, optimizer = fabric.setup(model, optimizer)
+            """,
+            3,
+        ),
+        Invalid(
+            """
             import torch
             from diffusers import UNet2DConditionModel
 
@@ -97,6 +121,14 @@ class Bf16MasterWeights:
         ),
     )
     valid: ClassVar[tuple[str, ...]] = (
+        """
+        import lightning as L
+
+        trainer = L.Trainer(max_epochs=3, precision="bf16-mixed")
+        trainer.fit(LitModel(), train_loader)
+        predictor = L.Trainer(precision="bf16-true")
+        predictor.predict(LitModel.load_from_checkpoint(path), test_loader)
+        """,
         """
         import torch
 
@@ -170,6 +202,7 @@ class Bf16MasterWeights:
     def check(self, mod: Module) -> Iterator[Hit]:
         if any(q.startswith(("peft", "peft.")) for q in mod.aliases.values()):
             return  # adapters are kept in fp32 by PEFT; the cast base model is frozen
+        yield from _true_precision(mod)
         if not any(mod.named(c) for c in CASTS + LOADERS):
             return
         for scope in mod.scopes:
@@ -228,6 +261,46 @@ class Bf16MasterWeights:
                         yield stmt, name, dtype, loaded
                     break
                 node = node.func.value
+
+
+def _true_precision(mod: Module) -> Iterator[Hit]:
+    """A Lightning ``Trainer``/``Fabric`` with ``precision="bf16-true"`` (``"16-true"``) that
+    trains (``fit``, or Fabric's ``setup`` of an optimizer): Lightning casts the module, and the
+    optimizers built on it update 16-bit parameters."""
+    for call in mod.named("Trainer", "Fabric"):
+        owner = mod.callee(call)
+        value = kwarg(call, "precision")
+        named = value_of(mod, value, call) if value is not None else None
+        if not owner.startswith(LIGHTNING) or not isinstance(named, ast.Constant):
+            continue
+        precision = named.value
+        if not isinstance(precision, str) or precision not in TRUE_PRECISIONS or not _trains(mod, call):
+            continue
+        dtype = TRUE_PRECISIONS[precision]
+        short = owner.rsplit(".", 1)[-1]
+        mixed = "bf16-mixed" if dtype == "torch.bfloat16" else "16-mixed"
+        yield Hit(
+            call,
+            f"`{short}(precision=\"{precision}\")` stores the model's parameters in `{dtype}` and its "
+            "optimizers update them there with no fp32 master copy: updates smaller than half a "
+            f"{'bf16' if dtype == 'torch.bfloat16' else 'fp16'} step round away and those weights stop moving",
+            cause=f"Lightning's \"{precision}\" casts the module itself to 16 bits before the optimizers "
+            "are built; the optimizer adds its small updates to them in 16 bits.",
+            fix=f"Use `precision=\"{mixed}\"`: Lightning then keeps fp32 weights and runs the forward "
+            "under autocast.",
+        )
+
+
+def _trains(mod: Module, call: ast.Call) -> bool:
+    """Does the Trainer or Fabric ``call`` makes train (``fit``; Fabric's ``setup`` of a model
+    and an optimizer, ``setup_optimizers``), not only predict or test?"""
+    up = mod.parent.get(call)
+    if isinstance(up, ast.Attribute):  # L.Trainer(...).fit(...)
+        return up.attr == "fit"
+    name = dotted(up.targets[0]) if isinstance(up, ast.Assign) and len(up.targets) == 1 else None
+    return name is not None and any(
+        dotted(c.func.value) == name and (c.func.attr != "setup" or len(c.args) > 1)
+        for c in mod.named("fit", "setup", "setup_optimizers") if isinstance(c.func, ast.Attribute))
 
 
 def _statements(mod: Module, scope: Scope) -> Iterator[ast.stmt]:
