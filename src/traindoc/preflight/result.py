@@ -44,9 +44,9 @@ class Result:
     framework: str = ""  # "transformers" or "lightning" when their trainer steps the optimizer
     saved: list[str] = field(default_factory=list)  # files torch.save wrote: in the sandbox, or absolute
     saved_at: int = 0  # the steps done when the first of them was written
-    loaded: list[str] = field(default_factory=list)  # files torch.load read from the sandbox, or absolute
-    # ones a launch wrote; whether each of those held an RNG state, read when it was loaded
-    # (preflight removes them after the launch)
+    # files torch.load read: in the sandbox, or absolute ones a launch wrote; whether each absolute
+    # one held an RNG state, read when it was loaded (preflight removes it after the launch)
+    loaded: list[str] = field(default_factory=list)
     rng_outside: dict[str, bool | None] = field(default_factory=dict)
     sandbox: Path | None = None  # the launch's working folder (removed when preflight ends)
     status: str = "ok"  # ok, stopped, timeout, exit, error

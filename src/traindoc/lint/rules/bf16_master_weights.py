@@ -32,12 +32,14 @@ DTYPE_NAMES = {"bfloat16": "torch.bfloat16", "bf16": "torch.bfloat16", "float16"
 class Bf16MasterWeights:
     """A model's parameters are cast to bf16/fp16 (``model.to(torch.bfloat16)``,
     ``model.bfloat16()``, ``model.half()``) or loaded in it
-    (``AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)``, ``dtype="bfloat16"``)
-    before an optimizer that keeps no fp32 copy is built on them, in the same function; or a
-    Lightning ``Trainer``/``Fabric`` with ``precision="bf16-true"`` that trains. Updates smaller than half a bf16 step round away
-    (``update-underflow``): weights near 1.0 cannot move by less than ~0.004. Quiet when the
-    optimizer keeps fp32 master weights (Kahan summation, stochastic rounding) or only trains
-    adapters (PEFT / a ``requires_grad`` filter), and for casts after training (export).
+    (``AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)``,
+    ``dtype="bfloat16"``) before an optimizer that keeps no fp32 copy is built on them, in the
+    same function; or a Lightning ``Trainer``/``Fabric`` with ``precision="bf16-true"`` trains.
+    Updates smaller than half a bf16 step round away (``update-underflow``): weights near 1.0
+    cannot move by less than ~0.004; with an Adam-like optimizer and a known LR the finding
+    names the largest weight that still moves. Quiet when the optimizer keeps fp32 master
+    weights (Kahan summation, stochastic rounding) or only trains adapters (PEFT / a
+    ``requires_grad`` filter), and for casts after training (export).
     """
 
     id: ClassVar[str] = "bf16-master-weights"
@@ -292,8 +294,8 @@ def _true_precision(mod: Module) -> Iterator[Hit]:
 
 
 def _trains(mod: Module, call: ast.Call) -> bool:
-    """Does the Trainer or Fabric ``call`` makes train (``fit``; Fabric's ``setup`` of a model
-    and an optimizer, ``setup_optimizers``), not only predict or test?"""
+    """Does the Trainer or Fabric that ``call`` makes train (``fit``; Fabric's ``setup`` of a
+    model and an optimizer, ``setup_optimizers``), not only predict or test?"""
     up = mod.parent.get(call)
     if isinstance(up, ast.Attribute):  # L.Trainer(...).fit(...)
         return up.attr == "fit"
