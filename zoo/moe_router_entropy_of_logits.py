@@ -1,9 +1,9 @@
 """MoE token classifier whose logged router entropy treats raw gate logits as log-probabilities.
 
 A small sequence model (embedding, one top-2 mixture-of-experts feed-forward block of 4
-experts, mean pooling, a linear head) learns a 4-class task on random token sequences (the most frequent token residue mod 4). A
-`log_moe_stats` helper in the style of MoE trainers writes router statistics to TensorBoard
-every 10 steps: `router/top1_frac` (the busiest expert's share of tokens, right) and
+experts, mean pooling, a linear head) learns a 4-class task on random token sequences (the
+most frequent token residue mod 4). A `log_moe_stats` helper in the style of MoE trainers
+writes router statistics to TensorBoard every 10 steps: `router/top1_frac` (the busiest expert's share of tokens, right) and
 `router/entropy`, computed with an entropy helper written for log-probabilities,
 `-(l * l.exp()).sum(-1)`, that is handed the raw gate logits. The logits are not log-probs
 (they do not log-sum-exp to 0), so the "entropy" is negative from its first value on (about
