@@ -211,6 +211,20 @@ def test_metric_divergence_reads_error_metrics_by_name_and_watches_what_it_is_to
     assert fired(score, "metric-divergence") == {}  # ... nor a score, where higher is better
 
 
+@pytest.mark.parametrize("loss_falls", [True, False])
+def test_metric_divergence_says_whether_the_training_loss_fell_meanwhile(loss_falls: bool) -> None:
+    """A metric that explodes while the training loss falls is fitted noise; while it rises too,
+    the run is unstable: the finding tells them apart."""
+    rise = [7.0 * math.exp(-e / 20) if e < 30 else 40.0 + e for e in range(50)]
+    loss = [2.0 * math.exp(-e / 10) if loss_falls else 1.0 + (e / 10 if e >= 30 else 0.0) for e in range(50)]
+    points = [(e, n, v) for e in range(50) for n, v in (("loss", loss[e]), ("metric.val_mae", rise[e]))]
+    events = [RunStart(source="logs"), *(Scalar(s, n, v) for s, n, v in points), RunEnd(steps=50)]
+    (f,) = analyze(events, select=["metric-divergence"]).findings
+    assert "meanwhile the training loss went from" in f.message
+    assert ("fits its training data" in f.message) is loss_falls
+    assert f.fix.split(": ", 1)[1].startswith("a model that fits noise") is loss_falls
+
+
 def test_metric_divergence_quiet_near_zero_after_converging() -> None:
     pts = [(e, "metric.val_mae", max(0.001, 5 * math.exp(-e / 3)) * (3 if e % 7 == 0 else 1)) for e in range(60)]
     assert fired(pts, "metric-divergence", watch=("metric.val_mae",)) == {}

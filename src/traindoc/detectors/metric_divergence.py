@@ -23,6 +23,9 @@ class _Track:
     best: float = math.inf
     best_step: int = 0
     fired: tuple[int, float] | None = None  # (step, smoothed value) when it crossed
+    # the training loss (a median of its recent values) when the best was reached, and at the crossing
+    loss_at_best: float | None = None
+    loss_at_fired: float | None = None
     peak: tuple[int, float] = (0, -math.inf)
     last: tuple[int, float] = (0, math.nan)
 
@@ -41,6 +44,7 @@ class MetricDivergence(Detector):
 
     id = "metric-divergence"
     needs = frozenset({"val_loss"})
+    uses = frozenset({"loss"})  # the training loss meanwhile: fitting noise, or unstable
     examples = (
         Example("fixtures/logs/golden/val_loss_explodes.jsonl", 25),
         Example("fixtures/logs/golden/healthy_val_loss.jsonl", None),
@@ -50,7 +54,7 @@ class MetricDivergence(Detector):
 
     # Carried over a resume: each metric's smoothing window and its initial, best, latest and peak
     # levels.
-    carry = ("_tracks",)
+    carry = ("_tracks", "_loss")
 
     @dataclass(frozen=True)
     class Config:
@@ -70,6 +74,7 @@ class MetricDivergence(Detector):
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._tracks: dict[str, _Track] = {}
+        self._loss: deque[float] = deque(maxlen=25)  # the latest training losses
 
     def reads(self, signal: str) -> bool:
         return signal in self.config.watch or error_metric(signal)
@@ -78,6 +83,9 @@ class MetricDivergence(Detector):
         assert isinstance(event, Scalar)
         x = event.value
         if not math.isfinite(x):
+            return ()
+        if event.name == "loss":
+            self._loss.append(x)
             return ()
         t = self._tracks.get(event.name)
         if t is None:
@@ -91,11 +99,12 @@ class MetricDivergence(Detector):
         m = median(list(t.recent))
         if t.initial is None:
             t.initial = m
+        loss = median(list(self._loss)) if self._loss else None
         if m < t.best:
-            t.best, t.best_step = m, event.step
+            t.best, t.best_step, t.loss_at_best = m, event.step, loss
         cfg = self.config
         if t.fired is None and t.best > 0 and m >= cfg.factor * t.best and m >= cfg.above_initial * t.initial:
-            t.fired = (event.step, m)
+            t.fired, t.loss_at_fired = (event.step, m), loss
             return (self._finding(),)
         return ()
 
@@ -112,18 +121,26 @@ class MetricDivergence(Detector):
                 f"{name} reached {fmt(t.fired[1])} at step {step} (median of {self.config.smooth}), "
                 f"{fmt(t.fired[1] / t.best)}x its best {fmt(t.best)} (step {t.best_step}); peak "
                 f"{fmt(t.peak[1])} at step {t.peak[0]}, last {fmt(t.last[1])}")
-        first = fired[0][0]
+        first, t0 = fired[0][0], fired[0][2]
         shown = [name for _, name, _ in fired]
+        a, b = t0.loss_at_best, t0.loss_at_fired
+        fell = a is not None and b is not None and b < 0.9 * a
+        meanwhile = (f"; meanwhile the training loss went from {fmt(a)} to {fmt(b)}"
+                     + (": the model fits its training data at this metric's expense" if fell else "")
+                     if a is not None and b is not None else "")
+        why = (("a model that fits noise while its training loss still falls, as here (weight decay, "
+                "fewer parameters or more data), a loss term weighted far above the others (rebalance "
+                "it), an LR too high after warmup (lower it)") if fell else
+               ("a loss term weighted far above the others (rebalance it), an LR too high after warmup "
+                "(lower it), a model that fits noise while its training loss still falls (weight decay, "
+                "fewer parameters or more data)"))
         return finding(
             self.id, step=first,
-            message="; ".join(parts) + f" (threshold {fmt(self.config.factor)}x the best and "
-                                       f"{fmt(self.config.above_initial)}x the initial level).",
+            message="; ".join(parts) + meanwhile + f" (threshold {fmt(self.config.factor)}x the best and "
+                                                   f"{fmt(self.config.above_initial)}x the initial level).",
             fix=(
                 f"Keep the checkpoint with the best {names(shown, 2)} and stop on it; then find what "
-                f"changed at step {first}: a loss term weighted far above the others (rebalance it), "
-                f"an LR too high after warmup (lower it), a model that fits noise while its training "
-                f"loss still falls (weight decay, fewer parameters or more data), a curriculum or "
-                f"data switch."
+                f"changed at step {first}: {why}, a curriculum or data switch."
             ),
             evidence={
                 "metrics": shown,
@@ -133,6 +150,7 @@ class MetricDivergence(Detector):
                 "last": {name: t.last[1] for _, name, t in fired},
                 "ratio": {name: t.fired[1] / t.best for _, name, t in fired if t.fired},
                 "threshold": self.config.factor,
+                **({"train_loss_at_best": a, "train_loss_at_crossing": b} if a is not None and b is not None else {}),
             },
             where=shown,
         )
