@@ -21,6 +21,7 @@ from traindoc.detectors.divergence import Divergence
 from traindoc.detectors.exploding_gradients import ExplodingGradients
 from traindoc.detectors.expert_collapse import ExpertCollapse
 from traindoc.detectors.loss_spike import LossSpike
+from traindoc.detectors.metric_divergence import MetricDivergence
 from traindoc.detectors.nan_hidden_by_logging import NanHiddenByLogging
 from traindoc.detectors.nonfinite import Nonfinite
 from traindoc.detectors.scheduler_before_optimizer import SchedulerBeforeOptimizer
@@ -261,6 +262,9 @@ CASES: dict[str, list[Series]] = {
     "one finite point": run([1.0], [1.0], [1e-3]),
     "expert load collapsing": [Series("expert_gini", list(range(N)), [0.25 + 0.6 * min(1.0, k / 150) for k in range(N)])],
     "expert load balanced": [Series("expert_gini", list(range(N)), [0.25 + 0.02 * (k % 3) for k in range(N)])],
+    # an evaluation every 10 steps whose error climbs from step 100 while the loss still falls
+    "error metric exploding": run(decay(N)) + [Series("metric.val_mae", list(range(0, N, 10)), [
+        math.exp(-k / 5) if k < 10 else 0.4 + 0.5 * (k - 10) for k in range(N // 10)])],
 }
 # (case, detector, config: 0 the default, i CONFIGS[detector][i - 1]): what its finding says.
 # The cases do what they claim, and reach the corners of the judgements.
@@ -286,6 +290,7 @@ EXPECT: list[tuple[str, type, int, str]] = [
     ("onecycle pre-stepped", SchedulerBeforeOptimizer, 0, "1 step later"),
     ("onecycle pre-stepped twice, interval 5", SchedulerBeforeOptimizer, 0, "2 steps later"),
     ("expert load collapsing", ExpertCollapse, 0, "Gini"),
+    ("error metric exploding", MetricDivergence, 0, "fits its training data"),
 ]
 QUIET: list[tuple[str, type, int]] = [
     ("healthy", cls, 0) for cls in COLUMNAR
@@ -334,7 +339,8 @@ def test_big_runs() -> None:
     runs = [run(healthy, [1.0] * n, onecycle(n, 0)), run(spikes, [1.0] * (n - 50) + [NAN] * 50),
             run(stalled, [1.0] * 5000 + [5e3] * (n - 5000), onecycle(n, 1)),
             run(healthy[:10000] + [1.001 ** k for k in range(n - 10000)])
-            + [Series("expert_gini", list(range(n)), [0.25 + 0.6 * min(1.0, k / 8000) for k in range(n)])]]
+            + [Series("expert_gini", list(range(n)), [0.25 + 0.6 * min(1.0, k / 8000) for k in range(n)]),
+               Series("val_loss", list(range(0, n, 100)), [1.0 if k < 100 else 0.1 * k for k in range(n // 100)])]]
     fired = set()
     for columns in runs:
         for cls in COLUMNAR:

@@ -11,9 +11,12 @@ from typing import Iterable
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, names, require
 from traindoc.detectors._maths import median
-from traindoc.events import Event, Scalar
+from traindoc.events import Event, Scalar, Series, scalars
 from traindoc.events.metrics import error_metric
 from traindoc.findings import Finding
+
+
+_LOSSES = 25  # the training losses whose median is "the training loss" at a metric's point
 
 
 @dataclass
@@ -34,12 +37,15 @@ class MetricDivergence(Detector):
     """The median of the last ``smooth`` values of a lower-is-better metric reaches ``factor``
     times the best such median and ``above_initial`` times the first one. The smoothing makes
     one bad evaluation not count; the initial-level test keeps a metric that wobbles near 0
-    after converging quiet. The training loss is ``divergence``'s.
+    after converging quiet. A diverging training loss is ``divergence``'s.
 
     It watches ``val_loss`` and every metric whose name reads as an error (``metric.val_mae``:
     MAE, MSE, RMSE, SHD, error, perplexity ...), whichever face saw it: a log's column, a value
     the live script logged or printed. ``watch`` (a ``[tool.traindoc.detectors.metric-divergence]``
     table) names others.
+
+    The training loss (the median of its last 25 values) when the best was reached and at the
+    crossing tells a model fitting noise (still falling) from an unstable run (rising with it).
     """
 
     id = "metric-divergence"
@@ -74,18 +80,35 @@ class MetricDivergence(Detector):
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
         self._tracks: dict[str, _Track] = {}
-        self._loss: deque[float] = deque(maxlen=25)  # the latest training losses
+        self._loss: deque[float] = deque(maxlen=_LOSSES)  # the latest training losses
 
     def reads(self, signal: str) -> bool:
         return signal in self.config.watch or error_metric(signal)
+
+    def observe_series(self, columns: dict[str, Series]) -> list[Finding]:
+        """The metrics point by point; the training loss as a column, not replayed point by
+        point (a log's million rows): each metric point sees the losses up to its step."""
+        import numpy as np
+
+        rest = [c for name, c in columns.items() if name != "loss"]
+        loss = columns.get("loss")
+        steps = vals = np.empty(0)
+        if loss is not None:
+            steps, vals = np.asarray(loss.steps), np.asarray(loss.values, dtype=float)
+            steps, vals = steps[np.isfinite(vals)], vals[np.isfinite(vals)]
+        before = list(self._loss)
+        out: list[Finding] = []
+        for event in scalars(rest):
+            k = int(np.searchsorted(steps, event.step, side="right"))
+            self._loss = deque(before + vals[max(0, k - _LOSSES):k].tolist(), maxlen=_LOSSES)
+            out.extend(self.observe(event))
+        self._loss = deque(before + vals[-_LOSSES:].tolist(), maxlen=_LOSSES)
+        return out
 
     def observe(self, event: Event) -> Iterable[Finding]:
         assert isinstance(event, Scalar)
         x = event.value
         if not math.isfinite(x):
-            return ()
-        if event.name == "loss":
-            self._loss.append(x)
             return ()
         t = self._tracks.get(event.name)
         if t is None:
