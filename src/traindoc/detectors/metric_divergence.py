@@ -59,7 +59,7 @@ class MetricDivergence(Detector):
     )
 
     # Carried over a resume: each metric's smoothing window and its initial, best, latest and peak
-    # levels.
+    # levels, and the latest training losses.
     carry = ("_tracks", "_loss")
 
     @dataclass(frozen=True)
@@ -151,12 +151,11 @@ class MetricDivergence(Detector):
         meanwhile = (f"; meanwhile the training loss went from {fmt(a)} to {fmt(b)}"
                      + (": the model fits its training data at this metric's expense" if fell else "")
                      if a is not None and b is not None else "")
-        why = (("a model that fits noise while its training loss still falls, as here (weight decay, "
-                "fewer parameters or more data), a loss term weighted far above the others (rebalance "
-                "it), an LR too high after warmup (lower it)") if fell else
-               ("a loss term weighted far above the others (rebalance it), an LR too high after warmup "
-                "(lower it), a model that fits noise while its training loss still falls (weight decay, "
-                "fewer parameters or more data)"))
+        causes = ["a loss term weighted far above the others (rebalance it)",
+                  "an LR too high after warmup (lower it)",
+                  "a model that fits noise while its training loss still falls"
+                  + (", as here" if fell else "") + " (weight decay, fewer parameters or more data)"]
+        why = ", ".join(causes[-1:] + causes[:-1] if fell else causes)
         return finding(
             self.id, step=first,
             message="; ".join(parts) + meanwhile + f" (threshold {fmt(self.config.factor)}x the best and "
