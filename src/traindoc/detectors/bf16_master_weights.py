@@ -64,16 +64,16 @@ class Bf16MasterWeights(Detector):
         self._fired = True
         dtype = max(set(low), key=low.count)
         cast = self._casts[-1] if self._casts else None
-        if cast and cast.where:
-            site = f" (cast at {cast.where}: `{cast.module}` to {cast.dtype})"
-        elif self._live and cast is None:  # born in that dtype: no .to()/.half() ran
+        born = self._live and cast is None  # a live run sees every cast: none ran, so born in that dtype
+        if born:
             site = (" (created in that dtype, no cast ran: a loader's dtype option such as "
                     "`from_pretrained(..., torch_dtype=torch.bfloat16)`, layers built with `dtype=`, or "
                     "`torch.set_default_dtype`)")
+            undo = "Build or load the model in float32 (drop the dtype option)"
         else:
-            site = ""
-        undo = (f"Remove the cast{(' at ' + cast.where) if cast and cast.where else ''}" if cast or not self._live
-                else "Build or load the model in float32 (drop the dtype option)")
+            where = cast.where if cast else ""
+            site = f" (cast at {where}: `{cast.module}` to {cast.dtype})" if cast and where else ""
+            undo = f"Remove the cast{' at ' + where if where else ''}"
         yield finding(
             self.id, step=event.step,
             message=(

@@ -92,7 +92,6 @@ class DegenerateThreshold(Detector):
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._judged = frozenset(_F1 + self.config.watch)
         n = self.config.smooth
         self._first: dict[str, list[float]] = {"loss": [], "val_loss": []}
         self._last: dict[str, deque[float]] = {"loss": deque(maxlen=n), "val_loss": deque(maxlen=n)}
@@ -124,7 +123,7 @@ class DegenerateThreshold(Detector):
             self._precision_nan.add(event.step)
         if name in _SCORES:
             return self._scored(event.step, name, x)
-        if name not in self._judged and not self.reads(name):
+        if name not in _F1 and not self.reads(name):  # reads: watch, and names of thresholded metrics
             return ()
         self._evals[name] = self._evals.get(name, 0) + 1
         if x == 0.0 or x != x:
