@@ -32,7 +32,7 @@ from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankPara
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
-    Batch, Cast, Classification, Clip, Forwards, NormInput, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
+    Batch, Cast, Classification, Clip, Embeddings, Forwards, NormInput, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
     RunStart, Scalar, Series, StepBegin, StepEnd,
 )
 
@@ -77,6 +77,7 @@ SIGNALS: dict[str, str] = {
     "collective": "torch.distributed collectives called on tensors inside the autograd graph (live)",
     "inference_forward": "trainable modules run under torch.inference_mode() while a training step was built (live, sampled steps)",
     "norms": "the variance normalization layers built with a large eps divide by (live, sampled steps)",
+    "embeddings": "how far apart the directions of the embeddings a loss normalizes or compares by cosine are (live, sampled steps)",
     "unstepped": "models that got gradients though no optimizer holds them, off the trained parameters' path: a target network or teacher run with autograd on (live, sampled steps)",
 }
 
@@ -87,7 +88,7 @@ Event = Union[
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
     RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
-    InferenceForward, UnsteppedModel, NormInput,
+    InferenceForward, UnsteppedModel, NormInput, Embeddings,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -100,6 +101,7 @@ EVENT_TYPES: dict[str, type] = {
     "param_stats": ParamStats,
     "activation": Activation,
     "norm_input": NormInput,
+    "embeddings": Embeddings,
     "clip": Clip,
     "batch": Batch,
     "classification": Classification,
@@ -219,7 +221,7 @@ def _spoken(hint: Any) -> str:
 
 __all__ = [
     "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar", "Series",
-    "Backward", "ParamStats", "Activation", "NormInput", "Clip", "Batch", "Classification", "Cast", "RunEnd",
+    "Backward", "ParamStats", "Activation", "NormInput", "Embeddings", "Clip", "Batch", "Classification", "Cast", "RunEnd",
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",

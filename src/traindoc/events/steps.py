@@ -250,6 +250,21 @@ class NormInput:
     signal: ClassVar[str] = "norms"
 
 @dataclass(frozen=True)
+class Embeddings:
+    """The embeddings a training loss compares by direction, on a sampled training step (live):
+    the ``[N, D]`` batches handed to ``F.normalize`` or ``F.cosine_similarity``. ``spread`` is
+    sqrt(1 - |mean of the unit rows|^2): 1 for directions spread evenly over the sphere, 0 for
+    one direction shared by every row; the largest of the step's calls (the least collapsed),
+    ``where`` that call's file:line, ``rows`` and ``dim`` its N and D."""
+
+    step: int
+    spread: float
+    rows: int
+    dim: int
+    where: str = ""
+    signal: ClassVar[str] = "embeddings"
+
+@dataclass(frozen=True)
 class Clip:
     """A clipping: the total norm before clipping and the max_norm asked for. ``via``: what
     clipped, as the user wrote it (``clip_grad_norm_``, ``clip_grads_with_norm_``, FSDP's,

@@ -59,6 +59,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "routers": ("expert_gini", "expert_entropy"),
     "loss_terms": ("loss_terms",),
     "masking": ("activations",),
+    "embeddings": ("embeddings",),
     "order": ("eval_order",),
     "schedule": ("schedule",),
     "init": ("init",),

@@ -21,6 +21,7 @@ from traindoc.live.probes.checkpoints import CheckpointProbes
 from traindoc.live.probes.clipping import ClippingProbe
 from traindoc.live.probes.core import CoreProbes
 from traindoc.live.probes.data import DataProbes
+from traindoc.live.probes.embeddings import EmbeddingsProbe
 from traindoc.live.probes.eval import EvalProbes
 from traindoc.live.probes.eval_metrics import EvalMetricsProbe
 from traindoc.live.probes.freeze import FreezeProbe
@@ -50,6 +51,7 @@ PROBES: tuple[type[Probe], ...] = (
     EvalMetricsProbe,  # after core: drops a loss that fed a backward before the round closes
     LossTermsProbe,  # after core: its backward callback runs first, before the session's
     MaskingProbe,
+    EmbeddingsProbe,
     OrderProbe,
     ScheduleProbe,
     InitProbe,

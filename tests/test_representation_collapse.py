@@ -1,0 +1,100 @@
+"""representation-collapse on hand-made events (a collapse to the end fires; a recovery, an
+init transient and a short run stay quiet), and what the live probe measures: the spread of
+the embeddings a loss normalizes or compares, never a parameter, a broadcast row or a
+normalization across the batch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import traindoc
+from traindoc.detectors.representation_collapse import RepresentationCollapse
+from traindoc.events import Embeddings, Scalar
+
+
+def _run(spreads: list[float], loss: bool = True) -> list:
+    det = RepresentationCollapse()
+    for i, s in enumerate(spreads):
+        if loss:
+            det.observe(Scalar(step=10 * i, name="loss", value=1.0 - i / len(spreads)))
+        det.observe(Embeddings(step=10 * i, spread=s, rows=64, dim=32, where="train.py:40"))
+    return list(det.finish())
+
+
+def test_fires_on_a_collapse_that_lasts_to_the_end() -> None:
+    found = _run([0.8, 0.6, 0.4, 0.3] + [0.1] * 8 + [0.05] * 4)
+    assert len(found) == 1
+    f = found[0]
+    assert f.step == 40 and f.where == ("train.py:40",)
+    ev = f.evidence
+    assert (ev["sampled_steps"], ev["first_spread"], ev["peak_spread"]) == (12, 0.8, 0.8)
+    assert ev["mean_cosine"] == pytest.approx(1 - 0.1 ** 2)
+    assert ev["loss_first"] == 1.0 and "training loss went from 1 to" in f.message
+    assert "z1.detach()" in f.fix
+
+
+def test_quiet_when_the_collapse_ends_before_the_run() -> None:
+    assert _run([0.8] + [0.1] * 10 + [0.5]) == []
+
+
+def test_quiet_for_an_init_whose_outputs_spread_as_it_trains() -> None:
+    assert _run([0.05] * 8 + [0.3, 0.5, 0.7, 0.8, 0.8, 0.9]) == []
+
+
+def test_quiet_on_too_few_points_or_too_short_a_streak() -> None:
+    assert _run([0.05] * 9) == []  # under min_points
+    assert _run([0.9] * 10 + [0.05] * 7) == []  # under streak
+
+
+def test_nan_spreads_are_left_to_nonfinite() -> None:
+    assert _run([0.8] * 4 + [math.nan] * 12) == []
+
+
+def _embeddings(train) -> list[Embeddings]:
+    recorded: list[object] = []
+    with traindoc.watch(announce=False) as doc:
+        doc.session._sink = recorded.append
+        train()
+    return [e for e in recorded if isinstance(e, Embeddings)]
+
+
+def _steps(loss_of, steps: int = 6) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    head = torch.nn.Parameter(torch.randn(5, 8))
+    opt = torch.optim.SGD([*model.parameters(), head], lr=0.01)
+    for _ in range(steps):
+        x = torch.randn(32, 16)
+        loss = loss_of(model(x), model(x + 0.1 * torch.randn_like(x)), head)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def test_measures_what_a_loss_compares_with_the_reference_spread() -> None:
+    seen: list[float] = []
+
+    def loss(za: torch.Tensor, zb: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        u = F.normalize(za.detach(), dim=1)
+        seen.append(float((1 - u.mean(0).pow(2).sum()).sqrt()))
+        return -F.cosine_similarity(za, zb).mean()
+
+    got = _embeddings(lambda: _steps(loss))
+    assert [e.step for e in got] == list(range(6)) and got[0].rows == 32 and got[0].dim == 8
+    assert all(e.spread >= s - 1e-6 for e, s in zip(got, seen))  # the step's largest, za's or zb's
+    assert got[0].where.endswith(f"test_representation_collapse.py:{loss.__code__.co_firstlineno + 3}")
+
+
+def test_leaves_out_parameters_broadcast_rows_and_batch_normalization() -> None:
+    def loss(za: torch.Tensor, zb: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+        w = F.normalize(head, dim=1)  # a cosine classifier's weight: a parameter
+        q = F.normalize(za.mean(0, keepdim=True).expand(32, -1), dim=1)  # one row broadcast
+        across = F.normalize(zb, dim=0)  # along the batch, not per row
+        small = F.normalize(za[:4], dim=1)  # four rows are no batch
+        return (za @ w.t()).mean() + (q * across).sum() + small.sum()
+
+    assert _embeddings(lambda: _steps(loss)) == []
