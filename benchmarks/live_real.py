@@ -463,6 +463,56 @@ def _vision(where: Path) -> None:
     (folder / "sitecustomize.py").write_text(_EXIT_STATE + "\n" + seed, encoding="utf-8")
 
 
+_CIFAR = '''
+import os
+
+import numpy
+import torch
+import torchvision
+from PIL import Image
+
+
+class _CIFAR10(torch.utils.data.Dataset):
+    """CIFAR-10 as torchvision's class gives it (PIL images, int labels), drawn here: 10 classes
+    of 32x32 images told apart by colour and a bright square's place, LIVE_REAL_IMAGES of them."""
+
+    def __init__(self, root, train=True, transform=None, target_transform=None, download=False):
+        rng = numpy.random.default_rng(0 if train else 1)
+        n = int(os.environ.get("LIVE_REAL_IMAGES", "768"))
+        self.targets = rng.integers(0, 10, n).tolist()
+        self.data = rng.integers(0, 90, (n, 32, 32, 3)).astype(numpy.uint8)
+        for img, c in zip(self.data, self.targets):
+            img[:, :, c % 3] += 60 + 30 * (c // 3 % 3)
+            y, x = 4 + 6 * (c // 4), 4 + 8 * (c % 4)
+            img[y:y + 10, x:x + 10] = 240
+        self.transform, self.target_transform = transform, target_transform
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        img, target = Image.fromarray(self.data[i]), self.targets[i]
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target
+
+
+torchvision.datasets.CIFAR10 = _CIFAR10
+torch.manual_seed(0)  # the examples seed nothing
+'''
+
+
+def _cifar(where: Path) -> None:
+    """live_real_cifar/sitecustomize.py: torchvision's CIFAR10 drawn here (no download), torch
+    seeded, and the weights at exit (``exit_state``), for lightly's examples, which download
+    CIFAR-10, seed nothing and save no weights."""
+    folder = where / "live_real_cifar"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE + _CIFAR, encoding="utf-8")
+
+
 def _image_folder(where: Path) -> None:
     """live_real_images/{train,validation}/classN/*.png, as torchvision's ImageFolder reads them."""
     import numpy as np
@@ -582,7 +632,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
     "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
-    "hello_deepspeed": _hello_deepspeed,
+    "hello_deepspeed": _hello_deepspeed, "cifar": _cifar,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),
