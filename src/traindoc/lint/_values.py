@@ -322,17 +322,22 @@ def value_of(mod: IndexedFile, node: ast.expr | None, at: ast.AST, depth: int = 
             if found is None:
                 return node
             node = found
-        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-            table = value_of(mod, node.value, at, depth)
-            if not isinstance(table, ast.Dict):
+        elif isinstance(node, ast.Subscript):
+            # CONFIG["lr"], or a table looked up by a name: {"bfloat16": torch.bfloat16, ...}[dtype]
+            wanted = value_of(mod, node.slice, at, depth, scope)
+            table = value_of(mod, node.value, at, depth) if isinstance(wanted, ast.Constant) else None
+            if not isinstance(table, ast.Dict) or not isinstance(wanted, ast.Constant):
                 return node
             found = None
             for key, value in zip(table.keys, table.values):
-                if isinstance(key, ast.Constant) and key.value == node.slice.value:
+                if isinstance(key, ast.Constant) and key.value == wanted.value:
                     found = value
             if found is None:
                 return node
-            node = found
+            # a lookup in a table written out is no hop: its value is followed as far, from
+            # where the table is written
+            node, at = found, _located(mod, found)
+            depth += 1
         else:
             return node
     return node

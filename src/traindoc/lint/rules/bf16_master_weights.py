@@ -25,15 +25,20 @@ LOADER_KWARGS = ("torch_dtype", "dtype")
 # Lightning's precisions that store the parameters themselves in 16 bits ("bf16"/"16" mean mixed).
 TRUE_PRECISIONS = {"bf16-true": "torch.bfloat16", "16-true": "torch.float16"}
 LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
+# How a model came to be in 16 bits, as the message and the fix say it.
+HOW = {"cast": "cast to", "loaded": "loaded in", "default": "built in"}
+KEEP = {"cast": "remove the cast", "loaded": "load it without the dtype",
+        "default": "build it before `torch.set_default_dtype(...)`, or set float32 back first"}
 DTYPE_NAMES = {"bfloat16": "torch.bfloat16", "bf16": "torch.bfloat16", "float16": "torch.float16",
                "fp16": "torch.float16", "half": "torch.float16"}
 
 
 class Bf16MasterWeights:
     """A model's parameters are cast to bf16/fp16 (``model.to(torch.bfloat16)``,
-    ``model.bfloat16()``, ``model.half()``) or loaded in it
+    ``model.bfloat16()``, ``model.half()``), loaded in it
     (``AutoModelForCausalLM.from_pretrained(name, torch_dtype=torch.bfloat16)``,
-    ``dtype="bfloat16"``) before an optimizer that keeps no fp32 copy is built on them, in the
+    ``dtype="bfloat16"``) or built while ``torch.set_default_dtype(torch.bfloat16)`` holds,
+    before an optimizer that keeps no fp32 copy is built on them, in the
     same function; or a Lightning ``Trainer``/``Fabric`` with ``precision="bf16-true"`` trains.
     Updates smaller than half a bf16 step round away (``update-underflow``): weights near 1.0
     cannot move by less than ~0.004; with an Adam-like optimizer and a known LR the finding
@@ -121,6 +126,30 @@ class Bf16MasterWeights:
             """,
             4,
         ),
+        Invalid(
+            """
+            import torch
+
+            def main(cfg):
+                torch.set_default_dtype(torch.bfloat16)
+                model = Transformer(cfg.model)
+                torch.set_default_dtype(torch.float32)
+                opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+            """,
+            4,
+        ),
+        Invalid(
+            """
+            import torch
+
+            dtype = "bfloat16"
+            ptdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+            model = GPT(gptconf)
+            model.to(device=device, dtype=ptdtype)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95))
+            """,
+            6,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -195,6 +224,16 @@ class Bf16MasterWeights:
         """
         import torch
 
+        torch.set_default_dtype(torch.bfloat16)
+        rope = RotaryCache(cfg)
+        torch.set_default_dtype(torch.float32)
+        model = Transformer(cfg, rope)
+        draft = Transformer(cfg.draft).float()
+        optimizer = torch.optim.AdamW([*model.parameters(), *draft.parameters()], lr=3e-4)
+        """,
+        """
+        import torch
+
         images = images.to(device, torch.float16)
         model = model.to(device)
         optimizer = torch.optim.Adam(model.parameters())
@@ -205,7 +244,7 @@ class Bf16MasterWeights:
         if any(q.startswith(("peft", "peft.")) for q in mod.aliases.values()):
             return  # adapters are kept in fp32 by PEFT; the cast base model is frozen
         yield from _true_precision(mod)
-        if not any(mod.named(c) for c in CASTS + LOADERS):
+        if not any(mod.named(c) for c in (*CASTS, *LOADERS, "set_default_dtype")):
             return
         for scope in mod.scopes:
             casts = list(self._casts(mod, scope))
@@ -216,7 +255,7 @@ class Bf16MasterWeights:
                 for c in mod.constructors()
                 if mod.scope_of.get(c) is scope and mod.kind_of_call(c) == "optimizer"
             ]
-            for node, model, dtype, loaded in casts:
+            for node, model, dtype, how in casts:
                 for opt in optimizers:
                     if opt.lineno <= node.lineno or not _takes_params_of(opt, model):
                         continue
@@ -224,25 +263,26 @@ class Bf16MasterWeights:
                         break
                     opt_name = mod.callee(opt).split(".")[-1]
                     short, share = ("a bf16", "0.4%") if dtype == "torch.bfloat16" else ("an fp16", "0.05%")
-                    how = "loaded in" if loaded else "cast to"
                     yield Hit(
                         node,
-                        f"`{model}` is {how} `{dtype}` (line {node.lineno}) and its parameters "
+                        f"`{model}` is {HOW[how]} `{dtype}` (line {node.lineno}) and its parameters "
                         f"go to `{opt_name}` (line {opt.lineno}) with no fp32 master copy: "
                         f"updates smaller than half {short} step (~{share} of a weight) round "
                         "away and those weights stop moving" + _with_lr(mod, scope, opt, opt_name, dtype),
                         cause=f"`{mod.text(node)}` stores the trained parameters themselves in "
                         "16 bits; the optimizer adds its small updates to them in 16 bits.",
-                        fix=f"Keep `{model}` in fp32 ({'load it without the dtype' if loaded else 'remove the cast'}) "
+                        fix=f"Keep `{model}` in fp32 ({KEEP[how]}) "
                         f"and run the forward under "
                         f"`torch.autocast(device_type=..., dtype={dtype})`; or use an optimizer "
                         "with fp32 master weights / Kahan summation.",
                     )
                     break
 
-    def _casts(self, mod: Module, scope: Scope) -> Iterator[tuple[ast.stmt, str, str, bool]]:
-        """(node, model name, dtype, loaded in it) for each cast of a module-like name in
-        ``scope``, and each model a loader builds in a low precision."""
+    def _casts(self, mod: Module, scope: Scope) -> Iterator[tuple[ast.stmt, str, str, str]]:
+        """(node, model name, dtype, how: a key of ``HOW``) for each cast of a module-like name
+        in ``scope``, each model a loader builds in a low precision, and each object built
+        while ``torch.set_default_dtype`` makes new parameters low-precision."""
+        yield from _built_by_default(mod, scope)
         for stmt in _statements(mod, scope):
             if isinstance(stmt, ast.Expr):
                 call, target = stmt.value, None
@@ -260,9 +300,46 @@ class Bf16MasterWeights:
                 if dtype:
                     name = target or (None if loaded else dotted(node.func.value))
                     if name:
-                        yield stmt, name, dtype, loaded
+                        yield stmt, name, dtype, "loaded" if loaded else "cast"
                     break
                 node = node.func.value
+
+
+def _built_by_default(mod: Module, scope: Scope) -> Iterator[tuple[ast.stmt, str, str, str]]:
+    """``torch.set_default_dtype(torch.bfloat16)``: every object built by a call and assigned
+    to a name in ``scope`` after it, until the default is set again, has its new parameters
+    in that dtype (the optimizer's ``_takes_params_of`` picks the models among them)."""
+    sets = [c for c in mod.named_in(scope, "set_default_dtype") if mod.callee(c) == "torch.set_default_dtype"]
+    for i, call in enumerate(sets):
+        dtype = mod.is_dtype(arg(call, 0, "d"), scope)
+        if not dtype:
+            continue
+        end = sets[i + 1].lineno if i + 1 < len(sets) else math.inf
+        stmt = mod.parent.get(call)
+        if not isinstance(stmt, ast.Expr):
+            continue
+        for name, assigned, value in scope.assigns:
+            if isinstance(value, ast.Call) and call.lineno < assigned.lineno < end \
+                    and not _back_to_fp32(mod, scope, name, value):
+                yield stmt, name, dtype, "default"
+
+
+def _back_to_fp32(mod: Module, scope: Scope, name: str, value: ast.Call) -> bool:
+    """Is the model built as ``value`` and held by ``name`` cast back to fp32 or fp64
+    (``GPT(cfg).float()``, ``model.to(torch.float32)``)?"""
+    chain = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+    later = [c for c in mod.named_in(scope, "float", "double", "to", "type")
+             if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == name]
+    for c in chain + later:
+        if not isinstance(c.func, ast.Attribute):
+            continue
+        if c.func.attr in ("float", "double") and not c.args:
+            return True
+        if c.func.attr in ("to", "type") and any(
+                mod.qualname(a) in ("torch.float32", "torch.float", "torch.float64", "torch.double")
+                for a in [kwarg(c, "dtype"), *c.args[:2]] if a is not None):
+            return True
+    return False
 
 
 def _true_precision(mod: Module) -> Iterator[Hit]:
