@@ -45,6 +45,11 @@ def test_quiet_for_an_init_whose_outputs_spread_as_it_trains() -> None:
     assert _run([0.05] * 8 + [0.3, 0.5, 0.7, 0.8, 0.8, 0.9]) == []
 
 
+def test_quiet_for_embeddings_that_start_in_a_narrow_cone_and_stay() -> None:
+    """A pretrained encoder's anisotropy: collinear from the first step, not collapsed by it."""
+    assert _run([0.15, 0.12, 0.14, 0.13, 0.16, 0.12, 0.11, 0.12, 0.13, 0.12, 0.11, 0.12]) == []
+
+
 def test_quiet_on_too_few_points_or_too_short_a_streak() -> None:
     assert _run([0.05] * 9) == []  # under min_points
     assert _run([0.9] * 10 + [0.05] * 7) == []  # under streak
@@ -98,3 +103,31 @@ def test_leaves_out_parameters_broadcast_rows_and_batch_normalization() -> None:
         return (za @ w.t()).mean() + (q * across).sum() + small.sum()
 
     assert _embeddings(lambda: _steps(loss)) == []
+
+
+def test_a_sentence_embedding_fine_tune_with_transformers_is_measured_and_quiet() -> None:
+    """A Hugging Face BERT, mean-pooled, fine-tuned to score pairs by cosine similarity (the
+    sentence-transformers CosineSimilarityLoss recipe): its embeddings sit in a cone (a mean
+    cosine near 0.9) from the start, which is no collapse the training made."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=128)
+    encoder = transformers.BertModel(config)
+    opt = torch.optim.AdamW(encoder.parameters(), lr=2e-5)
+
+    def embed(ids: torch.Tensor) -> torch.Tensor:
+        return encoder(input_ids=ids).last_hidden_state.mean(1)
+
+    recorded: list[object] = []
+    with traindoc.watch(announce=False) as doc:
+        doc.session._sink = recorded.append
+        for _ in range(30):
+            a, b = torch.randint(0, 500, (16, 12)), torch.randint(0, 500, (16, 12))
+            loss = F.mse_loss(torch.cosine_similarity(embed(a), embed(b)), torch.rand(16))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    spreads = [e.spread for e in recorded if isinstance(e, Embeddings)]
+    assert len(spreads) >= 16 and max(spreads) < 0.6  # measured, in a cone
+    assert "representation-collapse" not in [f.id for f in doc.findings]

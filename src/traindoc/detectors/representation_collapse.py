@@ -16,11 +16,14 @@ from traindoc.findings import Finding
 class RepresentationCollapse(Detector):
     """On the last ``streak`` sampled steps or more, up to the end of the run, the spread of the
     embeddings' directions (``Embeddings.spread``: 1 spread over the sphere, 0 one direction)
-    stayed below ``spread``, every embedding batch the loss compared included. At 0.2 the
-    batch's mean cosine similarity is 0.96: the model maps its inputs to nearly one point. A
-    collapse the run recovers from, and an init whose outputs start close together and spread
-    as training goes, stay quiet: only a streak that lasts to the end counts. The training loss,
-    when measured, is quoted: a non-contrastive loss reaches its minimum at the collapse."""
+    stayed below ``spread``, every embedding batch the loss compared included, and its median
+    there is at most ``fall`` of the highest spread the run measured: the training took the
+    embeddings there. At 0.2 the batch's mean cosine similarity is 0.96: the model maps its
+    inputs to nearly one point. A collapse the run recovers from, an init whose outputs start
+    close together and spread as training goes, and embeddings that start in a narrow cone and
+    stay there (a pretrained language model's anisotropy: mean-pooled BERT-like embeddings sit
+    at a mean cosine of 0.9 and more) stay quiet. The training loss, when measured, is quoted: a
+    non-contrastive loss reaches its minimum at the collapse."""
 
     id = "representation-collapse"
     needs = frozenset({"embeddings"})
@@ -39,11 +42,12 @@ class RepresentationCollapse(Detector):
     @dataclass(frozen=True)
     class Config:
         spread: float = 0.2
+        fall: float = 0.5  # of the highest spread measured
         streak: int = 8  # sampled steps in a row, to the end
         min_points: int = 10
 
         def __post_init__(self) -> None:
-            require(self, spread="(0, 1)", streak=">= 1")
+            require(self, spread="(0, 1)", fall="(0, 1)", streak=">= 1")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
@@ -85,9 +89,10 @@ class RepresentationCollapse(Detector):
 
     def finish(self) -> Iterator[Finding]:
         cfg = self.config
-        if self._count < cfg.min_points or self._run < cfg.streak or self._last is None:
+        if self._count < cfg.min_points or self._run < cfg.streak or self._last is None or self._peak is None:
             return
-        yield self._finding(self._last)
+        if median(list(self._recent)) <= cfg.fall * self._peak[1]:
+            yield self._finding(self._last)
 
     def _finding(self, last: Embeddings) -> Finding:
         assert self._first is not None and self._peak is not None and self._since is not None
