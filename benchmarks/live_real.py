@@ -48,7 +48,9 @@ pinned 2.13.0: those cases run in an environment of their own, with traindoc ins
     /tmp/tv/bin/python benchmarks/live_real.py --case timm-resnet-ema ...
 
 on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colour and a square
-telling them apart). A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
+telling them apart). lightly's examples (``pip install lightly`` in the same environment)
+download CIFAR-10, seed nothing and save nothing: ``cifar`` draws the images instead, seeds
+torch and writes the weights at exit. A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
 --standalone --nproc_per_node N`` bare and with ``-m traindoc run``, each rank writing its own
 weights at exit (``exit_state``: its local shards of DTensors); PyTorch's distributed examples
 pick their device through ``torch.accelerator`` and stop without two GPUs, so ``cpu_accelerator``
