@@ -31,7 +31,7 @@ def test_fires_on_a_collapse_that_lasts_to_the_end() -> None:
     f = found[0]
     assert f.step == 40 and f.where == ("train.py:40",)
     ev = f.evidence
-    assert (ev["sampled_steps"], ev["first_spread"], ev["peak_spread"]) == (12, 0.8, 0.8)
+    assert (ev["points"], ev["first_spread"], ev["peak_spread"]) == (12, 0.8, 0.8)
     assert ev["mean_cosine"] == pytest.approx(1 - 0.1 ** 2)
     assert ev["loss_first"] == 1.0 and "training loss went from 1 to" in f.message
     assert "z1.detach()" in f.fix
@@ -131,3 +131,36 @@ def test_a_sentence_embedding_fine_tune_with_transformers_is_measured_and_quiet(
     spreads = [e.spread for e in recorded if isinstance(e, Embeddings)]
     assert len(spreads) >= 16 and max(spreads) < 0.6  # measured, in a cone
     assert "representation-collapse" not in [f.id for f in doc.findings]
+
+
+def test_a_printed_collapse_level_is_judged_live_when_no_embedding_call_is_seen() -> None:
+    """lightly's tutorial style: the script computes SimSiam's collapse level itself and prints
+    it each epoch; its cosine is written out by hand, so no F.normalize or F.cosine_similarity
+    call is there to measure. Without the stop-gradient the printed level climbs to ~0.9."""
+    torch.manual_seed(0)
+    centers = torch.randn(10, 32) * 3
+    encoder = torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    predictor = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 64))
+    opt = torch.optim.SGD([*encoder.parameters(), *predictor.parameters()], lr=0.02, momentum=0.9)
+
+    def cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b).sum(1) / (a.norm(dim=1) * b.norm(dim=1))
+
+    levels = []
+    with traindoc.watch(announce=False) as doc:
+        for epoch in range(60):
+            for _ in range(5):
+                x = centers[torch.randint(0, 10, (64,))] + torch.randn(64, 32)
+                z1, z2 = encoder(x + 0.5 * torch.randn_like(x)), encoder(x * (1 + 0.2 * torch.randn_like(x)))
+                loss = -(cos(predictor(z1), z2).mean() + cos(predictor(z2), z1).mean()) / 2
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            with torch.no_grad():
+                unit = z1 / z1.norm(dim=1, keepdim=True)
+                level = max(0.0, 1 - 64 ** 0.5 * float(unit.std(0).mean()))
+            levels.append(level)
+            print(f"[Epoch {epoch:3d}] Loss = {loss.item():.2f} | Collapse Level: {level:.2f} / 1.00")
+    assert min(levels[:2]) < 0.6 and min(levels[-10:]) > 0.8  # the case means something
+    found = [f for f in doc.findings if f.id == "representation-collapse"]
+    assert found and found[0].evidence["metric"] == "metric.collapse_level"

@@ -54,6 +54,7 @@ def healthy(seed: int = 0) -> Run:
         "expert_gini": [(s, noisy(0.33 + 0.05 * (1 - d), 0.02)) for s, d in enumerate(decay)],
         "expert_entropy": [(s, noisy(1.9, 0.005)) for s in range(STEPS)],
         "metric.train_mae": [(s, noisy(6.0 * d + 1.0)) for s, d in enumerate(decay)],
+        "metric.train_collapse_level": [(s, noisy(0.15 + 0.3 * d, 0.05)) for s, d in enumerate(decay)],
         "val_loss": [(s, noisy(2.2 * decay[s] + 0.35)) for s in evals],
         "val_acc": [(s, min(0.99, noisy(0.93 - 0.83 * decay[s]))) for s in evals],
         "val_f1": [(s, noisy(0.7 - 0.5 * decay[s])) for s in evals],
@@ -121,6 +122,10 @@ def _collapse(run: Run) -> Run:
     return _set(run, "expert_entropy", lambda s, v: max(0.4, v - 0.01 * (s - 100)), 100)
 
 
+def _representation_collapse(run: Run) -> Run:
+    return _set(run, "metric.train_collapse_level", lambda s, v: min(0.95, v + 0.01 * (s - 100)), 100)
+
+
 # id -> (the healthy run with its failure planted, extra `traindoc logs` options)
 PLANTED: dict[str, tuple[Callable[[Run], Run], tuple[str, ...]]] = {
     "nonfinite": (_nonfinite, ()),
@@ -139,5 +144,6 @@ PLANTED: dict[str, tuple[Callable[[Run], Run], tuple[str, ...]]] = {
     "degenerate-threshold": (_degenerate, ()),
     "scheduler-before-optimizer": (_scheduler, ()),
     "expert-collapse": (_collapse, ()),
+    "representation-collapse": (_representation_collapse, ()),
 }
 HEALTHY_OPTIONS: tuple[str, ...] = ("--max-norm", "1")

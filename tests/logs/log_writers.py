@@ -18,24 +18,27 @@ Run = dict[str, list[tuple[int, float]]]
 
 FORMATS = ("csv", "lightning", "tensorboard", "trainer_state", "jsonl")
 # Signals logged with the training step; the others are evaluations.
-TRAIN = ("loss", "lr", "grad_norm", "train_acc", "expert_gini", "expert_entropy", "metric.train_mae")
+TRAIN = ("loss", "lr", "grad_norm", "train_acc", "expert_gini", "expert_entropy", "metric.train_mae",
+         "metric.train_collapse_level")
 
 NAMES: dict[str, dict[str, str]] = {
     "csv": {"loss": "Train_Loss", "lr": "LR", "grad_norm": "Grad_Norm", "train_acc": "Train_Acc",
-            "expert_gini": "Expert_Gini", "expert_entropy": "Expert_Entropy", "metric.train_mae": "Train_MAE",
+            "expert_gini": "Expert_Gini", "expert_entropy": "Expert_Entropy", "metric.train_mae": "Train_MAE", "metric.train_collapse_level": "Train_Collapse_Level",
             "val_loss": "Val_Loss", "val_acc": "Val_Acc", "val_f1": "Val_F1"},
     "lightning": {"loss": "train_loss_step", "lr": "lr-AdamW", "grad_norm": "grad_norm",
                   "train_acc": "train_acc_step", "expert_gini": "router_gini", "expert_entropy": "router_entropy",
-                  "metric.train_mae": "train_mae", "val_loss": "val_loss", "val_acc": "val_acc", "val_f1": "val_f1"},
+                  "metric.train_mae": "train_mae", "metric.train_collapse_level": "train_collapse_level",
+                  "val_loss": "val_loss", "val_acc": "val_acc", "val_f1": "val_f1"},
     "tensorboard": {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
                     "train_acc": "train/acc", "expert_gini": "moe/load_gini", "expert_entropy": "moe/router_entropy",
-                    "metric.train_mae": "train/mae", "val_loss": "val/loss", "val_acc": "val/acc", "val_f1": "val/f1"},
+                    "metric.train_mae": "train/mae", "metric.train_collapse_level": "train/collapse_level",
+                    "val_loss": "val/loss", "val_acc": "val/acc", "val_f1": "val/f1"},
     "trainer_state": {"loss": "loss", "lr": "learning_rate", "grad_norm": "grad_norm", "train_acc": "train_accuracy",
                       "expert_gini": "expert_gini", "expert_entropy": "expert_entropy", "metric.train_mae": "train_mae",
-                      "val_loss": "eval_loss", "val_acc": "eval_accuracy", "val_f1": "eval_f1"},
+                      "metric.train_collapse_level": "train_collapse_level", "val_loss": "eval_loss", "val_acc": "eval_accuracy", "val_f1": "eval_f1"},
     "jsonl": {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm", "train_acc": "train/acc",
               "expert_gini": "moe/gini", "expert_entropy": "moe/entropy", "metric.train_mae": "train/mae",
-              "val_loss": "val/loss", "val_acc": "val/accuracy", "val_f1": "val/f1"},
+              "metric.train_collapse_level": "train/collapse_level", "val_loss": "val/loss", "val_acc": "val/accuracy", "val_f1": "val/f1"},
 }
 
 

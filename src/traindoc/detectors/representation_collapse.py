@@ -10,7 +10,8 @@ from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, require
 from traindoc.detectors._maths import median
 from traindoc.events import Embeddings, Event, Scalar
-from traindoc.findings import Finding
+from traindoc.events.metrics import collapse_metric
+from traindoc.findings import EvidenceValue, Finding
 
 
 class RepresentationCollapse(Detector):
@@ -23,7 +24,12 @@ class RepresentationCollapse(Detector):
     close together and spread as training goes, and embeddings that start in a narrow cone and
     stay there (a pretrained language model's anisotropy: mean-pooled BERT-like embeddings sit
     at a mean cosine of 0.9 and more) stay quiet. The training loss, when measured, is quoted: a
-    non-contrastive loss reaches its minimum at the collapse."""
+    non-contrastive loss reaches its minimum at the collapse.
+
+    A collapse level the script logs itself (``collapse_level``: 1 - sqrt(D) * the std of the
+    l2-normalized outputs, 0 spread, 1 one point; SimSiam's measure, as lightly's tutorials log
+    it) is read by any face as 1 - level and judged the same way, each logged name on its own;
+    the live measurement, when there is one, is judged first."""
 
     id = "representation-collapse"
     needs = frozenset({"embeddings"})
@@ -34,16 +40,20 @@ class RepresentationCollapse(Detector):
         Example("zoo/healthy_ssl_simsiam.py", None),
         Example("zoo/healthy_ssl_byol_ema_target.py", None),
         Example("zoo/healthy_ddp_contrastive_set_epoch.py", None),
+        Example("fixtures/logs/meaning/ssl_collapse_level_rises.csv", 3),
+        Example("fixtures/logs/meaning/ssl_byol_collapse_level.jsonl", 750),
+        Example("fixtures/logs/meaning/healthy_ssl_collapse_level.csv", None),
+        Example("fixtures/logs/meaning/healthy_ssl_byol_level.jsonl", None),
     )
 
-    # Carried over a resume: the streak below the threshold, where the spreads started, the loss.
-    carry = ("_since", "_run", "_recent", "_count", "_first", "_peak", "_last", "_loss_first", "_loss_last")
+    # Carried over a resume: each measure's streak below the threshold, where it started, the loss.
+    carry = ("_tracks", "_loss_first", "_loss_last")
 
     @dataclass(frozen=True)
     class Config:
         spread: float = 0.2
         fall: float = 0.5  # of the highest spread measured
-        streak: int = 8  # sampled steps in a row, to the end
+        streak: int = 8  # sampled steps (logged points) in a row, to the end
         min_points: int = 10
 
         def __post_init__(self) -> None:
@@ -51,75 +61,105 @@ class RepresentationCollapse(Detector):
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
-        self._since: int | None = None  # where the streak below the threshold began
-        self._run = 0  # its sampled steps
-        self._recent: deque[float] = deque(maxlen=64)  # its last spreads
-        self._count = 0
-        self._first: tuple[int, float] | None = None
-        self._peak: tuple[int, float] | None = None
-        self._last: Embeddings | None = None
+        self._tracks: dict[str, _Track] = {}  # "" for the live measurement, else the logged metric
         self._loss_first: float | None = None
         self._loss_last: float | None = None
 
+    def reads(self, signal: str) -> bool:
+        return collapse_metric(signal)
+
     def observe(self, event: Event) -> None:
         if isinstance(event, Scalar):
-            if event.name == "loss" and event.value == event.value:
+            if event.value != event.value:
+                return
+            if event.name == "loss":
                 if self._loss_first is None:
                     self._loss_first = event.value
                 self._loss_last = event.value
+            elif collapse_metric(event.name):  # 1 - sqrt(D) * std of the unit rows: 0 spread, 1 one point
+                self._track(event.name).add(event.step, min(1.0, max(0.0, 1.0 - event.value)), self.config.spread)
             return
         assert isinstance(event, Embeddings)
-        if event.spread != event.spread:  # NaN embeddings: nonfinite's to report
-            return
-        self._count += 1
-        point = (event.step, event.spread)
-        if self._first is None:
-            self._first = point
-        if self._peak is None or event.spread > self._peak[1]:
-            self._peak = point
-        self._last = event
-        if event.spread >= self.config.spread:
-            self._run = 0
-            return
-        if self._run == 0:
-            self._since = event.step
-            self._recent.clear()
-        self._run += 1
-        self._recent.append(event.spread)
+        if event.spread == event.spread:  # NaN embeddings: nonfinite's to report
+            track = self._track("")
+            track.add(event.step, event.spread, self.config.spread)
+            track.where, track.rows, track.dim = event.where, event.rows, event.dim
+
+    def _track(self, name: str) -> _Track:
+        track = self._tracks.get(name)
+        if track is None:
+            track = self._tracks[name] = _Track()
+        return track
 
     def finish(self) -> Iterator[Finding]:
         cfg = self.config
-        if self._count < cfg.min_points or self._run < cfg.streak or self._last is None or self._peak is None:
-            return
-        if median(list(self._recent)) <= cfg.fall * self._peak[1]:
-            yield self._finding(self._last)
+        # The live measurement when there is one; else the first logged collapse level that fired.
+        for name, track in sorted(self._tracks.items()):
+            if track.count >= cfg.min_points and track.run >= cfg.streak \
+                    and median(list(track.recent)) <= cfg.fall * track.peak[1]:
+                yield self._finding(name, track)
+                return
 
-    def _finding(self, last: Embeddings) -> Finding:
-        assert self._first is not None and self._peak is not None and self._since is not None
-        since = self._since
-        typical = median(list(self._recent))
-        cosine = 1.0 - typical * typical  # |mean unit row|^2: the mean cosine over all pairs
-        where = f" at {last.where}" if last.where else ""
-        start = (f"{fmt(self._first[1])} at the first measured step"
-                 + (f", {fmt(self._peak[1])} at its highest (step {self._peak[0]})"
-                    if self._peak[0] != self._first[0] else ""))
+    def _finding(self, name: str, track: _Track) -> Finding:
+        since, typical = track.since, median(list(track.recent))
+        start = (f"{fmt(track.first[1])} at the first {'measured step' if not name else 'point'}"
+                 + (f", {fmt(track.peak[1])} at its highest (step {track.peak[0]})"
+                    if track.peak[0] != track.first[0] else ""))
         loss = ""
         if self._loss_first is not None and self._loss_last is not None:
             loss = (f" Meanwhile the training loss went from {fmt(self._loss_first)} to "
                     f"{fmt(self._loss_last)}: one point for every input is the minimum of a loss "
                     "that only pulls two views together, so a falling loss here is no progress.")
-        return finding(
-            self.id, step=since,
-            message=(f"The embeddings compared{where} (batches of {last.rows} rows of {last.dim}) point the same "
-                     f"way for every input: the spread of their directions stayed below "
-                     f"{fmt(self.config.spread)} on the last {self._run} sampled steps, from "
-                     f"step {since} to the end (median {fmt(typical)}; {start}; 1 means spread "
-                     f"over the sphere, 0 one direction), a mean cosine similarity of "
-                     f"{cosine:.3f} between them.{loss}"),
-            evidence={"spread": typical, "mean_cosine": cosine, "first_spread": self._first[1],
-                      "peak_spread": self._peak[1], "since_step": since, "sampled_steps": self._run,
-                      "rows": last.rows, "dim": last.dim,
-                      **({"loss_first": self._loss_first, "loss_last": self._loss_last}
-                         if self._loss_first is not None else {})},
-            where=[last.where] if last.where else [],
-        )
+        evidence: dict[str, EvidenceValue] = {
+            "spread": typical, "first_spread": track.first[1], "peak_spread": track.peak[1],
+            "since_step": since, "points": track.run}
+        if name:  # a logged collapse level, 1 - spread
+            message = (f"The logged `{name.removeprefix('metric.')}` stayed above {fmt(1 - self.config.spread)} on its last "
+                       f"{track.run} points, from step {since} to the end (median "
+                       f"{fmt(1 - typical)}; the spread it leaves, 1 - level, was {start}; 0 means "
+                       "the outputs are spread over the sphere, 1 that every input maps to one "
+                       f"point).{loss}")
+            evidence["metric"] = name
+        else:
+            cosine = 1.0 - typical * typical  # |mean unit row|^2: the mean cosine over all pairs
+            where = f" at {track.where}" if track.where else ""
+            message = (f"The embeddings compared{where} (batches of {track.rows} rows of {track.dim}) "
+                       f"point the same way for every input: the spread of their directions stayed "
+                       f"below {fmt(self.config.spread)} on the last {track.run} sampled steps, from "
+                       f"step {since} to the end (median {fmt(typical)}; {start}; 1 means spread "
+                       f"over the sphere, 0 one direction), a mean cosine similarity of "
+                       f"{cosine:.3f} between them.{loss}")
+            evidence.update(mean_cosine=cosine, rows=track.rows, dim=track.dim)
+        if self._loss_first is not None and self._loss_last is not None:
+            evidence.update(loss_first=self._loss_first, loss_last=self._loss_last)
+        return finding(self.id, step=since, message=message, evidence=evidence,
+                       where=[track.where] if track.where else [])
+
+
+class _Track:
+    """One measure of the spread over the run: the streak below the threshold that lasts to
+    now (where it began, its length, its last 64 values), the first and highest values."""
+
+    def __init__(self) -> None:
+        self.since = 0
+        self.run = 0
+        self.recent: deque[float] = deque(maxlen=64)
+        self.count = 0
+        self.first = (0, 0.0)
+        self.peak = (0, -1.0)
+        self.where, self.rows, self.dim = "", 0, 0
+
+    def add(self, step: int, spread: float, below: float) -> None:
+        if not self.count:
+            self.first = (step, spread)
+        self.count += 1
+        if spread > self.peak[1]:
+            self.peak = (step, spread)
+        if spread >= below:
+            self.run = 0
+            return
+        if not self.run:
+            self.since = step
+            self.recent.clear()
+        self.run += 1
+        self.recent.append(spread)

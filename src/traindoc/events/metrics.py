@@ -10,6 +10,8 @@ ERROR_WORDS = frozenset({
     "hamming", "distance", "dist", "mape", "smape", "bpc", "bpb",
 })
 # Scores of a decision threshold: exactly 0 when no prediction crosses it (degenerate-threshold).
+# A self-supervised model's collapse level, as its users name it (lightly's tutorials: "Collapse Level").
+COLLAPSE_WORDS = frozenset({"collapse", "level"})
 THRESHOLD_WORDS = frozenset({"precision", "prec", "recall", "f1", "f1score", "fscore", "f2", "sensitivity", "tpr"})
 
 
@@ -29,3 +31,9 @@ def error_metric(signal: str) -> bool:
 def thresholded_metric(signal: str) -> bool:
     """A precision, recall or F-score under a name of the script's own."""
     return bool(metric_words(signal) & THRESHOLD_WORDS)
+
+
+def collapse_metric(signal: str) -> bool:
+    """A self-supervised model's collapse level as its users log it (``collapse_level``:
+    1 - sqrt(D) * the std of the l2-normalized outputs, 0 spread over the sphere, 1 one point)."""
+    return COLLAPSE_WORDS <= metric_words(signal)

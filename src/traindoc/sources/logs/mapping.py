@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from traindoc.errors import UsageError
-from traindoc.events.metrics import ERROR_WORDS
+from traindoc.events.metrics import COLLAPSE_WORDS, ERROR_WORDS
 
 # Signals a column can be mapped to by name (the shared detectors consume these).
 CANONICAL: tuple[str, ...] = (
@@ -134,6 +134,8 @@ def guess(name: str) -> Guess:
         return Guess("expert_gini", 0 if cs & _ROUTER else 1)
     if "entropy" in cs and cs & _ROUTER:
         return Guess("expert_entropy")
+    if COLLAPSE_WORDS <= cs:
+        return Guess(f"metric.{_slug(ws)}")  # representation-collapse reads it
     if "throughput" in cs or (("per" in cs and cs & {"second", "sec", "s"}) and
                               cs & {"samples", "sample", "tokens", "token", "tok", "examples", "images", "img"}) or \
             cs & {"tps", "sps", "its"}:
