@@ -226,9 +226,9 @@ class Bf16MasterWeights:
 
         torch.set_default_dtype(torch.bfloat16)
         rope = RotaryCache(cfg)
+        draft = Transformer(cfg.draft).float()
         torch.set_default_dtype(torch.float32)
         model = Transformer(cfg, rope)
-        draft = Transformer(cfg.draft).float()
         optimizer = torch.optim.AdamW([*model.parameters(), *draft.parameters()], lr=3e-4)
         """,
         """

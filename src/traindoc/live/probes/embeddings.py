@@ -87,7 +87,7 @@ class EmbeddingsProbe(Probe):
         packed = torch.stack([c[0].to(dev) for c in calls])
 
         def decode(vals: list[float]) -> Iterable[Event]:
-            i = max(range(len(vals)), key=lambda k: vals[k])
+            i = max(range(len(vals)), key=lambda k: (vals[k] == vals[k], vals[k]))  # a finite one first
             _, rows, dim, where = calls[i]
             yield Embeddings(step=step, spread=vals[i], rows=rows, dim=dim, where=where)
 
