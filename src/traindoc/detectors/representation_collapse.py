@@ -105,16 +105,18 @@ class RepresentationCollapse(Detector):
         start = (f"{fmt(track.first[1])} at the first {'measured step' if not name else 'point'}"
                  + (f", {fmt(track.peak[1])} at its highest (step {track.peak[0]})"
                     if track.peak[0] != track.first[0] else ""))
+        evidence: dict[str, EvidenceValue] = {
+            "spread": typical, "first_spread": track.first[1], "peak_spread": track.peak[1],
+            "since_step": since, "points": track.run}
         loss = ""
         if self._loss_first is not None and self._loss_last is not None:
             loss = (f" Meanwhile the training loss went from {fmt(self._loss_first)} to "
                     f"{fmt(self._loss_last)}: one point for every input is the minimum of a loss "
                     "that only pulls two views together, so a falling loss here is no progress.")
-        evidence: dict[str, EvidenceValue] = {
-            "spread": typical, "first_spread": track.first[1], "peak_spread": track.peak[1],
-            "since_step": since, "points": track.run}
+            evidence.update(loss_first=self._loss_first, loss_last=self._loss_last)
         if name:  # a logged collapse level, 1 - spread
-            message = (f"The logged `{name.removeprefix('metric.')}` stayed above {fmt(1 - self.config.spread)} on its last "
+            message = (f"The logged `{name.removeprefix('metric.')}` stayed above "
+                       f"{fmt(1 - self.config.spread)} on its last "
                        f"{track.run} points, from step {since} to the end (median "
                        f"{fmt(1 - typical)}; the spread it leaves, 1 - level, was {start}; 0 means "
                        "the outputs are spread over the sphere, 1 that every input maps to one "
@@ -130,8 +132,6 @@ class RepresentationCollapse(Detector):
                        f"over the sphere, 0 one direction), a mean cosine similarity of "
                        f"{cosine:.3f} between them.{loss}")
             evidence.update(mean_cosine=cosine, rows=track.rows, dim=track.dim)
-        if self._loss_first is not None and self._loss_last is not None:
-            evidence.update(loss_first=self._loss_first, loss_last=self._loss_last)
         return finding(self.id, step=since, message=message, evidence=evidence,
                        where=[track.where] if track.where else [])
 
