@@ -9,9 +9,9 @@ ERROR_WORDS = frozenset({
     "mae", "mse", "rmse", "shd", "err", "error", "errors", "nll", "ppl", "perplexity", "wer", "cer",
     "hamming", "distance", "dist", "mape", "smape", "bpc", "bpb",
 })
-# Scores of a decision threshold: exactly 0 when no prediction crosses it (degenerate-threshold).
 # A self-supervised model's collapse level, as its users name it (lightly's tutorials: "Collapse Level").
 COLLAPSE_WORDS = frozenset({"collapse", "level"})
+# Scores of a decision threshold: exactly 0 when no prediction crosses it (degenerate-threshold).
 THRESHOLD_WORDS = frozenset({"precision", "prec", "recall", "f1", "f1score", "fscore", "f2", "sensitivity", "tpr"})
 
 

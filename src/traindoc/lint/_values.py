@@ -325,8 +325,10 @@ def value_of(mod: IndexedFile, node: ast.expr | None, at: ast.AST, depth: int = 
         elif isinstance(node, ast.Subscript):
             # CONFIG["lr"], or a table looked up by a name: {"bfloat16": torch.bfloat16, ...}[dtype]
             wanted = value_of(mod, node.slice, at, depth, scope)
-            table = value_of(mod, node.value, at, depth) if isinstance(wanted, ast.Constant) else None
-            if not isinstance(table, ast.Dict) or not isinstance(wanted, ast.Constant):
+            if not isinstance(wanted, ast.Constant):
+                return node
+            table = value_of(mod, node.value, at, depth)
+            if not isinstance(table, ast.Dict):
                 return node
             found = None
             for key, value in zip(table.keys, table.values):
