@@ -10,7 +10,7 @@ from typing import Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, require
-from traindoc.events import Backward, Event, GradAccumulation, ParamStats
+from traindoc.events import Backward, Event, GradAccumulation, ParamStats, SingleClass
 from traindoc.findings import Finding
 
 
@@ -28,11 +28,12 @@ class ConstantLoss(Detector):
     ``step()``: an embedding's sparse gradient, which the norms leave out, counts). A run where another optimizer's
     parameters do get gradients (a GAN's discriminator) is no-gradient's to judge, and one where
     parameters no optimizer holds get them (an optimizer built before the model's parameters
-    were replaced) optimizer-param-mismatch's."""
+    were replaced) optimizer-param-mismatch's, and a step whose loss took a softmax over one class
+    (its gradient is 0 by construction) single-class-softmax's."""
 
     id = "constant-loss"
     needs = frozenset({"backward"})
-    uses = frozenset({"params", "accumulation"})
+    uses = frozenset({"params", "accumulation", "single_class"})
     examples = (
         Example("demo_scripts/nan_masked_loss.py", 0),
         Example("zoo/clamped_loss.py", 0),
@@ -49,7 +50,7 @@ class ConstantLoss(Detector):
     # call sites (all bounded), and the sampled steps still to judge.
     carry = ("_recent", "_values", "_sites", "_constant", "_zero_grad", "_last_constant", "_first",
                 "_grad_sq", "_with_grad", "_steps", "_sampled", "_dry", "_dry_first", "_reached",
-                "_trainable", "_dry_fired")
+                "_trainable", "_dry_fired", "_one_class")
 
     @dataclass(frozen=True)
     class Config:
@@ -65,6 +66,7 @@ class ConstantLoss(Detector):
         self._reached = False  # some optimizer's gradient norm was > 0 after a backward()
         self._trainable = False  # an optimizer holds parameters with requires_grad
         self._dry_fired = False
+        self._one_class: set[int] = set()  # sampled steps still to judge whose loss is over one class
         # Bounded however long the run: the backward() of the last _RECENT steps (the value and
         # call site of its last call, whether any call got a constant, whether the step was
         # flagged); a flagged step that leaves it adds its value to _values and its site to
@@ -98,6 +100,9 @@ class ConstantLoss(Detector):
             return
         if isinstance(event, GradAccumulation):
             yield from self._after_backward(event)
+            return
+        if isinstance(event, SingleClass):
+            self._one_class.add(event.step)
             return
         assert isinstance(event, ParamStats)
         if event.optimizer < 0 and event.has_grad:  # a model's parameter no optimizer holds got
@@ -144,7 +149,9 @@ class ConstantLoss(Detector):
             del self._with_grad[s]  # judged once; keeps this loop short on long runs
             self._sampled += 1
             known = self._recent.get(s)
-            if self._grad_sq.pop(s, 0.0) == 0.0 and not (known is not None and known[2]):
+            one_class = s in self._one_class
+            self._one_class.discard(s)
+            if self._grad_sq.pop(s, 0.0) == 0.0 and not (known is not None and known[2]) and not one_class:
                 self._zero_grad += 1
                 self._flag(s)
                 yield self._finding()

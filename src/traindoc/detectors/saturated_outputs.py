@@ -9,7 +9,7 @@ from typing import Iterator, Mapping
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import LOSS_INPUT, Activation, Event
+from traindoc.events import LOSS_INPUT, Activation, Event, SingleClass
 from traindoc.findings import Finding
 
 
@@ -35,10 +35,14 @@ class SaturatedOutputs(Detector):
     they would otherwise outvote the rest of a short run. The early verdict, fired as soon as it
     holds, needs a stretch of ``2 * min_steps`` sampled steps in a row saturated, over at least
     ``min_span`` steps and at least half of the run so far: from the start (a head squashed from
-    its init), or mid-run (a policy that collapsed to one action)."""
+    its init), or mid-run (a policy that collapsed to one action).
+
+    An output pinned at exactly 1 in a run whose loss takes a softmax over one class is that
+    softmax's constant: single-class-softmax's to report, with its cause."""
 
     id = "saturated-outputs"
     needs = frozenset({"activations"})
+    uses = frozenset({"single_class"})
     examples = (
         Example("zoo/saturated_dag_scale.py", 0),
         Example("zoo/rl_actor_critic_collapse.py", -1),
@@ -53,7 +57,7 @@ class SaturatedOutputs(Detector):
 
     # Carried over a resume: each output's counts, recent spreads (deques of 64) and the forwards of
     # the step it is in, and which one fired.
-    carry = ("_outputs",)
+    carry = ("_outputs", "_one_class")
 
     @dataclass(frozen=True)
     class Config:
@@ -67,6 +71,7 @@ class SaturatedOutputs(Detector):
         self.config = config or self.Config()
         self._outputs: dict[str, _Output] = {}  # one per output: the model's, the loss's input
         self._fired: _Output | None = None
+        self._one_class = False  # the loss took a softmax over one class (single-class-softmax)
 
     def state_dict(self) -> dict[str, object]:
         """Its history, for a resumed run (``carry``; the output that fired by its name)."""
@@ -80,11 +85,15 @@ class SaturatedOutputs(Detector):
         self._fired = self._outputs[str(fired)] if fired is not None else None
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, SingleClass):
+            self._one_class = self._one_class or event.op == "softmax"
+            return
         assert isinstance(event, Activation)
         if not event.is_output or event.spread is None or event.spread != event.spread:
             return
         for before in self._outputs.values():  # a later step: the steps before it are whole
-            if before.step is not None and before.step < event.step and self._close(before):
+            if before.step is not None and before.step < event.step and self._close(before) \
+                    and not self._explained(before):
                 yield self._finding(before)
         out = self._outputs.get(event.module)
         if out is None:
@@ -111,12 +120,18 @@ class SaturatedOutputs(Detector):
         for out in self._outputs.values():
             self._close(out)
         if self._fired is not None:
-            yield self._finding(self._fired)
+            if not self._explained(self._fired):
+                yield self._finding(self._fired)
             return
         for out in self._outputs.values():
-            if out.seen >= cfg.min_steps and out.saturated_span >= cfg.share * out.span:
+            if out.seen >= cfg.min_steps and out.saturated_span >= cfg.share * out.span \
+                    and not self._explained(out):
                 yield self._finding(out)
                 return
+
+    def _explained(self, out: _Output) -> bool:
+        """Pinned at exactly 1 by a softmax over one class (single-class-softmax's)."""
+        return self._one_class and bool(out.lo) and median(list(out.lo)) == 1.0 == median(list(out.hi))
 
     def _saturated(self, a: Activation) -> bool:
         cfg = self.config

@@ -265,6 +265,29 @@ class Embeddings:
     signal: ClassVar[str] = "embeddings"
 
 @dataclass(frozen=True)
+class SingleClass:
+    """A sampled training step whose loss takes a softmax over a dimension of size 1 (live): a
+    ``log_softmax`` inside ``cross_entropy`` or a ``softmax`` before a BCE, on the loss's side of
+    every layer. Its output is exactly 1 (log: 0) whatever the model computes. ``op`` is
+    ``softmax`` or ``log_softmax``, ``shape`` its input's shape and ``dim`` the dimension of
+    size 1; ``taken_by`` the op that used it (``nll_loss``: a cross-entropy with class indices,
+    ``mul``: one with probability targets), ``targets`` ``class indices``, ``floats`` or "";
+    ``layer`` the parameter whose layer made the one-wide input and its shape (``fc.weight [1,
+    64]``, "" when not found); ``alone``: the loss has no other term that reaches a trainable
+    parameter; ``where`` the file:line of the backward."""
+
+    step: int
+    op: str
+    shape: str
+    dim: int
+    taken_by: str = ""
+    targets: str = ""
+    layer: str = ""
+    alone: bool = True
+    where: str = ""
+    signal: ClassVar[str] = "single_class"
+
+@dataclass(frozen=True)
 class Clip:
     """A clipping: the total norm before clipping and the max_norm asked for. ``via``: what
     clipped, as the user wrote it (``clip_grad_norm_``, ``clip_grads_with_norm_``, FSDP's,

@@ -60,6 +60,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "loss_terms": ("loss_terms",),
     "masking": ("activations",),
     "embeddings": ("embeddings",),
+    "single_class": ("single_class",),
     "order": ("eval_order",),
     "schedule": ("schedule",),
     "init": ("init",),

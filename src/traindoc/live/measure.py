@@ -335,6 +335,136 @@ def empty_mean(grad_fn: Any, budget: int = 16) -> str | None:
     return None
 
 
+# The loss's own side of the graph: reductions, arithmetic, shape and dtype changes and the loss
+# functions themselves. A layer (a matmul, a convolution, attention) ends the walk, so a
+# softmax inside the model (attention over one key) is never reached.
+_LOSS_SIDE = re.compile(
+    r"(Neg|Div|Mul|Add|Sub|Rsub|Sum|Mean|Log|Log1p|Exp|Pow|Abs|Sqrt|Clamp\w*|MaskedFill|Where|Squeeze|"
+    r"Unsqueeze|View|Reshape\w*|UnsafeView|Expand|Permute|Transpose|T|Select|Slice|Index|Gather|ToCopy|"
+    r"Clone|Alias|Unbind|Stack|Cat|Max|Min|Maximum|Minimum|Sigmoid|\w*Loss\w*|BinaryCrossEntropy\w*|"
+    r"KlDiv|Xlogy|SpecialXlogy)Backward\d*$")
+_SOFTMAX = ("SoftmaxBackward0", "LogSoftmaxBackward0")
+_LAYERS = ("AddmmBackward0", "MmBackward0", "ConvolutionBackward0", "LinearBackward0", "BmmBackward0")
+# Shape and dtype changes: what used a tensor is the first node above them.
+_SHAPE = ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "SqueezeBackward0",
+          "SqueezeBackward1", "SqueezeBackward4", "UnsqueezeBackward0", "PermuteBackward0",
+          "TransposeBackward0", "ToCopyBackward0", "CloneBackward0")
+# Between a layer and the softmax that takes its output: shape changes, a bias, a temperature.
+_TO_LAYER = _SHAPE + ("AddBackward0", "DivBackward0", "MulBackward0")
+
+
+@dataclasses.dataclass(frozen=True)
+class SingletonSoftmax:
+    """A softmax (or log_softmax) over a dimension of size 1 on the loss's side of the model:
+    its output is exactly 1 (log: 0) whatever its input. ``op`` names it, ``shape`` is its
+    input's, ``dim`` the dimension, ``taken_by`` the node that used it (``nll_loss``: a
+    cross-entropy), ``targets`` what the loss compared it with (``class indices``, ``floats``
+    or ""), ``weight`` the layer's weight that made the one-wide input (None: not found);
+    ``alone``: no trainable leaf is reached from the loss but through it (no other term)."""
+
+    op: str
+    shape: tuple[int, ...]
+    dim: int
+    taken_by: str
+    targets: str
+    weight: torch.Tensor | None
+    alone: bool = True
+
+
+def singleton_softmax(grad_fn: Any, budget: int = 48) -> SingletonSoftmax | None:
+    """The first softmax over a dimension of size 1 that a loss's graph reaches from its top
+    through loss-side nodes only (``_LOSS_SIDE``; breadth first, at most ``budget`` nodes).
+    Reads the nodes' saved sizes: no tensor op, no sync."""
+    # (node, the nearest node above it that is no shape change: what used its output)
+    queue: list[tuple[Any, Any]] = [(grad_fn, None)] if grad_fn is not None else []
+    seen: set[int] = set()
+    while queue and budget > 0:
+        node, user = queue.pop(0)
+        budget -= 1
+        name = type(node).__name__
+        if name in _SOFTMAX:
+            found = _singleton(node, name, user)
+            if found is not None:
+                return dataclasses.replace(found, alone=not _reaches_leaf(grad_fn, node))
+            continue  # a softmax over classes: the model is behind it
+        if not _LOSS_SIDE.match(name):
+            continue
+        if name not in _SHAPE:
+            user = node
+        for fn, _ in node.next_functions:
+            if fn is not None and id(fn) not in seen:
+                seen.add(id(fn))
+                queue.append((fn, user))
+    return None
+
+
+def _reaches_leaf(root: Any, skip: Any, limit: int = 100_000) -> bool:
+    """Does the graph from ``root`` reach a trainable leaf other than through ``skip``?"""
+    todo, seen = [root], {id(skip)}
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if type(node).__name__ == "AccumulateGrad":
+            return True
+        todo.extend(n for n, _ in node.next_functions if n is not None)
+    return False
+
+
+def _singleton(node: Any, name: str, user: Any) -> SingletonSoftmax | None:
+    try:
+        dim, result = int(node._saved_dim), node._saved_result
+    except (AttributeError, RuntimeError):  # another torch's names, or freed
+        return None
+    shape = tuple(int(n) for n in result.shape)
+    if dim >= 1 << 63:  # an int64 saved as unsigned: -1 reads as 2**64 - 1
+        dim -= 1 << 64
+    if not shape or not -len(shape) <= dim < len(shape) or shape[dim] != 1 or result.numel() < 1:
+        return None
+    return SingletonSoftmax(
+        op="log_softmax" if name.startswith("Log") else "softmax", shape=shape, dim=dim % len(shape),
+        taken_by=_op_name(user) if user is not None else "", targets=_targets(user),
+        weight=_layer_weight(node))
+
+
+def _op_name(node: Any) -> str:
+    """``NllLossBackward0`` -> ``nll_loss``."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", re.sub(r"Backward\d*$", "", type(node).__name__)).lower()
+
+
+def _targets(node: Any) -> str:
+    """What a loss node compared the softmax with: class indices (an integer target) or floats."""
+    for attr in ("_saved_target", "_saved_other", "_saved_self"):
+        try:
+            t = getattr(node, attr, None)
+        except RuntimeError:
+            continue
+        if isinstance(t, torch.Tensor) and t.grad_fn is None and not t.requires_grad:
+            return "floats" if t.is_floating_point() else "class indices"
+    return ""
+
+
+def _layer_weight(softmax: Any, limit: int = 6) -> torch.Tensor | None:
+    """The weight of the layer whose output the softmax took (a Linear's ``[1, in]``, a
+    convolution's ``[1, in, k, k]``), through shape changes, a bias or a temperature."""
+    node: Any = next((fn for fn, _ in softmax.next_functions if fn is not None), None)
+    for _ in range(limit):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name in _LAYERS:
+            for fn, _ in node.next_functions:
+                leaf = _chain_leaf(fn, ("TBackward0", "ToCopyBackward0", "ViewBackward0"), 3)
+                if isinstance(leaf, torch.Tensor) and leaf.ndim >= 2 and min(leaf.shape[:2]) == 1:
+                    return leaf
+            return None
+        if name not in _TO_LAYER:
+            return None
+        node = node.next_functions[0][0] if node.next_functions else None
+    return None
+
+
 def read_back(tensors: list[torch.Tensor]) -> list[list[float]]:
     """The values of ``tensors``, each as a list of floats, in one transfer per device: the
     session's one sync point (a sampled step, or its pending values piling up)."""

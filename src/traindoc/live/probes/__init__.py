@@ -34,6 +34,7 @@ from traindoc.live.probes.metrics import MetricsProbe
 from traindoc.live.probes.order import OrderProbe
 from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.probes.schedule import ScheduleProbe
+from traindoc.live.probes.single_class import SingleClassProbe
 from traindoc.live.session import Session
 from traindoc.live.warning_site import attributed
 
@@ -52,6 +53,7 @@ PROBES: tuple[type[Probe], ...] = (
     LossTermsProbe,  # after core: its backward callback runs first, before the session's
     MaskingProbe,
     EmbeddingsProbe,
+    SingleClassProbe,
     OrderProbe,
     ScheduleProbe,
     InitProbe,
