@@ -55,7 +55,8 @@ torch and writes the weights at exit. A torchrun job (``nproc``) runs as ``pytho
 weights at exit (``exit_state``: its local shards of DTensors); PyTorch's distributed examples
 pick their device through ``torch.accelerator`` and stop without two GPUs, so ``cpu_accelerator``
 makes it answer with the CPU (gloo) and seeds torch, whose model initialization they leave
-unseeded. A library with no training script of its own (denoising-diffusion-pytorch)
+unseeded; scripts that name GPU indices and nccl outright (PyTorch's DDP tutorial series) get
+``cuda_as_cpu``, which maps those to the CPU and gloo. A library with no training script of its own (denoising-diffusion-pytorch)
 runs the driver its README shows, written into its checkout by ``prepare``.
 
 Exit status 1 when a case is not identical, raises a false alarm or fails; 2 when a checkout is
@@ -353,6 +354,41 @@ def _cpu_accelerator(where: Path) -> None:
     (folder / "sitecustomize.py").write_text(_EXIT_STATE + _CPU_ACCELERATOR, encoding="utf-8")
 
 
+_CUDA_AS_CPU = '''
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+# Scripts written for GPUs only (a device given as a GPU index, nccl), run on this machine's CPU:
+# an index becomes the CPU, nccl becomes gloo, DDP gets no device ids; torch seeded for the
+# model's initialization; the run's files land in LIVE_REAL_CWD (a fresh folder per run), so
+# that a snapshot one run writes is not resumed by the next.
+def _cpu(args):
+    return tuple("cpu" if type(a) is int else a for a in args)
+
+_module_to, _tensor_to = torch.nn.Module.to, torch.Tensor.to
+torch.nn.Module.to = lambda self, *a, **k: _module_to(self, *_cpu(a), **k)
+torch.Tensor.to = lambda self, *a, **k: _tensor_to(self, *_cpu(a), **k)
+torch.cuda.set_device = lambda device: None
+_init_pg = dist.init_process_group
+dist.init_process_group = lambda *a, **k: _init_pg(*a[1:], **{**k, "backend": "gloo"})
+_ddp_init = DistributedDataParallel.__init__
+DistributedDataParallel.__init__ = lambda self, module, *a, **k: _ddp_init(self, module, **{**k, "device_ids": None})
+torch.manual_seed(0)
+if os.environ.get("LIVE_REAL_CWD"):
+    os.chdir(os.environ["LIVE_REAL_CWD"])
+'''
+
+
+def _cuda_as_cpu(where: Path) -> None:
+    """live_real_cuda/sitecustomize.py: the weights at exit (``exit_state``, a file per rank), and
+    a GPU-only script's device indices, nccl and DDP device ids turned to the CPU and gloo, for
+    PyTorch's DDP tutorial series (``model.to(gpu_id)``, ``init_process_group(backend="nccl")``)."""
+    folder = where / "live_real_cuda"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE + _CUDA_AS_CPU, encoding="utf-8")
+
+
 def _exit_state(where: Path) -> None:
     """live_real_exit/sitecustomize.py: at exit, the weights of every model alive (the live ones
     only: a model's submodules are saved with it and again on their own), to LIVE_REAL_STATE."""
@@ -634,6 +670,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
     "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
+    "cuda_as_cpu": _cuda_as_cpu,
     "hello_deepspeed": _hello_deepspeed, "cifar": _cifar,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
