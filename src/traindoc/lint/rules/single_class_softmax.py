@@ -112,6 +112,33 @@ class SingleClassSoftmax:
             """,
             20, 28,
         ),
+        Invalid(
+            """
+            import lightning as L
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class Regressor(L.LightningModule):
+                def __init__(self, n_features=16, hidden=32):
+                    super().__init__()
+                    self.net = nn.Sequential(nn.Linear(n_features, hidden), nn.ReLU())
+                    self.head = nn.Linear(hidden, 1)
+
+                def forward(self, x):
+                    return self.head(self.net(x))
+
+                def training_step(self, batch, batch_idx):
+                    x, y = batch
+                    loss = F.cross_entropy(self(x), y)
+                    self.log("train_loss", loss)
+                    return loss
+
+                def configure_optimizers(self):
+                    return torch.optim.Adam(self.parameters(), lr=1e-3)
+            """,
+            17,
+        ),
     )
     valid: ClassVar[tuple[str, ...]] = (
         """
@@ -285,6 +312,9 @@ class _Widths:
             if last in _KEEP_WIDTH_CALLS and (receiver is not None or node.args):
                 node, at = (receiver if receiver is not None else node.args[0]), node
                 continue
+            if isinstance(node.func, ast.Name) and node.func.id == "self":  # self(x) in a LightningModule
+                own = mod.scope(node).cls
+                return self._of_class(own, depth - 1) if own else None
             module = self._module(node.func, node, depth)
             return self._of_module(module, depth) if module is not None else None
         return None
@@ -372,10 +402,14 @@ class _Widths:
                     if kind not in _KEEP_WIDTH:
                         return self._of_module(layer, depth - 1) if depth > 0 else None
             return None
-        cls = self.classes.get(dotted(call.func) or "")
-        if cls is None or depth <= 0:
+        return self._of_class(dotted(call.func) or "", depth)
+
+    def _of_class(self, name: str, depth: int) -> tuple[int, str, ast.Call] | None:
+        """A module class of the file, by what its ``forward`` returns."""
+        mod = self.mod
+        if name not in self.classes or depth <= 0:
             return None
-        forward = next((s for s in mod.scopes if s.cls == cls.name and s.name == "forward"), None)
+        forward = next((s for s in mod.scopes if s.cls == name and s.name == "forward"), None)
         if forward is None or len(forward.returns) != 1 or forward.returns[0].value is None:
             return None
         ret = forward.returns[0]
