@@ -374,7 +374,8 @@ class SingletonSoftmax:
 def singleton_softmax(grad_fn: Any, budget: int = 48) -> SingletonSoftmax | None:
     """The first softmax over a dimension of size 1 that a loss's graph reaches from its top
     through loss-side nodes only (``_LOSS_SIDE``; breadth first, at most ``budget`` nodes).
-    Reads the nodes' saved sizes: no tensor op, no sync."""
+    Reads the nodes' names, saved dims and shape metadata: no tensor op, no sync (the targets
+    are unpacked only once a softmax over one class was found)."""
     # (node, the nearest node above it that is no shape change: what used its output)
     queue: list[tuple[Any, Any]] = [(grad_fn, None)] if grad_fn is not None else []
     seen: set[int] = set()
@@ -413,14 +414,15 @@ def _reaches_leaf(root: Any, skip: Any, limit: int = 100_000) -> bool:
 
 
 def _singleton(node: Any, name: str, user: Any) -> SingletonSoftmax | None:
+    # The output's shape from the node's metadata: unpacking ``_saved_result`` would run an op
+    # (a detach) on it, a DTensor's own dispatch under loss_parallel.
     try:
-        dim, result = int(node._saved_dim), node._saved_result
-    except (AttributeError, RuntimeError):  # another torch's names, or freed
+        dim, shape = int(node._saved_dim), tuple(int(n) for n in node._input_metadata[0].shape)
+    except (AttributeError, RuntimeError, IndexError):  # another torch's names, or freed
         return None
-    shape = tuple(int(n) for n in result.shape)
     if dim >= 1 << 63:  # an int64 saved as unsigned: -1 reads as 2**64 - 1
         dim -= 1 << 64
-    if not shape or not -len(shape) <= dim < len(shape) or shape[dim] != 1 or result.numel() < 1:
+    if not shape or not -len(shape) <= dim < len(shape) or shape[dim] != 1 or 0 in shape:
         return None
     return SingletonSoftmax(
         op="log_softmax" if name.startswith("Log") else "softmax", shape=shape, dim=dim % len(shape),
