@@ -50,7 +50,8 @@ pinned 2.13.0: those cases run in an environment of their own, with traindoc ins
 on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colour and a square
 telling them apart). lightly's examples (``pip install lightly`` in the same environment)
 download CIFAR-10, seed nothing and save nothing: ``cifar`` draws the images instead, seeds
-torch and writes the weights at exit. A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
+torch and writes the weights at exit; Pytorch-UNet's train.py (same environment, with wandb
+disabled) reads a Carvana-style folder that ``carvana`` writes. A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
 --standalone --nproc_per_node N`` bare and with ``-m traindoc run``, each rank writing its own
 weights at exit (``exit_state``: its local shards of DTensors); PyTorch's distributed examples
 pick their device through ``torch.accelerator`` and stop without two GPUs, so ``cpu_accelerator``
@@ -569,6 +570,32 @@ def _image_folder(where: Path) -> None:
                 Image.fromarray(img).save(folder / f"{i}.png")
 
 
+def _carvana(where: Path) -> None:
+    """data/imgs/N.png and data/masks/N_mask.png as Pytorch-UNet's CarvanaDataset reads them
+    (64x64 RGB images with a bright disc, masks of 0 and 255), and live_real_seed/ with a
+    sitecustomize that seeds torch (the script leaves the model's initialization unseeded) and
+    writes the weights at exit (``exit_state``)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images, masks = where / "data" / "imgs", where / "data" / "masks"
+    images.mkdir(parents=True, exist_ok=True)
+    masks.mkdir(parents=True, exist_ok=True)
+    yy, xx = np.mgrid[:64, :64]
+    for i in range(40):
+        cy, cx, r = rng.integers(16, 48), rng.integers(16, 48), rng.integers(6, 14)
+        inside = (yy - cy) ** 2 + (xx - cx) ** 2 < r * r
+        img = rng.integers(0, 90, (64, 64, 3)).astype(np.uint8)
+        img[inside] += np.array([120, 60, 20], dtype=np.uint8)
+        Image.fromarray(img).save(images / f"{i:03d}.png")
+        Image.fromarray((inside * 255).astype(np.uint8)).save(masks / f"{i:03d}_mask.png")
+    folder = where / "live_real_seed"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_EXIT_STATE + "\nimport torch\n\ntorch.manual_seed(0)\n",
+                                             encoding="utf-8")
+
+
 _DDPM_1D = """import sys
 
 import torch
@@ -670,7 +697,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
     "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
-    "cuda_as_cpu": _cuda_as_cpu,
+    "cuda_as_cpu": _cuda_as_cpu, "carvana": _carvana,
     "hello_deepspeed": _hello_deepspeed, "cifar": _cifar,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
