@@ -126,6 +126,11 @@ def _representation_collapse(run: Run) -> Run:
     return _set(run, "metric.train_collapse_level", lambda s, v: min(0.95, v + 0.01 * (s - 100)), 100)
 
 
+def _zero_loss(run: Run) -> Run:
+    """A cross-entropy over one class: the loss is exactly 0 from the first step."""
+    return _set(run, "loss", lambda s, v: 0.0)
+
+
 # id -> (the healthy run with its failure planted, extra `traindoc logs` options)
 PLANTED: dict[str, tuple[Callable[[Run], Run], tuple[str, ...]]] = {
     "nonfinite": (_nonfinite, ()),
@@ -145,5 +150,6 @@ PLANTED: dict[str, tuple[Callable[[Run], Run], tuple[str, ...]]] = {
     "scheduler-before-optimizer": (_scheduler, ()),
     "expert-collapse": (_collapse, ()),
     "representation-collapse": (_representation_collapse, ()),
+    "constant-loss": (_zero_loss, ()),
 }
 HEALTHY_OPTIONS: tuple[str, ...] = ("--max-norm", "1")

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt, require
-from traindoc.events import Backward, Event, GradAccumulation, ParamStats, SingleClass
+from traindoc.events import Backward, Event, GradAccumulation, ParamStats, Scalar, SingleClass
 from traindoc.findings import Finding
 
 
@@ -29,11 +29,16 @@ class ConstantLoss(Detector):
     parameters do get gradients (a GAN's discriminator) is no-gradient's to judge, and one where
     parameters no optimizer holds get them (an optimizer built before the model's parameters
     were replaced) optimizer-param-mismatch's, and a step whose loss took a softmax over one class
-    (its gradient is 0 by construction) single-class-softmax's."""
+    (its gradient is 0 by construction) single-class-softmax's.
+
+    From a log (no backward measured): a loss logged as exactly 0 at every one of at least
+    ``zeros`` points, from the first one. No model starts at a loss of 0; a loss that is 0 from
+    its first step does not depend on the model (a cross-entropy over one class, a loss masked
+    to nothing). A loss that reaches 0 later (a small dataset fitted, printed at 4 decimals)
+    is not judged."""
 
     id = "constant-loss"
-    needs = frozenset({"backward"})
-    uses = frozenset({"params", "accumulation", "single_class"})
+    uses = frozenset({"backward", "params", "accumulation", "single_class", "loss"})
     examples = (
         Example("demo_scripts/nan_masked_loss.py", 0),
         Example("zoo/clamped_loss.py", 0),
@@ -43,6 +48,8 @@ class ConstantLoss(Detector):
         Example("zoo/healthy_recsys_sparse_embeddings.py", None),
         Example("zoo/fsdp2_optimizer_before_shard.py", None),  # its parameters do get gradients
         Example("golden/constant_loss.jsonl", 5),
+        Example("fixtures/logs/meaning/loss_zero_from_start.csv", 0),
+        Example("fixtures/logs/meaning/healthy_loss_reaches_zero.csv", None),
         Example("golden/healthy_noisy_loss.jsonl", None),
     )
 
@@ -50,14 +57,15 @@ class ConstantLoss(Detector):
     # call sites (all bounded), and the sampled steps still to judge.
     carry = ("_recent", "_values", "_sites", "_constant", "_zero_grad", "_last_constant", "_first",
                 "_grad_sq", "_with_grad", "_steps", "_sampled", "_dry", "_dry_first", "_reached",
-                "_trainable", "_dry_fired", "_one_class")
+                "_trainable", "_dry_fired", "_one_class", "_zeros", "_zero_first", "_nonzero")
 
     @dataclass(frozen=True)
     class Config:
         confirm: int = 5  # sampled steps whose backward reached no parameter, before firing
+        zeros: int = 20  # logged points, all exactly 0 from the first, before a log's loss fires
 
         def __post_init__(self) -> None:
-            require(self, confirm=">= 1")
+            require(self, confirm=">= 1", zeros=">= 2")
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config or self.Config()
@@ -67,6 +75,10 @@ class ConstantLoss(Detector):
         self._trainable = False  # an optimizer holds parameters with requires_grad
         self._dry_fired = False
         self._one_class: set[int] = set()  # sampled steps still to judge whose loss is over one class
+        # The logged loss (judged only where no backward was measured): points exactly 0 so far
+        self._zeros = 0
+        self._zero_first: int | None = None
+        self._nonzero = False  # a finite point that is not 0: the loss depends on something
         # Bounded however long the run: the backward() of the last _RECENT steps (the value and
         # call site of its last call, whether any call got a constant, whether the step was
         # flagged); a flagged step that leaves it adds its value to _values and its site to
@@ -84,6 +96,14 @@ class ConstantLoss(Detector):
         self._sampled = 0
 
     def observe(self, event: Event) -> Iterator[Finding]:
+        if isinstance(event, Scalar):
+            if event.name == "loss" and event.value == event.value and not self._nonzero:
+                if event.value == 0.0:
+                    self._zeros += 1
+                    self._zero_first = event.step if self._zero_first is None else self._zero_first
+                else:
+                    self._nonzero = True
+            return
         if isinstance(event, Backward):
             old = self._recent.get(event.step)
             if old is None:
@@ -120,6 +140,19 @@ class ConstantLoss(Detector):
 
     def finish(self) -> Iterator[Finding]:
         yield from self._close_before(1 << 62)
+        if not self._steps and not self._nonzero and self._zeros >= self.config.zeros:
+            yield self._logged_zero()
+
+    def _logged_zero(self) -> Finding:
+        first = self._zero_first or 0
+        return finding(
+            self.id, step=first,
+            message=(f"The logged loss is exactly 0 at all {self._zeros} points, from the first one "
+                     f"(step {first}): no model starts at a loss of 0, so this loss does not depend "
+                     "on the model, and its gradient is 0."),
+            cause=_ZERO_CAUSE, fix=_ZERO_FIX,
+            evidence={"zero_points": self._zeros, "first_step": first},
+        )
 
     def _after_backward(self, e: GradAccumulation) -> Iterator[Finding]:
         """An optimizer's gradient norms right after each backward() of a sampled step."""
@@ -222,6 +255,15 @@ _NAN_CAUSE = (
     "The value handed to backward was NaN, so its steps learned nothing: the root cause is where "
     "that NaN was born, which `nonfinite` names (an empty batch, an op outside its domain).")
 _NAN_FIX = "Fix the NaN where `nonfinite` says it was born: a loss that is NaN trains nothing."
+_ZERO_CAUSE = (
+    "A loss that is 0 from its first step is a constant of the code, not of the data: most often "
+    "a cross-entropy over one class (`F.cross_entropy` on a model with one output, whose "
+    "log_softmax is 0 for every row; single-class-softmax), or a loss masked or weighted to "
+    "nothing (every label ignored, a weight of 0).")
+_ZERO_FIX = (
+    "Run the script under `traindoc run` to see which: it names the layer and the line. For one "
+    "output, use `F.mse_loss` (values) or `F.binary_cross_entropy_with_logits` (a binary target), "
+    "or give the last layer one output per class.")
 _NAN = math.nan  # one NaN key for the counts: NaN != NaN would count each NaN apart
 
 

@@ -344,7 +344,7 @@ _LOSS_SIDE = re.compile(
     r"Clone|Alias|Unbind|Stack|Cat|Max|Min|Maximum|Minimum|Sigmoid|\w*Loss\w*|BinaryCrossEntropy\w*|"
     r"KlDiv|Xlogy|SpecialXlogy)Backward\d*$")
 _SOFTMAX = ("SoftmaxBackward0", "LogSoftmaxBackward0")
-_LAYERS = ("AddmmBackward0", "MmBackward0", "ConvolutionBackward0", "LinearBackward0", "BmmBackward0")
+_LAYERS = ("AddmmBackward0", "MmBackward0", "ConvolutionBackward0", "LinearBackward0")
 # Shape and dtype changes: what used a tensor is the first node above them.
 _SHAPE = ("ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0", "SqueezeBackward0",
           "SqueezeBackward1", "SqueezeBackward4", "UnsqueezeBackward0", "PermuteBackward0",
