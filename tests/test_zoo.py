@@ -23,7 +23,9 @@ from conftest import GOLDEN, warm_python, warm_traindoc
 CASES = zoo.cases()
 # Every finding of each case (info too), as "id step" lines: a refactor that changes what the
 # zoo finds fails here. TRAINDOC_WRITE_GOLDEN=1 writes them (a new case; a finding changed on
-# purpose: review the diff). Not the judgements of wall-clock time, which follow the machine's
+# purpose: review the diff). A line may give two steps, "id 800|832": the steps the case gives on
+# two kinds of CPU, whose convolution kernels round differently (a 1,280-step run's val loss
+# crosses the threshold one evaluation apart on an AVX-512 EPYC). Not the judgements of wall-clock time, which follow the machine's
 # load (a healthy case's evaluation took 29% of the time on a busy machine, threshold 25%).
 FINDINGS = GOLDEN / "zoo_findings"
 TIMED = {"slow-eval", "data-starvation", "straggler-rank"}
@@ -53,7 +55,7 @@ def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
     for f in data["findings"]:  # every finding carries its evidence, cause and fix
         assert f["evidence"] and f["cause"] and f["fix"] and f["message"], f
     assert golden.exists(), f"no {golden}: run this case with TRAINDOC_WRITE_GOLDEN=1"
-    assert pairs == golden.read_text(), f"{case.name}: findings (id step) differ from {golden}"
+    assert _matches(pairs, golden.read_text()), f"{case.name}: findings (id step) differ from {golden}"
 
     plain = warm_python(str(case.path), "--save", str(bare))
     if plain.returncode != 0 and _GLOO_TEARDOWN_ABORT in plain.stderr:
@@ -67,3 +69,16 @@ def test_zoo_case(case: zoo.Case, tmp_path: Path) -> None:
         same = a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and \
             a[k].reshape(-1).contiguous().view(torch.uint8).equal(b[k].reshape(-1).contiguous().view(torch.uint8))
         assert same, f"{case.name}: {k} differs with traindoc watching"
+
+
+def _matches(pairs: str, golden: str) -> bool:
+    """``pairs`` line by line against the golden lines, a golden step "a|b" matching either."""
+    got, want = pairs.splitlines(), golden.splitlines()
+    if len(got) != len(want):
+        return False
+    for line, expected in zip(got, want):
+        id_, _, step = line.partition(" ")
+        want_id, _, steps = expected.partition(" ")
+        if id_ != want_id or step not in steps.split("|"):
+            return False
+    return True
