@@ -26,9 +26,10 @@ _CROSS_ENTROPY = ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLos
 class SingleClassSoftmax:
     """The loss normalizes over a layer's one output: ``F.cross_entropy`` or an
     ``nn.CrossEntropyLoss()`` given the output of a model whose last layer is ``nn.Linear(h, 1)``
-    or a convolution with one output channel; a softmax or log_softmax (``nn.Softmax(dim=1)``
-    after that layer in an ``nn.Sequential``, ``F.softmax(self.fc(x), dim=1)``) over that one
-    output. The softmax of one value is 1, so the loss is a constant and no gradient reaches the
+    or a convolution with one output channel; a softmax or log_softmax over that one output
+    (``nn.Softmax(dim=-1)`` after that layer in an ``nn.Sequential``, ``F.softmax(self.fc(x),
+    dim=-1)``, a convolution's ``dim=1``). A Linear's ``dim=1`` is left alone: on ``[B, T, 1]``
+    scores it is attention pooling over T. The softmax of one value is 1, so the loss is a constant and no gradient reaches the
     model (PyTorch's DDP tutorial series: ``nn.Linear(20, 1)`` with ``F.cross_entropy``). The
     model is followed from the loss's input through names, ``self`` attributes set in a class
     (the wrapper that wraps the attribute itself, as ``self.model = DDP(self.model)``, leads back
@@ -73,7 +74,7 @@ class SingleClassSoftmax:
 
             model = nn.Sequential(
                 nn.Linear(10, 32), nn.ReLU(),
-                nn.Linear(32, 1), nn.Softmax(dim=1),
+                nn.Linear(32, 1), nn.Softmax(dim=-1),
             )
             criterion = nn.BCELoss()
             """,
@@ -178,6 +179,21 @@ class SingleClassSoftmax:
         def build(args):
             return Net(args.n_classes)
         """,
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class AttentionPool(nn.Module):  # scores [B, T, 1], a softmax over the T positions
+            def __init__(self, d):
+                super().__init__()
+                self.score = nn.Sequential(nn.Linear(d, 32), nn.Tanh(), nn.Linear(32, 1), nn.Softmax(dim=1))
+                self.attn = nn.Linear(d, 1)
+
+            def forward(self, h):
+                w = F.softmax(self.attn(h), dim=1)
+                return (w * h).sum(1) + (self.score(h) * h).sum(1)
+        """,
     )
 
     def check(self, mod: Module) -> Iterator[Hit]:
@@ -221,7 +237,7 @@ class SingleClassSoftmax:
                 kind = (mod.callee(layer) or "").rpartition(".")[2]
                 width = widths.of_layer(before)
                 if kind in ("Softmax", "LogSoftmax") and width is not None and width[0] == 1 \
-                        and _over(arg(layer, 0, "dim"), width[1], default=True):
+                        and _over(arg(layer, 0, "dim"), width[1]):
                     yield self._hit(mod, layer, before)
             return
         if name not in _SOFTMAX or not (q.startswith("torch.") or method(call, *_SOFTMAX) is not None):
@@ -247,15 +263,14 @@ class SingleClassSoftmax:
         )
 
 
-def _over(dim: ast.expr | None, kind: str, default: bool = False) -> bool:
-    """Does a softmax over ``dim`` run over a layer's output width? A Linear's width is the last
-    dimension (1 of a [B, 1] batch too); a convolution's is dimension 1."""
-    if dim is None:
-        return default
-    d = number(dim)
-    if d is None:
-        return False
-    return d == 1 or (kind == "linear" and d == -1)
+def _over(dim: ast.expr | None, kind: str) -> bool:
+    """Does a softmax over ``dim`` surely run over a layer's output width? A Linear's width is
+    the last dimension: ``dim=-1``. Its ``dim=1`` is the width of a ``[B, 1]`` batch but the
+    sequence of a ``[B, T, 1]`` one, attention pooling's scores (``nn.Linear(d, 1)``, then a
+    softmax over the T positions), which the file does not tell apart: not judged. A
+    convolution's width is dimension 1."""
+    d = number(dim) if dim is not None else None
+    return d == -1 if kind == "linear" else d == 1
 
 
 def _calls_of(mod: Module, built: ast.Call) -> list[ast.Call]:
