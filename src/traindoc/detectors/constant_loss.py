@@ -188,6 +188,8 @@ class ConstantLoss(Detector):
                 self._zero_grad += 1
                 self._flag(s)
                 yield self._finding()
+        if self._one_class:  # a step whose gradients never came: judged by now
+            self._one_class = {s for s in self._one_class if s >= step}
 
     def _flag(self, step: int) -> None:
         known = self._recent.get(step)
