@@ -20,7 +20,6 @@ _KEEP_WIDTH = frozenset({
 _KEEP_WIDTH_CALLS = frozenset({"relu", "sigmoid", "tanh", "dropout", "gelu", "silu", "leaky_relu", "float",
                                "contiguous", "to", "clone"})
 _SOFTMAX = frozenset({"softmax", "log_softmax"})
-_CROSS_ENTROPY = ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss")
 
 
 class SingleClassSoftmax:
