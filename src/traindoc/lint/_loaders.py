@@ -52,7 +52,7 @@ def loaders(mod: Module, node: ast.expr, at: ast.AST, depth: int = 6,
         yield from loaders(mod, node.value, at, depth - 1)
     elif isinstance(node, (ast.Name, ast.Attribute)):
         for value, stmt in _assigned(mod, node, at):
-            yield from loaders(mod, value, stmt, depth - 1, _position(stmt, value, dotted(node)))
+            yield from loaders(mod, value, stmt, depth - 1, unpacked_at(stmt, value, dotted(node)))
 
 
 def unwrapped(mod: Module, node: ast.expr) -> ast.expr:
@@ -103,7 +103,7 @@ def _reaching(mod: Module, scope: Scope, name: str, line: int) -> list[tuple[ast
     return out
 
 
-def _position(stmt: ast.AST, value: ast.expr, name: str | None) -> int | None:
+def unpacked_at(stmt: ast.AST, value: ast.expr, name: str | None) -> int | None:
     """Where ``name`` stands in ``a, b, c = f(...)``: the element of f's returned tuple it gets."""
     if isinstance(stmt, ast.Assign) and stmt.value is value and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
         names = [dotted(t) for t in stmt.targets[0].elts]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, arg, dotted, method, number, value_of
+from traindoc.lint._ast import Module, arg, dotted, method, number, unpacked_at, value_of
 from traindoc.lint._models import RETURNS_SELF, WRAPPERS, class_defs
 from traindoc.lint.rules._common import Hit, Invalid
 
@@ -375,7 +375,8 @@ class _Widths:
                 return None
             ret, at = fn.returns[0].value, fn.returns[0]
             if isinstance(ret, ast.Tuple):
-                index = _position(mod, func, name)
+                stmt = mod.parent.get(func)
+                index = unpacked_at(stmt, func, name) if stmt is not None else None
                 if index is not None and index < len(ret.elts):
                     ret = ret.elts[index]
                 else:  # unpacked under another name: the one element that is a module
@@ -438,12 +439,3 @@ def _width(mod: Module, node: ast.expr | None, at: ast.Call, kind: str) -> tuple
 def _is_self(node: ast.expr) -> bool:
     text = dotted(node) or ""
     return text.startswith("self.") and text.count(".") == 1
-
-
-def _position(mod: Module, call: ast.Call, name: str | None) -> int | None:
-    """Where ``name`` stands in ``a, b = f(...)``: the element of f's returned tuple it gets."""
-    stmt = mod.parent.get(call)
-    if isinstance(stmt, ast.Assign) and stmt.value is call and isinstance(stmt.targets[0], (ast.Tuple, ast.List)):
-        names = [dotted(t) for t in stmt.targets[0].elts]
-        return names.index(name) if name in names else None
-    return None

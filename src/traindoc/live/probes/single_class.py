@@ -8,7 +8,8 @@ constant (0 for a cross-entropy) and no gradient reaches the model through it.
 Just before the backward of a sampled training step, the loss's autograd graph is read from
 its top through the loss's own nodes (reductions, arithmetic, shape changes, the loss
 functions; a layer ends the walk, so attention over one key inside the model is never seen):
-``measure.singleton_softmax``. Only the nodes' saved sizes are read: no tensor op, no sync.
+``measure.singleton_softmax``. Only node names, saved dims and shape metadata are read: no
+tensor op, no sync.
 A softmax found over a dimension of size 1 gives a ``SingleClass`` event with the layer that
 made the one-wide input, named after the user's parameter.
 """
