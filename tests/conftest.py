@@ -49,9 +49,10 @@ def run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return out
 
 
-def traindoc(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in a fresh interpreter, as a user would."""
-    return run([sys.executable, "-m", "traindoc", *args], env=ENV, cwd=cwd, timeout=timeout)
+def traindoc(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a fresh interpreter, as a user would (``env`` over the tests' own)."""
+    return run([sys.executable, "-m", "traindoc", *args], env={**ENV, **(env or {})}, cwd=cwd, timeout=timeout)
 
 
 def python(*args: str, cwd: Path | None = None, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:

@@ -120,7 +120,8 @@ def _candidates(finding: Finding) -> list[str]:
         out += [m for m in metrics if isinstance(m, str)] if isinstance(metrics, list) else []
     cls = next((c for c in detectors.DETECTORS if c.id == finding.id), None)
     if cls is not None:
-        for signal in (*cls.needs, *cls.uses):
+        # needs and uses are sets: sorted, so a report renders alike in any process (hash seed).
+        for signal in (*sorted(cls.needs), *sorted(cls.uses)):
             out += _CURVES_OF.get(signal, (signal,))
     return out
 
