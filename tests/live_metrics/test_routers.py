@@ -110,3 +110,10 @@ def test_watch_router_validates_and_returns_the_module() -> None:
     assert traindoc.watch_router(m) is m
     with pytest.raises(ValueError, match="experts must be >= 2"):
         traindoc.watch_router(m, experts=1)
+
+
+def test_the_runs_last_step_is_measured_too() -> None:
+    """The last round closes with the run, not with a next step: its loads are still read."""
+    steps = sorted({s for s, _, _ in run(MoE(), steps=6)})
+    # Round 0 ends at step 1's backward: the router is found there, after step 1's forward.
+    assert steps == [2, 3, 4, 5]

@@ -133,10 +133,6 @@ class Publisher:
         if signal not in self._owner:
             self._put(step, signal, value)
 
-    def measured(self, step: int, signal: str, value: float) -> None:
-        """A value a probe measured itself (router load): emitted as is."""
-        self.s.emit(Scalar(step=step, name=signal, value=value))
-
 
 @functools.lru_cache(maxsize=1024)
 def _metric_name(name: str, signal: str) -> str:

@@ -11,9 +11,10 @@ Nothing is attached to the user's modules (a hook object on a module would trave
 ``copy.deepcopy``, ``pickle`` and ``torch.save(model)``): routers are looked at from the core
 probe's global forward hook, which is on during sampled steps only. On those steps (training
 forwards only) the top-1 expert of every token is read from the
-router's output on its device (``argmax`` over the last dimension, ``bincount``) and read back in
-the step's one batched transfer; after the step the load's Gini coefficient (0 even, (E-1)/E
-all tokens on one expert) and entropy (nats) are emitted as ``expert_gini``/``expert_entropy``.
+router's output on its device (``argmax`` over the last dimension, ``bincount``); when the round
+ends (the run's last one too) the step's counts of every router are read back in one batched
+transfer, and the load's Gini coefficient (0 even, (E-1)/E all tokens on one expert) and
+entropy (nats) are emitted as ``expert_gini``/``expert_entropy``.
 With several routers the most collapsed one (highest Gini) is reported for the step.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, Iterable
 import torch
 
 from traindoc import metrics as api
-from traindoc.events import Event
+from traindoc.events import Event, Scalar
 from traindoc.live import measure
 from traindoc.live.probes._patch import Patcher
 from traindoc.live.probes.base import Probe
@@ -47,17 +48,12 @@ class RouterProbe(Probe):
         self.pub = publisher(session)
         self._routers = ObjectMap()  # module -> (name, experts)
         self._scanned = ObjectMap()  # models already searched for routers
-        self._load: dict[int, dict[int, list[float]]] = {}  # step -> router (id) -> counts
+        self._load: dict[int, dict[int, torch.Tensor]] = {}  # step -> router (id) -> counts, on its device
 
     def install(self) -> None:
         api.router_sinks.append(self._on_router)
         for module, experts in list(api.routers.items()):
             self._add(module, type(module).__name__, experts)
-
-    def uninstall(self) -> None:
-        if self._on_router in api.router_sinks:
-            api.router_sinks.remove(self._on_router)
-        self._routers = ObjectMap()
 
     # ---- finding routers -----------------------------------------------------------------------
     def _on_router(self, module: Any, experts: int | None) -> None:
@@ -115,33 +111,48 @@ class RouterProbe(Probe):
         with torch.no_grad():
             top = scores.detach().reshape(-1, e).argmax(-1)
             counts = torch.bincount(top, minlength=e).float()
-        step = self.s.clock.current_step
-        # Read in the step's one batched transfer, not here.
-        self.s.defer(counts, functools.partial(self._decode, step, id(module)))
+        loads = self._load.setdefault(self.s.clock.current_step, {})
+        old = loads.get(id(module))  # a router called again in the step (micro-batches) adds up
+        loads[id(module)] = counts if old is None or old.shape != counts.shape else old + counts
 
-    def _decode(self, step: int, router: int, vals: list[float]) -> Iterable[Event]:
-        acc = self._load.setdefault(step, {})
-        old = acc.get(router)
-        acc[router] = vals if old is None or len(old) != len(vals) else [a + b for a, b in zip(old, vals)]
-        return ()
+    def uninstall(self) -> None:
+        """The run's last round, which no next step closes, is read with the session's last flush."""
+        if self._on_router in api.router_sinks:
+            api.router_sinks.remove(self._on_router)
+        self._routers = ObjectMap()
+        if self._load:
+            self._guard(self.name, self._publish_until, max(self._load))
 
     def on_sampled_round_end(self, step: int) -> None:
         self._guard(self.name, self._round, step)  # a sampled round: models adopted, loads read
 
     def _round(self, step: int) -> None:
-        models = self.s.models()
-        for model in models:
+        for model in self.s.models():
             if model not in self._scanned:
                 self._scanned[model] = True
                 self._scan(model)
-        for s in sorted(k for k in self._load if k <= step):
-            loads = self._load.pop(s)
-            stats = [load_stats(v) for v in loads.values() if sum(v) > 0]
-            if not stats:
-                continue
-            gini, entropy = max(stats)
-            self.pub.measured(s, "expert_gini", gini)
-            self.pub.measured(s, "expert_entropy", entropy)
+        self._publish_until(step)
+
+    def _publish_until(self, step: int) -> None:
+        """Each step's loads up to ``step``, read in the step's one batched transfer (no sync)."""
+        for at in sorted(k for k in self._load if k <= step):
+            loads = list(self._load.pop(at).values())
+            dev = loads[0].device
+            sizes = [len(v) for v in loads]
+            self.s.defer(torch.cat([v.to(dev) for v in loads]), functools.partial(_stats, at, sizes))
+
+
+def _stats(step: int, sizes: list[int], vals: list[float]) -> Iterable[Event]:
+    """The step's most collapsed router (highest Gini) as ``expert_gini``/``expert_entropy``."""
+    loads, start = [], 0
+    for n in sizes:
+        loads.append(vals[start:start + n])
+        start += n
+    stats = [load_stats(v) for v in loads if sum(v) > 0]
+    if stats:
+        gini, entropy = max(stats)
+        yield Scalar(step=step, name="expert_gini", value=gini)
+        yield Scalar(step=step, name="expert_entropy", value=entropy)
 
 
 def load_stats(counts: list[float]) -> tuple[float, float]:
