@@ -1,11 +1,12 @@
 """Mixture-of-experts routers: expert load Gini and entropy from the router's outputs.
 
 A router is recognized without code changes when it sits next to its experts: a child module
-of a block that also holds a ``ModuleList``/``ModuleDict`` whose name contains "expert" with E
-entries (Mixtral's ``block_sparse_moe.gate`` next to ``block_sparse_moe.experts``), and whose
-output ends in a dimension of E (an ``nn.Linear(d, E)``, or any module named gate/router/gating/
-routing, checked on its output). A block with an ``num_experts``-like integer attribute and a
-gate/router child counts too. ``traindoc.watch_router(module)`` names any other router.
+of a block that also holds its E experts in a child whose name contains "expert" (a
+``ModuleList``/``ModuleDict`` of E, or one module with a ``num_experts``-like attribute holding
+them fused, as transformers' Mixtral, Qwen-MoE, OLMoE, DeepSeek-V3 and GPT-OSS do), and whose
+output ends in a dimension of E: an ``nn.Linear(d, E)``, a module with the same expert count
+(``MixtralTopKRouter``), or any module named gate/router/gating/routing, checked on its output.
+A block with a ``num_experts``-like integer attribute and a gate/router child counts too. ``traindoc.watch_router(module)`` names any other router.
 
 Nothing is attached to the user's modules (a hook object on a module would travel with
 ``copy.deepcopy``, ``pickle`` and ``torch.save(model)``): routers are looked at from the core
@@ -69,18 +70,7 @@ class RouterProbe(Probe):
     def _scan(self, model: Any) -> None:
         for parent_name, parent in model.named_modules():
             children = dict(parent.named_children())
-            experts = None
-            for cname, child in children.items():
-                if "expert" in cname.lower() and isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)) \
-                        and len(child) >= 2:
-                    experts = len(child)
-                    break
-            if experts is None:
-                counts = [getattr(parent, a, None) for a in EXPERT_COUNT_ATTRS]
-                experts = next((c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 2), None)
-                by_count = True
-            else:
-                by_count = False
+            experts, by_count = _experts(parent, children)
             if experts is None:
                 continue
             for cname, child in children.items():
@@ -88,7 +78,7 @@ class RouterProbe(Probe):
                     continue
                 named = cname.lower() in ROUTER_WORDS or any(w in cname.lower() for w in ("router", "gating"))
                 linear = isinstance(child, torch.nn.Linear) and child.out_features == experts
-                if named or (linear and not by_count):
+                if named or (linear and not by_count) or _count(child) == experts:
                     full = f"{parent_name}.{cname}" if parent_name else cname
                     self._add(child, full, experts)
 
@@ -155,10 +145,33 @@ def _stats(step: int, sizes: list[int], vals: list[float]) -> Iterable[Event]:
         yield Scalar(step=step, name="expert_entropy", value=entropy)
 
 
+def _experts(parent: Any, children: dict[str, Any]) -> tuple[int | None, bool]:
+    """(E, counted): the number of experts of a block, from a child named after its experts (a
+    ``ModuleList``/``ModuleDict`` of E, or one module holding all E with a count attribute, as
+    transformers' fused ``MixtralExperts``), else from the block's own count attribute
+    (``counted``: a ``Linear(d, E)`` child is then not taken for the router on its width alone).
+    A shared expert (Qwen2-MoE's, DeepSeek's) is not the routed ones."""
+    for cname, child in children.items():
+        name = cname.lower()
+        if "expert" not in name or "shared" in name:
+            continue
+        if isinstance(child, (torch.nn.ModuleList, torch.nn.ModuleDict)) and len(child) >= 2:
+            return len(child), False
+        if (n := _count(child)) is not None:
+            return n, False
+    return _count(parent), True
+
+
+def _count(module: Any) -> int | None:
+    """A module's expert count attribute (``num_experts``, ``n_routed_experts``...), >= 2."""
+    counts = [getattr(module, a, None) for a in EXPERT_COUNT_ATTRS]
+    return next((c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c >= 2), None)
+
+
 def load_stats(counts: list[float]) -> tuple[float, float]:
     """(Gini coefficient, entropy in nats) of an expert load vector."""
     n, total = len(counts), float(sum(counts))
     xs = sorted(counts)
     gini = (2.0 * sum((i + 1) * x for i, x in enumerate(xs)) / (n * total)) - (n + 1) / n
     entropy = -sum((x / total) * math.log(x / total) for x in xs if x > 0)
-    return max(0.0, gini), entropy
+    return max(0.0, gini), max(0.0, entropy)  # -0.0 for one expert reads as "-0"
