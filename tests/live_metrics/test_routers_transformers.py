@@ -17,9 +17,9 @@ from traindoc.live.probes.routers import load_stats
 
 transformers = pytest.importorskip("transformers")
 
-TINY = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+TINY: dict[str, Any] = dict(vocab_size=64, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=64)
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     "Mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
     "Qwen2Moe": dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
                      shared_expert_intermediate_size=16),
