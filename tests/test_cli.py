@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import traindoc
+from conftest import python, traindoc
 
 SCRIPT = """
 import sys, torch
@@ -58,6 +58,23 @@ def test_module_form(tmp: Path) -> None:
     out = traindoc("run", "-m", "mypkg.train", "--lr", "1", cwd=tmp)
     assert out.returncode == 0, out.stderr
     assert "'--lr', '1'" in out.stdout and "name __main__" in out.stdout
+
+
+def test_module_form_runs_a_package_and_stays_main_to_the_end(tmp: Path) -> None:
+    """``-m pkg`` runs ``pkg/__main__.py`` as ``python -m pkg`` does, and the module is still
+    ``__main__`` when the exit handlers run: pickle finds the classes it defined there."""
+    pkg = tmp / "exitpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(
+        "import atexit, pickle, sys\n"
+        "class Checkpoint:\n    pass\n"
+        "atexit.register(lambda: print('at exit', len(pickle.dumps(Checkpoint())) > 0,\n"
+        "                              sys.argv[0].endswith('__main__.py'), __spec__.name))\n")
+    bare = python("-m", "exitpkg", cwd=tmp)
+    out = traindoc("run", "-m", "exitpkg", cwd=tmp)
+    assert bare.stdout == "at exit True True exitpkg.__main__\n", bare.stderr
+    assert out.returncode == 0 and out.stdout == bare.stdout, out.stderr
 
 
 def test_fail_on_and_ignore(tmp: Path) -> None:

@@ -20,7 +20,7 @@ import runpy
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traindoc import config
 from traindoc.errors import UsageError
@@ -111,7 +111,7 @@ def _execute(doc: Watch, target: str, script_args: list[str], *,
     doc.__enter__()
     try:
         if is_module:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+            _run_module(target)
         else:
             _run_script(target)
         ended = 0, "ok"
@@ -139,25 +139,48 @@ def _execute(doc: Watch, target: str, script_args: list[str], *,
 
 
 def _run_script(path: str) -> None:
-    """What ``python path`` does with a script: a fresh ``__main__`` module in ``sys.modules``
-    whose ``__file__`` (and the code's file name, for tracebacks) is the absolute path.
-    (``runpy.run_path`` keeps the path as given and rewrites ``sys.argv[0]``.)"""
+    """What ``python path`` does with a script: a fresh ``__main__`` module whose ``__file__``
+    (and the code's file name, for tracebacks) is the absolute path. (``runpy.run_path`` keeps
+    the path as given and rewrites ``sys.argv[0]``.)"""
     from importlib.machinery import SourceFileLoader
-    from types import ModuleType
 
     absolute = os.path.abspath(path)
-    main = ModuleType("__main__")
-    main.__dict__.update(__file__=absolute, __cached__=None, __builtins__=builtins, __package__=None,
-                         __spec__=None, __loader__=SourceFileLoader("__main__", absolute))
     with open(absolute, "rb") as f:
         code = compile(f.read(), absolute, "exec", dont_inherit=True)
-    saved = sys.modules.get("__main__")
+    _run_main(code, __file__=absolute, __cached__=None, __package__=None, __spec__=None,
+              __loader__=SourceFileLoader("__main__", absolute))
+
+
+def _run_module(name: str) -> None:
+    """What ``python -m name`` does (a package runs its ``__main__``): the module's code in a
+    fresh ``__main__`` module, ``sys.argv[0]`` its file, as ``runpy.run_module(alter_sys=True)``
+    does, except that the module stays ``__main__`` afterwards (runpy puts ours back)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.submodule_search_locations is not None:
+        spec = importlib.util.find_spec(f"{name}.__main__")
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+        raise ImportError(f"No module named {name!r} that can be run")
+    code = spec.loader.get_code(spec.name)
+    if code is None:
+        raise ImportError(f"No code object available for {spec.name}")
+    if spec.has_location and spec.origin:
+        sys.argv[0] = spec.origin
+    _run_main(code, __file__=spec.origin if spec.has_location else None, __cached__=spec.cached,
+              __package__=spec.parent, __spec__=spec, __loader__=spec.loader)
+
+
+def _run_main(code: Any, **attrs: Any) -> None:
+    """``code`` run as ``__main__``. The module stays ``sys.modules["__main__"]`` to the end of
+    the process, as with ``python``: the script's exit handlers still find its globals, and
+    pickle still finds the classes it defined (``torch.save(model)`` in an ``atexit``)."""
+    from types import ModuleType
+
+    main = ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, **attrs)
     sys.modules["__main__"] = main
-    try:
-        exec(code, main.__dict__)
-    finally:
-        if saved is not None:
-            sys.modules["__main__"] = saved
+    exec(code, main.__dict__)
 
 
 def _exit_code(code: object) -> int:

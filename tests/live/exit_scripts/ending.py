@@ -21,6 +21,20 @@ def mark(name: str) -> None:
         fh.write(name)
 
 
+class Checkpoint:
+    """A class of the script's own: pickling it looks it up in ``sys.modules["__main__"]``."""
+
+
+def save_at_exit() -> None:
+    """As a script that saves ``torch.save(model)`` from an ``atexit`` handler: the script must
+    still be ``__main__`` there, with its globals."""
+    import pickle
+
+    pickle.dumps(Checkpoint())
+    assert sys.modules["__main__"].MODE == MODE
+    mark("atexit")
+
+
 def train(steps: int = STEPS, at: int = -1, then=None) -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
@@ -91,7 +105,7 @@ elif MODE == "excepthook":
     sys.excepthook = user_hook
     train(at=AT, then=fail)
 elif MODE in ("atexit", "atexit-sigint"):
-    atexit.register(mark, "atexit")
+    atexit.register(save_at_exit)
     train(at=AT if MODE == "atexit-sigint" else -1, then=kill(signal.SIGINT))
 elif MODE == "thread":  # the main body returns at once; the training thread goes on
     threading.Thread(target=train, name="trainer").start()
