@@ -32,7 +32,7 @@ from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankPara
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
-    Batch, Cast, Classification, Clip, Embeddings, SingleClass, Forwards, NormInput, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
+    Batch, Cast, Classification, Clip, Embeddings, LossOnProbabilities, SingleClass, Forwards, NormInput, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
     RunStart, Scalar, Series, StepBegin, StepEnd,
 )
 
@@ -79,6 +79,7 @@ SIGNALS: dict[str, str] = {
     "norms": "the variance normalization layers built with a large eps divide by (live, sampled steps)",
     "embeddings": "how far apart the directions of the embeddings a loss normalizes or compares by cosine are (live, sampled steps)",
     "single_class": "a softmax over a dimension of size 1 on the loss's side of the model: one class (live, sampled steps)",
+    "loss_on_probabilities": "a cross_entropy or nll_loss whose input a softmax over the classes made: probabilities where logits or log-probabilities belong (live, sampled steps)",
     "unstepped": "models that got gradients though no optimizer holds them, off the trained parameters' path: a target network or teacher run with autograd on (live, sampled steps)",
 }
 
@@ -89,7 +90,7 @@ Event = Union[
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
     RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
-    InferenceForward, UnsteppedModel, NormInput, Embeddings, SingleClass,
+    InferenceForward, UnsteppedModel, NormInput, Embeddings, SingleClass, LossOnProbabilities,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -104,6 +105,7 @@ EVENT_TYPES: dict[str, type] = {
     "norm_input": NormInput,
     "embeddings": Embeddings,
     "single_class": SingleClass,
+    "loss_on_probabilities": LossOnProbabilities,
     "clip": Clip,
     "batch": Batch,
     "classification": Classification,
@@ -223,7 +225,7 @@ def _spoken(hint: Any) -> str:
 
 __all__ = [
     "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar", "Series",
-    "Backward", "ParamStats", "Activation", "NormInput", "Embeddings", "SingleClass", "Clip", "Batch", "Classification", "Cast", "RunEnd",
+    "Backward", "ParamStats", "Activation", "NormInput", "Embeddings", "SingleClass", "LossOnProbabilities", "Clip", "Batch", "Classification", "Cast", "RunEnd",
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",

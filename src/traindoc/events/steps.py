@@ -287,6 +287,25 @@ class SingleClass:
     where: str = ""
     signal: ClassVar[str] = "single_class"
 
+
+@dataclass(frozen=True)
+class LossOnProbabilities:
+    """A sampled training step whose class-index loss takes probabilities (live): ``loss`` is
+    ``cross_entropy`` (its log_softmax taken over a softmax's output) or ``nll_loss`` (a
+    softmax's output where log-probabilities belong), on the loss's side of every layer.
+    ``classes`` is the softmax's number of classes, ``shape`` its input's shape and ``dim`` its
+    dimension; ``layer`` the parameter whose layer made the logits and its shape (``fc.weight
+    [10, 64]``, "" when not found); ``where`` the file:line of the backward."""
+
+    step: int
+    loss: str
+    classes: int
+    shape: str
+    dim: int
+    layer: str = ""
+    where: str = ""
+    signal: ClassVar[str] = "loss_on_probabilities"
+
 @dataclass(frozen=True)
 class Clip:
     """A clipping: the total norm before clipping and the max_norm asked for. ``via``: what

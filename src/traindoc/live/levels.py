@@ -61,6 +61,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "masking": ("activations",),
     "embeddings": ("embeddings",),
     "single_class": ("single_class",),
+    "probabilities": ("loss_on_probabilities",),
     "order": ("eval_order",),
     "schedule": ("schedule",),
     "init": ("init",),

@@ -399,6 +399,84 @@ def singleton_softmax(grad_fn: Any, budget: int = 48) -> SingletonSoftmax | None
     return None
 
 
+# Between a probability-taking loss node and the softmax that made its input: what mixes,
+# selects or reshapes probabilities without a log (a mixture of experts' weighted sum, a gather).
+_MIXING = _SHAPE + ("AddBackward0", "MulBackward0", "DivBackward0", "CatBackward0", "StackBackward0",
+                    "IndexAddBackward0", "IndexBackward0", "GatherBackward0", "SelectBackward0",
+                    "SliceBackward0", "ExpandBackward0", "ClampBackward1", "ClampMinBackward0",
+                    "ScatterAddBackward0", "SumBackward1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbabilitiesLoss:
+    """A class-index loss that takes probabilities: ``cross_entropy`` (an nll_loss of a
+    log_softmax) or ``nll_loss`` whose input a softmax over the classes made, through mixing or
+    shape changes only. ``classes`` is the softmax's size along ``dim`` of ``shape``;
+    ``weight`` the weight of the layer that made the softmax's input (None: not found)."""
+
+    loss: str
+    classes: int
+    shape: tuple[int, ...]
+    dim: int
+    weight: torch.Tensor | None
+
+
+def probabilities_loss(grad_fn: Any, budget: int = 48) -> ProbabilitiesLoss | None:
+    """The first nll_loss a loss's graph reaches from its top through loss-side nodes whose
+    input is a softmax's output over 2 or more classes: directly (``F.nll_loss(F.softmax(x))``)
+    or under the log_softmax of ``cross_entropy`` (``nn.Softmax`` as the model's last layer
+    before ``nn.CrossEntropyLoss``). A log in between (``nll_loss(torch.log(p))``) is right and
+    ends the search. Node names, saved dims and shape metadata only: no tensor op, no sync."""
+    queue: list[Any] = [grad_fn] if grad_fn is not None else []
+    seen: set[int] = set()
+    while queue and budget > 0:
+        node = queue.pop(0)
+        budget -= 1
+        name = type(node).__name__
+        if name.startswith("NllLoss"):
+            input_fn = node.next_functions[0][0] if node.next_functions else None
+            found = _softmax_below(input_fn)
+            if found is not None:
+                return found
+            continue
+        if not _LOSS_SIDE.match(name):
+            continue
+        for fn, _ in node.next_functions:
+            if fn is not None and id(fn) not in seen:
+                seen.add(id(fn))
+                queue.append(fn)
+    return None
+
+
+def _softmax_below(node: Any, limit: int = 24) -> ProbabilitiesLoss | None:
+    """A softmax under an nll_loss's input, through one cross-entropy log_softmax at most and
+    mixing nodes (``_MIXING``); None at a log, a layer or anything else."""
+    loss = "nll_loss"
+    todo, seen = [node], 0
+    while todo and seen < limit:
+        node = todo.pop(0)
+        seen += 1
+        name = type(node).__name__ if node is not None else ""
+        if name == "LogSoftmaxBackward0" and loss == "nll_loss":
+            loss = "cross_entropy"  # the log_softmax of F.cross_entropy (or the user's)
+            todo = [fn for fn, _ in node.next_functions[:1] if fn is not None]
+            continue
+        if name == "SoftmaxBackward0":
+            try:
+                dim, shape = int(node._saved_dim), tuple(int(n) for n in node._input_metadata[0].shape)
+            except (AttributeError, RuntimeError, IndexError):
+                return None
+            if dim >= 1 << 63:
+                dim -= 1 << 64
+            if not shape or not -len(shape) <= dim < len(shape) or shape[dim] < 2:
+                return None  # one class is single-class-softmax's
+            return ProbabilitiesLoss(loss=loss, classes=shape[dim], shape=shape, dim=dim % len(shape),
+                                     weight=_layer_weight(node, one_wide=False))
+        if name in _MIXING:
+            todo.extend(fn for fn, _ in node.next_functions if fn is not None)
+    return None
+
+
 def _reaches_leaf(root: Any, skip: Any, limit: int = 100_000) -> bool:
     """Does the graph from ``root`` reach a trainable leaf other than through ``skip``?"""
     todo, seen = [root], {id(skip)}
@@ -447,9 +525,10 @@ def _targets(node: Any) -> str:
     return ""
 
 
-def _layer_weight(softmax: Any, limit: int = 6) -> torch.Tensor | None:
-    """The weight of the layer whose output the softmax took (a Linear's ``[1, in]``, a
-    convolution's ``[1, in, k, k]``), through shape changes, a bias or a temperature."""
+def _layer_weight(softmax: Any, limit: int = 6, one_wide: bool = True) -> torch.Tensor | None:
+    """The weight of the layer whose output the softmax took (``one_wide``: a Linear's
+    ``[1, in]``, a convolution's ``[1, in, k, k]``), through shape changes, a bias or a
+    temperature."""
     node: Any = next((fn for fn, _ in softmax.next_functions if fn is not None), None)
     for _ in range(limit):
         if node is None:
@@ -458,7 +537,7 @@ def _layer_weight(softmax: Any, limit: int = 6) -> torch.Tensor | None:
         if name in _LAYERS:
             for fn, _ in node.next_functions:
                 leaf = _chain_leaf(fn, ("TBackward0", "ToCopyBackward0", "ViewBackward0"), 3)
-                if isinstance(leaf, torch.Tensor) and leaf.ndim >= 2 and min(leaf.shape[:2]) == 1:
+                if isinstance(leaf, torch.Tensor) and leaf.ndim >= 2 and (min(leaf.shape[:2]) == 1 or not one_wide):
                     return leaf
             return None
         if name not in _TO_LAYER:

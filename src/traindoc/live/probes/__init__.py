@@ -32,6 +32,7 @@ from traindoc.live.probes.losses import LossTermsProbe
 from traindoc.live.probes.masking import MaskingProbe
 from traindoc.live.probes.metrics import MetricsProbe
 from traindoc.live.probes.order import OrderProbe
+from traindoc.live.probes.probabilities import ProbabilitiesProbe
 from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.probes.schedule import ScheduleProbe
 from traindoc.live.probes.single_class import SingleClassProbe
@@ -54,6 +55,7 @@ PROBES: tuple[type[Probe], ...] = (
     MaskingProbe,
     EmbeddingsProbe,
     SingleClassProbe,
+    ProbabilitiesProbe,
     OrderProbe,
     ScheduleProbe,
     InitProbe,
