@@ -162,3 +162,24 @@ def test_a_top_k_outside_the_block_is_not_a_router() -> None:
     assert seen and ours
     for step, gini in ours.items():
         assert gini == pytest.approx(mine[step], abs=1e-9), step
+
+
+def test_an_evaluation_inside_a_training_step_is_not_counted() -> None:
+    """An evaluation forward (``eval()``, ``no_grad``) on other data between the training
+    forward and its backward: the block's top-k there is not the training load."""
+    model = NoisyTopKMoE()
+
+    def evaluate(pred: torch.Tensor) -> None:
+        kept = len(model.top1)
+        model.eval()
+        with torch.no_grad():
+            model(torch.rand(256, 32) * 4)  # all positive: one expert would take them all
+        # The test's own record keeps the training forward's (traindoc's nondeterministic-eval
+        # check runs the first evaluation forwards twice: their records go too).
+        del model.top1[kept:]
+        model.train()
+
+    ours, mine, _ = train(model, steps=20, data=normal, extra=evaluate)
+    assert ours
+    for step, gini in ours.items():
+        assert gini == pytest.approx(mine[step], abs=1e-9), step

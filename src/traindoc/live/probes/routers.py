@@ -123,14 +123,14 @@ class RouterProbe(Probe):
         """A top-k in an MoE block's forward (or a method it calls), over E scores: the block's
         router when it is no module of its own (``x @ self.w_gate``, a gate that returns indices)."""
         scores = args[0] if args else kwargs.get("input")
-        if not (self.s.clock.measuring and isinstance(scores, torch.Tensor) and scores.is_floating_point()
-                and scores.ndim >= 2 and scores.numel()):
-            return
+        if not (self.s.clock.measuring and torch.is_grad_enabled() and isinstance(scores, torch.Tensor)
+                and scores.is_floating_point() and scores.ndim >= 2 and scores.numel()):
+            return  # a training forward's (an evaluation inside a sampled step is not)
         dim = args[2] if len(args) > 2 else kwargs.get("dim", -1)
         if dim not in (-1, scores.ndim - 1):
             return
         block = self._block_calling(int(scores.shape[-1]))
-        if block is not None and id(block) not in self._by_module.get(self.s.clock.current_step, ()):
+        if block is not None and block.training and id(block) not in self._by_module.get(self.s.clock.current_step, ()):
             self._count(id(block), scores)
 
     def _block_calling(self, experts: int) -> Any:
