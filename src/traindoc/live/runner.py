@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import builtins
 import os
-import runpy
 import signal
 import sys
 from pathlib import Path
@@ -193,10 +192,9 @@ def _exit_code(code: object) -> int:
 
 
 def _print_user_traceback(exc: BaseException) -> None:
-    """Through ``sys.excepthook``, the traceback without runpy's and traindoc's frames, as
-    ``python script.py`` shows it."""
+    """Through ``sys.excepthook``, the traceback without traindoc's frames, as ``python
+    script.py`` shows it."""
     tb = exc.__traceback__
-    ours = (runpy.__file__, __file__, "<frozen runpy>")
-    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     ending.show_exception(exc, tb)
