@@ -28,14 +28,13 @@ from traindoc.live.probes.freeze import FreezeProbe
 from traindoc.live.probes.inits import InitProbe
 from traindoc.live.probes.loop import LoopProbes
 from traindoc.live.probes.manual import ManualStepProbe
+from traindoc.live.probes.loss_graph import LossGraphProbe
 from traindoc.live.probes.losses import LossTermsProbe
 from traindoc.live.probes.masking import MaskingProbe
 from traindoc.live.probes.metrics import MetricsProbe
 from traindoc.live.probes.order import OrderProbe
-from traindoc.live.probes.probabilities import ProbabilitiesProbe
 from traindoc.live.probes.routers import RouterProbe
 from traindoc.live.probes.schedule import ScheduleProbe
-from traindoc.live.probes.single_class import SingleClassProbe
 from traindoc.live.session import Session
 from traindoc.live.warning_site import attributed
 
@@ -54,8 +53,7 @@ PROBES: tuple[type[Probe], ...] = (
     LossTermsProbe,  # after core: its backward callback runs first, before the session's
     MaskingProbe,
     EmbeddingsProbe,
-    SingleClassProbe,
-    ProbabilitiesProbe,
+    LossGraphProbe,
     OrderProbe,
     ScheduleProbe,
     InitProbe,
