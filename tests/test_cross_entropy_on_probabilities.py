@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from traindoc.detectors.cross_entropy_on_probabilities import CrossEntropyOnProbabilities, floor_of
 from traindoc.events import LossOnProbabilities, Scalar
-from traindoc.live.measure import probabilities_loss
+from traindoc.live.loss_side import probabilities_loss
 
 
 @pytest.fixture

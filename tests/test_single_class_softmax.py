@@ -15,7 +15,7 @@ from traindoc.detectors.constant_loss import ConstantLoss
 from traindoc.detectors.saturated_outputs import SaturatedOutputs
 from traindoc.detectors.single_class_softmax import SingleClassSoftmax
 from traindoc.events import Activation, Backward, ParamStats, Scalar, SingleClass
-from traindoc.live.measure import singleton_softmax
+from traindoc.live.loss_side import singleton_softmax
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ minimizes -p, not -log p.
 
 Both are read from the loss's top through the loss's own nodes (reductions, arithmetic, shape
 changes, the loss functions; a layer ends the walk, so a softmax inside the model, attention
-over one key, is never seen): ``measure.singleton_softmax``, and under each nll_loss, through a
+over one key, is never seen): ``loss_side.singleton_softmax``, and under each nll_loss, through a
 cross-entropy's log_softmax and the nodes that mix or reshape probabilities, to a softmax (a
-log ends that walk: ``nll_loss(torch.log(p))`` is right): ``measure.probabilities_loss``. Only
+log ends that walk: ``nll_loss(torch.log(p))`` is right): ``loss_side.probabilities_loss``. Only
 node names, saved dims and shape metadata are read: no tensor op, no sync. What is found is an
 event with the layer that made the softmax's input, named after the user's parameter.
 """
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from traindoc.events import LossOnProbabilities, SingleClass
-from traindoc.live import measure
+from traindoc.live import loss_side
 from traindoc.live.objects import user_site
 from traindoc.live.probes.base import Probe
 
@@ -45,8 +45,8 @@ class LossGraphProbe(Probe):
         if not (self.clock.measuring and isinstance(loss, torch.Tensor) and loss.numel() == 1
                 and loss.grad_fn is not None):
             return
-        one = measure.singleton_softmax(loss.grad_fn)
-        probs = measure.probabilities_loss(loss.grad_fn)
+        one = loss_side.singleton_softmax(loss.grad_fn)
+        probs = loss_side.probabilities_loss(loss.grad_fn)
         if one is None and probs is None:
             return
         self.s.next_step_begins()
