@@ -16,6 +16,7 @@ import argparse
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 
 def make_digits(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,7 +50,7 @@ def main(softmax_last: bool = True) -> None:
 
     for epoch in range(args.epochs):
         order = torch.randperm(len(x), generator=g)
-        total, correct = 0.0, 0
+        total, correct, confidence = 0.0, 0, 0.0
         for i in range(0, len(x), args.batch_size):
             idx = order[i:i + args.batch_size]
             out = model(x[idx])
@@ -57,9 +58,12 @@ def main(softmax_last: bool = True) -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            probs = out.detach() if softmax_last else F.softmax(out.detach(), dim=1)
             total += loss.item() * len(idx)
-            correct += int((out.argmax(1) == y[idx]).sum())
-        print(f"epoch {epoch + 1}/{args.epochs} - loss: {total / len(x):.4f} - accuracy: {correct / len(x):.4f}")
+            correct += int((probs.argmax(1) == y[idx]).sum())
+            confidence += float(probs.max(1).values.sum())
+        print(f"epoch {epoch + 1}/{args.epochs} - loss: {total / len(x):.4f} - accuracy: {correct / len(x):.4f}"
+              f" - confidence: {confidence / len(x):.3f}")
 
     if args.save:
         torch.save(model.state_dict(), args.save)
