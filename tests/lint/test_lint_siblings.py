@@ -134,6 +134,35 @@ SAVE_CLASS = """
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step{extra}}, path)
 """
 
+CLASSIFY_LOOP = """
+    import torch
+    {imp}
+
+    model = {build}.to("cpu")
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    for sample, target in [(torch.randn(4, 9), torch.randint(0, 6, (4,)))]:
+        loss = criterion(model(sample), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+NETWORK = """
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Network(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(9, 32), nn.ReLU())
+            self.head = nn.Linear(32, {width})
+
+        def forward(self, x):
+            out = self.head(self.body(x))
+            return {out}
+"""
+
 CASES = [
     # Gradient accumulation whose optimizer step sits in a sibling's helper.
     ("accumulation-from-import", {
@@ -196,6 +225,19 @@ CASES = [
         "train.py": _fill(SAVE_LOOP, imp="from .checkpointing import Checkpointer",
                                      save='Checkpointer("runs").save(model, optimizer, step, scheduler)'),
         "checkpointing.py": _fill(SAVE_CLASS, extra=', "scheduler": scheduler.state_dict()'),
+    }, []),
+    # The model's class lives in a sibling: its forward's last op judges the loss's input.
+    ("probabilities-module-import", {
+        "train.py": _fill(CLASSIFY_LOOP, imp="import network as net", build="net.Network()"),
+        "network.py": _fill(NETWORK, width="6", out="F.softmax(out, dim=1)"),
+    }, [("train.py", 8, "cross-entropy-on-probabilities")]),
+    ("one-class-from-import", {
+        "train.py": _fill(CLASSIFY_LOOP, imp="from network import Network", build="Network()"),
+        "network.py": _fill(NETWORK, width="1", out="out"),
+    }, [("train.py", 8, "single-class-softmax")]),
+    ("logits-module-import", {
+        "train.py": _fill(CLASSIFY_LOOP, imp="import network as net", build="net.Network()"),
+        "network.py": _fill(NETWORK, width="6", out="out"),
     }, []),
 ]
 

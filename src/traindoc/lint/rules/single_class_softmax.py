@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, arg, dotted, method, number, unpacked_at, value_of
-from traindoc.lint._models import RETURNS_SELF, WRAPPERS, class_defs
+from traindoc.lint._ast import Module, arg, method, number, value_of
+from traindoc.lint._outputs import Outputs, loss_calls
 from traindoc.lint.rules._common import Hit, Invalid
 
 # Layers whose output has the width of their input: what follows a Linear(h, 1) in a Sequential
@@ -207,7 +207,7 @@ class SingleClassSoftmax:
         if q == "torch.nn.functional.cross_entropy":
             uses = [call]
         elif q == "torch.nn.CrossEntropyLoss":
-            uses = _calls_of(mod, call)
+            uses = loss_calls(mod, call)
         else:
             return
         for use in uses:
@@ -272,129 +272,23 @@ def _over(dim: ast.expr | None, kind: str) -> bool:
     return d == -1 if kind == "linear" else d == 1
 
 
-def _calls_of(mod: Module, built: ast.Call) -> list[ast.Call]:
-    """The calls of a loss object: ``nn.CrossEntropyLoss()(x, y)`` or through the name (or
-    ``self`` attribute) it is assigned to."""
-    parent = mod.parent.get(built)
-    if isinstance(parent, ast.Call) and parent.func is built:
-        return [parent]
-    target = None
-    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
-        target = dotted(parent.targets[0])
-    elif isinstance(parent, ast.IfExp):  # ce if n_classes > 1 else bce: a choice, not this loss
-        return []
-    if target is None:
-        return []
-    return [c for c in mod.calls if dotted(c.func) == target and c.args
-            and value_of(mod, c.func, c) is built]
-
-
 class _Widths:
     """The output width of the layers a value comes from, as far as the file shows it."""
 
     def __init__(self, mod: Module) -> None:
         self.mod = mod
-        self.classes = class_defs(mod)
+        self.outputs = Outputs(mod, _KEEP_WIDTH_CALLS)
 
     def one_wide(self, node: ast.expr, at: ast.AST) -> tuple[ast.Call, str] | None:
         """The layer (``nn.Linear(h, 1)``, a one-channel convolution) whose output ``node`` is,
         with "linear" or "conv"; None when it is wider or not known."""
-        found = self._of_value(node, at, 8)
+        made = self.outputs.origin(node, at, 8)
+        found = self._of_module(made, 8) if made is not None else None
         return (found[2], found[1]) if found is not None and found[0] == 1 else None
 
     def of_layer(self, call: ast.Call) -> tuple[int, str] | None:
         found = self._of_module(call, 6)
         return (found[0], found[1]) if found is not None else None
-
-    def _of_value(self, node: ast.expr, at: ast.AST, depth: int) -> tuple[int, str, ast.Call] | None:
-        """The width of a tensor expression: a module's output, through names and width-keeping
-        calls. ``at`` is always a node the file's index knows (a call or a statement): names are
-        looked up from there."""
-        mod = self.mod
-        for _ in range(depth):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                value = value_of(mod, node, at)
-                if value is None or value is node:
-                    return None
-                node = value
-                at = value if isinstance(value, ast.Call) else at
-                continue
-            if not isinstance(node, ast.Call):
-                return None
-            last = (mod.callee(node) or dotted(node.func) or "").rpartition(".")[2]
-            receiver = method(node, *_KEEP_WIDTH_CALLS)
-            if last in _KEEP_WIDTH_CALLS and (receiver is not None or node.args):
-                node, at = (receiver if receiver is not None else node.args[0]), node
-                continue
-            if isinstance(node.func, ast.Name) and node.func.id == "self":  # self(x) in a LightningModule
-                own = mod.scope(node).cls
-                return self._of_class(own, depth - 1) if own else None
-            module = self._module(node.func, node, depth)
-            return self._of_module(module, depth) if module is not None else None
-        return None
-
-    def _module(self, func: ast.expr, at: ast.AST, depth: int) -> ast.Call | None:
-        """The constructor call of the module ``func`` names: through names, ``self`` attributes
-        (all the class sets; one that wraps the attribute itself leads back to it), ``.to()``,
-        DDP and the file's factory functions (of a returned tuple, the element unpacked into the
-        name, or else its only module)."""
-        mod = self.mod
-        name: str | None = None
-        for _ in range(2 * depth):
-            if isinstance(func, (ast.Name, ast.Attribute)):
-                sets = self._self_attribute(func, at) if isinstance(func, ast.Attribute) and _is_self(func) else []
-                if len(sets) > 1:  # set more than once: each must lead to the same module
-                    built = [self._module(v, stmt, depth - 1) for v, stmt in sets]
-                    first = built[0]
-                    return first if first is not None and all(b is first for b in built) else None
-                if sets:
-                    value, at = sets[0]
-                else:
-                    followed = None if _is_self(func) else value_of(mod, func, at)
-                    if followed is None or followed is func:
-                        return None
-                    value = followed
-                name, func = dotted(func), value
-                at = value if isinstance(value, ast.Call) else at
-                continue
-            if not isinstance(func, ast.Call):
-                return None
-            q = mod.callee(func) or dotted(func.func) or ""
-            last = q.rpartition(".")[2]
-            receiver = method(func, *RETURNS_SELF)
-            if receiver is not None:
-                func, at = receiver, func
-                continue
-            if last in WRAPPERS and func.args:
-                func, at = func.args[0], func
-                continue
-            if q.startswith("torch.nn.") or (isinstance(func.func, ast.Name) and func.func.id in self.classes):
-                return func
-            fn = mod.callee_scope(func)
-            if fn is None or len(fn.returns) != 1 or fn.returns[0].value is None:
-                return None
-            ret, at = fn.returns[0].value, fn.returns[0]
-            if isinstance(ret, ast.Tuple):
-                stmt = mod.parent.get(func)
-                index = unpacked_at(stmt, func, name) if stmt is not None else None
-                if index is not None and index < len(ret.elts):
-                    ret = ret.elts[index]
-                else:  # unpacked under another name: the one element that is a module
-                    found = [m for e in ret.elts if (m := self._module(e, at, depth - 1)) is not None]
-                    return found[0] if len(found) == 1 else None
-            func, name = ret, None
-        return None
-
-    def _self_attribute(self, node: ast.Attribute, at: ast.AST) -> list[tuple[ast.expr, ast.AST]]:
-        """What ``self.x`` is set to in its class, with the statements: the assignments that do
-        not wrap ``self.x`` itself (``self.model = model.to(rank)`` then
-        ``self.model = DDP(self.model)``)."""
-        mod = self.mod
-        cls = mod.scope(at).cls
-        text = dotted(node)
-        values = [(v, stmt) for s in mod.scopes if s.cls == cls and cls
-                  for t, stmt, v in s.assigns if t == text and isinstance(v, ast.expr)]
-        return [(v, stmt) for v, stmt in values if not any(dotted(n) == text for n in ast.walk(v))]
 
     def _of_module(self, call: ast.Call, depth: int) -> tuple[int, str, ast.Call] | None:
         """A module's output width: a Linear's out_features, a convolution's out_channels, a
@@ -417,25 +311,12 @@ class _Widths:
                     if kind not in _KEEP_WIDTH:
                         return self._of_module(layer, depth - 1) if depth > 0 else None
             return None
-        return self._of_class(dotted(call.func) or "", depth)
-
-    def _of_class(self, name: str, depth: int) -> tuple[int, str, ast.Call] | None:
-        """A module class of the file, by what its ``forward`` returns."""
-        mod = self.mod
-        if name not in self.classes or depth <= 0:
-            return None
-        forward = next((s for s in mod.scopes if s.cls == name and s.name == "forward"), None)
-        if forward is None or len(forward.returns) != 1 or forward.returns[0].value is None:
-            return None
-        ret = forward.returns[0]
-        return self._of_value(ret.value, ret, depth - 1) if ret.value is not None else None
+        own = self.outputs.of_class(call)
+        made = self.outputs.returned(own, depth) if own is not None else None
+        return self._of_module(made, depth - 1) if made is not None and depth > 0 else None
 
 
 def _width(mod: Module, node: ast.expr | None, at: ast.Call, kind: str) -> tuple[int, str, ast.Call] | None:
     value = number(value_of(mod, node, at)) if node is not None else None
     return (int(value), kind, at) if value is not None and value == int(value) else None
 
-
-def _is_self(node: ast.expr) -> bool:
-    text = dotted(node) or ""
-    return text.startswith("self.") and text.count(".") == 1
