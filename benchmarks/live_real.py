@@ -51,7 +51,8 @@ on an image folder written here (``image_folder``: 4 classes of 32x32 PNGs, colo
 telling them apart). lightly's examples (``pip install lightly`` in the same environment)
 download CIFAR-10, seed nothing and save nothing: ``cifar`` draws the images instead, seeds
 torch and writes the weights at exit; Pytorch-UNet's train.py (same environment, with wandb
-disabled) reads a Carvana-style folder that ``carvana`` writes. A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
+disabled) reads a Carvana-style folder that ``carvana`` writes, jindongwang's activity-recognition CNN (same
+environment, with scikit-learn and matplotlib) the UCI HAR archive that ``har`` draws. A torchrun job (``nproc``) runs as ``python -m torch.distributed.run
 --standalone --nproc_per_node N`` bare and with ``-m traindoc run``, each rank writing its own
 weights at exit (``exit_state``: its local shards of DTensors); PyTorch's distributed examples
 pick their device through ``torch.accelerator`` and stop without two GPUs, so ``cpu_accelerator``
@@ -552,6 +553,29 @@ def _cifar(where: Path) -> None:
     (folder / "sitecustomize.py").write_text(_EXIT_STATE + _CIFAR, encoding="utf-8")
 
 
+def _har(where: Path) -> None:
+    """``Your data_har.npy folder/data_har.npz``, the placeholder folder jindongwang's activity
+    recognition config names, relative to where the script runs: 320 training and 128 test
+    windows of 9 inertial channels x 128 samples, 6 activities told apart by the frequency on
+    one channel, labels one-hot as its loader expects; and the weights at exit
+    (``exit_state``: the script saves none)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    t = np.arange(128) / 50.0
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 6, n)
+        x = 0.3 * rng.standard_normal((n, 128, 9))
+        x[np.arange(n), :, y % 9] += np.sin(2 * np.pi * (1 + y)[:, None] * t)
+        return x, np.eye(6)[y]
+
+    folder = where / "Your data_har.npy folder"
+    folder.mkdir(exist_ok=True)
+    (x_train, y_train), (x_test, y_test) = draw(320), draw(128)
+    np.savez(folder / "data_har.npz", X_train=x_train, Y_train=y_train, X_test=x_test, Y_test=y_test)
+    _exit_state(where)
+
 def _image_folder(where: Path) -> None:
     """live_real_images/{train,validation}/classN/*.png, as torchvision's ImageFolder reads them."""
     import numpy as np
@@ -698,7 +722,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
     "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
     "cuda_as_cpu": _cuda_as_cpu, "carvana": _carvana,
-    "hello_deepspeed": _hello_deepspeed, "cifar": _cifar,
+    "hello_deepspeed": _hello_deepspeed, "cifar": _cifar, "har": _har,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
     "citations_here": lambda where: _citations(where / "data" / "cora"),
     "citations_above": lambda where: _citations(where.parent / "data" / "cora"),

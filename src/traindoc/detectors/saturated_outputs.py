@@ -9,7 +9,7 @@ from typing import Iterator, Mapping
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, fmt
 from traindoc.detectors._maths import median
-from traindoc.events import LOSS_INPUT, Activation, Event, SingleClass
+from traindoc.events import LOSS_INPUT, Activation, Event, LossOnProbabilities, SingleClass
 from traindoc.findings import Finding
 
 
@@ -38,11 +38,15 @@ class SaturatedOutputs(Detector):
     its init), or mid-run (a policy that collapsed to one action).
 
     An output pinned at exactly 1 in a run whose loss takes a softmax over one class is that
-    softmax's constant: single-class-softmax's to report, with its cause."""
+    softmax's constant: single-class-softmax's to report, with its cause. Probabilities in a run
+    whose class-index loss takes a softmax's output for logits are cross-entropy-on-probabilities'
+    to report: through that loss their gradient is the softmax's p(1 - p) times a bounded term,
+    so they stay near the even shares of the init for hundreds of steps (jindongwang's HAR CNN:
+    251 steps with every share in [0.16, 0.177]; with ``nll_loss(torch.log(p))`` on the same softmax, not saturated)."""
 
     id = "saturated-outputs"
     needs = frozenset({"activations"})
-    uses = frozenset({"single_class"})
+    uses = frozenset({"single_class", "loss_on_probabilities"})
     examples = (
         Example("zoo/saturated_dag_scale.py", 0),
         Example("zoo/rl_actor_critic_collapse.py", -1),
@@ -57,7 +61,7 @@ class SaturatedOutputs(Detector):
 
     # Carried over a resume: each output's counts, recent spreads (deques of 64) and the forwards of
     # the step it is in, and which one fired.
-    carry = ("_outputs", "_one_class")
+    carry = ("_outputs", "_one_class", "_probabilities")
 
     @dataclass(frozen=True)
     class Config:
@@ -72,6 +76,7 @@ class SaturatedOutputs(Detector):
         self._outputs: dict[str, _Output] = {}  # one per output: the model's, the loss's input
         self._fired: _Output | None = None
         self._one_class = False  # the loss took a softmax over one class (single-class-softmax)
+        self._probabilities = False  # a class-index loss took a softmax's output (cross-entropy-on-probabilities)
 
     def state_dict(self) -> dict[str, object]:
         """Its history, for a resumed run (``carry``; the output that fired by its name)."""
@@ -87,6 +92,9 @@ class SaturatedOutputs(Detector):
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, SingleClass):
             self._one_class = self._one_class or event.op == "softmax"
+            return
+        if isinstance(event, LossOnProbabilities):
+            self._probabilities = True
             return
         assert isinstance(event, Activation)
         if not event.is_output or event.spread is None or event.spread != event.spread:
@@ -130,8 +138,13 @@ class SaturatedOutputs(Detector):
                 return
 
     def _explained(self, out: _Output) -> bool:
-        """Pinned at exactly 1 by a softmax over one class (single-class-softmax's)."""
-        return self._one_class and bool(out.lo) and median(list(out.lo)) == 1.0 == median(list(out.hi))
+        """Pinned at exactly 1 by a softmax over one class (single-class-softmax's), or
+        probabilities held near their init by a class-index loss that takes them for logits
+        (cross-entropy-on-probabilities')."""
+        if not out.lo:
+            return False
+        lo, hi = median(list(out.lo)), median(list(out.hi))
+        return (self._one_class and lo == 1.0 == hi) or (self._probabilities and 0.0 <= lo and hi <= 1.0)
 
     def _saturated(self, a: Activation) -> bool:
         cfg = self.config
