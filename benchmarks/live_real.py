@@ -677,6 +677,31 @@ def _ddpm_driver(where: Path) -> None:
     (where / "live_real_ddpm1d.py").write_text(_DDPM_1D, encoding="utf-8")
 
 
+_TABNET = """import sys
+
+import numpy as np
+import torch
+from pytorch_tabnet.tab_model import TabNetClassifier
+
+# A user's driver, as the library's README writes one: a classifier fitted on a table with an
+# evaluation set, early stopping on its accuracy; here 1,600 rows of 12 features, 3 classes.
+epochs, out = int(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+x = rng.standard_normal((2000, 12)).astype(np.float32)
+y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int) + (x[:, 3] > 1).astype(int)
+clf = TabNetClassifier(seed=0, verbose=5)
+clf.fit(x[:1600], y[:1600], eval_set=[(x[1600:], y[1600:])], max_epochs=epochs, patience=10,
+        batch_size=256, virtual_batch_size=64)
+print("accuracy", (clf.predict(x[1600:]) == y[1600:]).mean())
+torch.save(clf.network.state_dict(), out + "/tabnet.pt")
+"""
+
+
+def _tabnet_driver(where: Path) -> None:
+    """live_real_tabnet.py: the driver above, beside the library it imports (the repository's
+    root), since a library has no training script of its own."""
+    (where / "live_real_tabnet.py").write_text(_TABNET, encoding="utf-8")
+
 _HELLO_DEEPSPEED = '''
 import datasets
 
@@ -720,7 +745,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
-    "ddpm_driver": _ddpm_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
+    "ddpm_driver": _ddpm_driver, "tabnet_driver": _tabnet_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
     "cuda_as_cpu": _cuda_as_cpu, "carvana": _carvana,
     "hello_deepspeed": _hello_deepspeed, "cifar": _cifar, "har": _har,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
