@@ -100,7 +100,7 @@ def test_the_detector_confirms_on_three_sampled_steps_and_quotes_the_floor() -> 
     for step in range(3, 40):
         out += list(det.observe(Scalar(step=step, name="loss", value=1.47)))
     (f,) = list(det.finish())
-    assert f.step == 0 and f.severity == "warning" and list(f.where) == ["t.py:9"]
+    assert f.step == 0 and f.severity == "warning" and list(f.where) == ["t.py:9", "2.weight"]
     assert "ln(1 + 9/e) = 1.46" in f.message and "lowest loss since was 1.47" in f.message
     assert "`2.weight`" in f.fix and f.evidence["floor"] == pytest.approx(floor_of(10))
     quiet = CrossEntropyOnProbabilities()
@@ -136,3 +136,6 @@ def test_a_transformers_classifier_whose_logits_the_user_softmaxes() -> None:
             assert not fired
         else:
             assert fired and fired[0].evidence["layer"] == "classifier.weight [3, 32]"
+            # the classifier's line in transformers' own file, where the layer is built
+            assert "classifier.weight" in fired[0].where
+            assert any(w.startswith("transformers/models/bert/modeling_bert.py:") for w in fired[0].where)

@@ -92,7 +92,7 @@ def test_fires_on_the_third_sampled_step_and_quotes_the_losses() -> None:
     first, last = found
     assert first.evidence["steps"] == 3 and last.evidence["steps"] == 5
     assert "The loss was -0 on those steps" in last.message or "The loss was 0 on those steps" in last.message
-    assert "`fc.weight [1, 20]`" in last.message and last.where == ("train.py:26",)
+    assert "`fc.weight [1, 20]`" in last.message and last.where == ("train.py:26", "fc.weight")
     assert "F.mse_loss" in last.fix  # float targets: a regression, or a BCE on one logit
 
 

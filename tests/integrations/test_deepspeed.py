@@ -50,6 +50,12 @@ def run(tmp_path: Path, *args: str, script: Path = SCRIPT) -> dict:
     return data
 
 
+def defined(script: Path, text: str) -> str:
+    """The ``file:line`` a live finding gives for the layer ``script`` assigns in ``text``."""
+    line = next(i for i, source in enumerate(script.read_text().splitlines(), 1) if text in source)
+    return f"{script}:{line}"
+
+
 def serious(data: dict) -> dict[str, int]:
     return {f["id"]: f["step"] for f in data["findings"] if f["severity"] in ("error", "warning")}
 
@@ -81,7 +87,8 @@ def test_a_head_without_gradient_is_seen_inside_zero_partitions(stage: str, tmp_
     data = run(tmp_path, "--zero-stage", stage, "--steps", "12", script=DETACHED)
     assert serious(data) == {"no-gradient": 0}
     found = next(f for f in data["findings"] if f["id"] == "no-gradient")
-    assert found["where"] == ["module.length_head.weight", "module.length_head.bias"]
+    assert found["where"] == ["module.length_head.weight", "module.length_head.bias",
+                              defined(DETACHED, "self.length_head =")]
 
 
 def test_zero3_trains_the_same_watched(tmp_path: Path) -> None:
@@ -111,7 +118,8 @@ def test_zero3_partitions_on_two_ranks_are_named(tmp_path: Path) -> None:
     data = json.loads(report.read_text())
     assert serious(data) == {"no-gradient": 0}
     found = next(f for f in data["findings"] if f["id"] == "no-gradient")
-    assert found["where"] == ["module.length_head.weight", "module.length_head.bias"]
+    assert found["where"] == ["module.length_head.weight", "module.length_head.bias",
+                              defined(DETACHED, "self.length_head =")]
 
 
 @pytest.mark.parametrize("stage,fixed,found", [("1", True, {}), ("2", False, {"no-gradient": 0})])
@@ -169,8 +177,8 @@ def test_accelerate_deepspeed_plugin(detach: bool, found: dict, tmp_path: Path) 
     assert serious(data) == found
     assert data["run"]["optimizer_steps"] == 64
     if detach:
-        assert next(f for f in data["findings"] if f["id"] == "no-gradient")["where"] == ["module.aux.weight",
-                                                                                           "module.aux.bias"]
+        assert next(f for f in data["findings"] if f["id"] == "no-gradient")["where"] == [
+            "module.aux.weight", "module.aux.bias", defined(ACCELERATE_SCRIPT, "self.aux =")]
 
 
 @pytest.mark.parametrize("stage, bug, expected", [

@@ -11,6 +11,8 @@ import re
 import pytest
 from report_cases import case
 
+from traindoc.engine import Report
+from traindoc.findings import Finding
 from traindoc.report import json as json_report
 from traindoc.report import text
 
@@ -78,3 +80,14 @@ def test_a_terminal_wraps_at_its_width_and_colors_unless_no_color(monkeypatch: p
     out = Tty()
     text.render(report, out, width=60)
     assert "\x1b[" not in out.getvalue()
+
+
+def test_where_shows_eight_names_and_every_file_line() -> None:
+    """Thirty frozen parameters are summed up after eight; the lines that define their layers
+    (and a backward's file:line) are never in the "more"."""
+    names = tuple(f"blocks.{i}.fc.weight" for i in range(30))
+    finding = Finding("frozen-parameters", "warning", "t", "m", "c", "f", where=(*names, "model.py:12", "model.py:40"))
+    out = io.StringIO()
+    text.render(Report(run={}, findings=[finding], ran=[], not_applicable=[]), out)
+    where = next(line for line in out.getvalue().split("\n") if line.lstrip().startswith("where:"))
+    assert where.endswith("blocks.7.fc.weight and 22 more, model.py:12, model.py:40"), where

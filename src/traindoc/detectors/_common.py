@@ -62,6 +62,12 @@ def _number(text: str) -> int | float:
     return float(text) if "." in text else int(text)
 
 
+def site_and_layer(site: str, layer: str) -> list[str]:
+    """``where`` of a finding read at the loss: the backward's file:line and the name of the
+    parameter whose layer is at fault (``layer`` is "name [shape]", or "")."""
+    return [w for w in (site, layer.split(" ")[0]) if w]
+
+
 def names(items: list[str], limit: int = 5) -> str:
     """``a, b, c and 4 more``."""
     shown = ", ".join(items[:limit])

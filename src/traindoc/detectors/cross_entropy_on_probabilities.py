@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, require
+from traindoc.detectors._common import Example, finding, fmt, require, site_and_layer
 from traindoc.events import Event, LossOnProbabilities, Scalar
 from traindoc.findings import Finding
 
@@ -98,7 +98,7 @@ class CrossEntropyOnProbabilities(Detector):
             self.id, step=int(str(e["step"])), message=message, fix=_fix(ce, layer),
             evidence={"steps": self._count, "loss": loss, "classes": classes, "shape": str(e["shape"]),
                       "dim": int(str(e["dim"])), "layer": layer, "floor": floor, "loss_min": self._low},
-            where=[str(e["where"])] if e["where"] else [])
+            where=site_and_layer(str(e["where"]), layer))
 
 
 def floor_of(classes: int) -> float:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from traindoc.detectors._base import Detector
-from traindoc.detectors._common import Example, finding, fmt, require
+from traindoc.detectors._common import Example, finding, fmt, require, site_and_layer
 from traindoc.events import Event, Scalar, SingleClass
 from traindoc.findings import Finding
 
@@ -100,7 +100,7 @@ class SingleClassSoftmax(Detector):
                       "taken_by": taken_by, "targets": targets, "layer": layer, "alone": bool(e["alone"]),
                       "loss_min": self._losses[0] if self._losses else None,
                       "loss_max": self._losses[1] if self._losses else None},
-            where=[str(e["where"])] if e["where"] else [])
+            where=site_and_layer(str(e["where"]), layer))
 
 
 def _fix(ce: bool, targets: str, layer: str) -> str:

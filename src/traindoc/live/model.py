@@ -14,6 +14,7 @@ import torch
 
 from traindoc.events import LOSS_INPUT, Activation, Event, NormInput, Optimizer, ParamGroup, ParamStats
 from traindoc.live import measure
+from traindoc.live.definitions import Definitions
 from traindoc.live.objects import ObjectMap, frame_modules, largest_container, user_site
 from traindoc.live.ranks import is_shard  # traindoc-ranks
 from traindoc.live.stray import StrayGrads
@@ -108,6 +109,10 @@ class ModelWatch:
         tensors += [s.before for snaps in self._snap.values() for s in snaps]
         tensors += [r[2] for r in self._relu.values()]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+    def definitions(self) -> Definitions:
+        """Where the named parameters and modules are defined, for the findings at the end."""
+        return Definitions([*self._pnames.items(), *self._mnames.items()], [m for m, _ in self._mnames.items()])
 
     def module_name(self, module: Any) -> str:
         name: str = self._mnames.get(module, type(module).__name__)

@@ -181,6 +181,12 @@ class Session:
         self.emit(RunEnd(steps=clock.current_step, duration_s=time.perf_counter() - self._t0, status=status,
                          trained=clock.trained, exit_code=exit_code, optimizer_steps=clock.steps_taken))
         report = self.engine.finish()
+        if any(f.where for f in report.findings):
+            try:
+                sites = self.model.definitions()
+                report.findings = [sites.add_sites(f) for f in report.findings]
+            except Exception as exc:  # a report without the lines, never none
+                self.fail("definitions", exc)
         chosen = report.ran + [id_ for id_, _ in report.not_applicable]
         for probe, error in sorted(self.failed.items()):
             report.disabled.append((f"probe:{probe}", self._blind(probe, error, chosen)))

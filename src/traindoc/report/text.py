@@ -8,6 +8,7 @@ a line can be searched for whole. ``verbose`` lists the detectors that were not 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from traindoc.engine import Report
 from traindoc.findings import SEVERITIES, Finding
 from traindoc.report import safe
 
+_FILE_LINE = re.compile(r"\.py:\d+")
 _COLOR = {"error": "1;31", "warning": "1;33", "info": "1;36", "dim": "2", "bold": "1"}
 _LABEL = 10  # "  evidence: " is 2 + 10 characters
 
@@ -131,7 +133,11 @@ def _finding(page: _Page, f: Finding) -> None:
     hang = 2 + _LABEL
     page.add(f.message, lead="  evidence: ", indent=hang)
     if f.where:
-        more = f" and {len(f.where) - 8} more" if len(f.where) > 8 else ""
-        page.add(", ".join(f.where[:8]) + more, lead="  where:    ", indent=hang)
+        # file:line entries (a backward's, a layer's definition) always show; names up to 8
+        lines = [w for w in f.where if _FILE_LINE.search(w)]
+        names = [w for w in f.where if not _FILE_LINE.search(w)]
+        more = f" and {len(names) - 8} more" if len(names) > 8 else ""
+        shown = [", ".join(names[:8]) + more] if names else []
+        page.add(", ".join(shown + lines), lead="  where:    ", indent=hang)
     page.add(f.cause, lead="  cause:    ", indent=hang)
     page.add(f.fix, lead="  fix:      ", indent=hang)
