@@ -367,3 +367,45 @@ def test_a_sampled_pass_is_not_judged_by_the_detectors() -> None:
     assert analyze([*acting, RunEnd(steps=50, duration_s=4.0)], select=["slow-eval"]).findings
     acting = [EvalPass(**{**e.__dict__, "sampled": True}) for e in acting]
     assert analyze([*acting, RunEnd(steps=50, duration_s=4.0)], select=["slow-eval"]).findings == []
+
+
+def greedy_dqn(rows: int, steps: int = 150) -> traindoc.live.watch.Watch:
+    """A DQN written after Stable-Baselines3's: each of 4 environment steps picks the action
+    greedily from the Q-network in eval mode under no_grad (``rows`` observations: one per
+    environment), the environment takes a millisecond, then one update on a replay batch."""
+    import time
+
+    torch.manual_seed(0)
+    q_net = nn.Sequential(nn.Linear(4, 32), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.Adam(q_net.parameters(), lr=1e-3)
+    replay = torch.randn(256, 4)
+    with watch() as doc:
+        for _ in range(steps):
+            q_net.train(False)
+            for _ in range(4):
+                with torch.no_grad():
+                    action = q_net(torch.randn(rows, 4)).argmax(dim=1).reshape(-1)
+                time.sleep(0.001)  # env.step(action)
+            q_net.train(True)
+            batch = replay[torch.randint(0, 256, (32,))]
+            loss = F.smooth_l1_loss(q_net(batch).max(dim=1).values, torch.zeros(32))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    del action
+    return doc
+
+
+def test_a_dqn_acting_greedily_on_one_observation_is_not_an_evaluation() -> None:
+    acting = greedy_dqn(rows=1)
+    assert passes(acting) and all(p.rows == 1 for p in passes(acting))
+    assert "slow-eval" not in ids(acting)
+    # the same loop evaluating 64 rows after every step is what slow-eval is for
+    assert "slow-eval" in ids(greedy_dqn(rows=64))
+
+
+def test_one_row_evaluated_every_few_steps_is_still_judged() -> None:
+    one_row = [EvalPass(**{**phase(4 + 5 * k, 1.0 + 0.25 * k, 0.2).__dict__, "rows": 1}) for k in range(10)]
+    assert analyze([*one_row, RunEnd(steps=50, duration_s=4.0)], select=["slow-eval"]).findings
+    every_step = [EvalPass(**{**phase(k, 1.0 + 0.25 * k, 0.2).__dict__, "rows": 1}) for k in range(10)]
+    assert analyze([*every_step, RunEnd(steps=10, duration_s=4.0)], select=["slow-eval"]).findings == []

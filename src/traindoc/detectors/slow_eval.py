@@ -19,7 +19,13 @@ class SlowEval(Detector):
     until training resumes) take ``share`` or more of the wall time of the periodic part of the
     run: from the end of the first evaluation to the end of the last, the evaluations in between
     against that span (the script's set-up and a final evaluation do not count). Needs at least
-    ``min_evals`` evaluations and a span of ``min_span_s``."""
+    ``min_evals`` evaluations and a span of ``min_span_s``.
+
+    Passes on one row between every two optimizer steps are a policy acting, not an
+    evaluation: a DQN chooses each action greedily from its Q-network in eval mode under
+    ``no_grad`` (Stable-Baselines3's DQN, one environment), and its acting takes a large share of
+    the time by design. They are left alone when every pass took one row and they came after
+    every step (the median interval is 1)."""
 
     id = "slow-eval"
     needs = frozenset({"eval"})
@@ -49,6 +55,7 @@ class SlowEval(Detector):
         self._spent = 0.0
         self._gaps = Thinned(256)
         self._end: RunEnd | None = None
+        self._one_row = True  # every evaluation's first forward took one row (a policy acting?)
 
     def observe(self, event: Event) -> Iterator[Finding]:
         if isinstance(event, RunEnd):
@@ -67,6 +74,7 @@ class SlowEval(Detector):
         return iter(())
 
     def _add(self, e: EvalPass) -> None:
+        self._one_row = self._one_row and e.rows == 1
         if self._first is None:
             self._first = e
         else:
@@ -91,6 +99,8 @@ class SlowEval(Detector):
         per_step = max(span - spent, 1e-9) / (last.step - first.step)
         gaps = self._gaps.values  # all of them up to 256 evaluations, then an even sample
         interval = statistics.median(gaps) if gaps else last.step - first.step
+        if self._one_row and interval <= 1:
+            return  # acting on one observation at every step (see the class)
         # Evaluating every I steps costs E / (E + I * T): a 10% share needs I = 9 E / T.
         suggested = max(int(interval) + 1, int(round(9 * per_eval / per_step, -1)) or 10)
         total = self._total

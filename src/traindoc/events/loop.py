@@ -121,7 +121,9 @@ class EvalPass:
     ``sampled``: traindoc's re-run of the model found its only random ops inside a
     ``torch.distributions`` distribution: its output is a draw from what it predicts (a
     stochastic policy acting, a posterior sample), different from pass to pass on purpose, and
-    its passes without gradients generate data (an RL rollout) rather than evaluate."""
+    its passes without gradients generate data (an RL rollout) rather than evaluate. ``rows``:
+    the batch size of the first forward's input (1 for one unbatched vector, -1 when it is not
+    a tensor)."""
 
     step: int
     model: str
@@ -137,6 +139,7 @@ class EvalPass:
     index: int = 0
     training: bool = False  # the model was in train mode (no model.eval()): a rollout, maybe
     sampled: bool = False
+    rows: int = -1
     signal: ClassVar[str] = "eval"
 
 @dataclass(frozen=True)

@@ -212,6 +212,9 @@ class EvalProbes(Probe):
         one.model = type(inner).__name__
         one.training = bool(inner.training)
         one.sampled = inner in self._samplers
+        first = self._first_input
+        if isinstance(first, torch.Tensor):
+            one.rows = int(first.shape[0]) if first.ndim > 1 else 1
         one.where = user_site(4)
         held = s.held_ids()
         owned = any(id(p) in held for p in inner.parameters())
@@ -395,7 +398,7 @@ class EvalProbes(Probe):
                                duration_s=duration if i == 0 else 0.0, elapsed_s=elapsed,
                                train_modules=one.train_modules, mode_modules=one.mode_modules,
                                rerun=rel, rerun_abs=diff, first_diff=first, where=one.where, index=i,
-                               training=one.training, sampled=one.sampled)
+                               training=one.training, sampled=one.sampled, rows=one.rows)
 
         tensors = [one.rerun for one in passes if one.rerun is not None]
         if not tensors:

@@ -49,7 +49,7 @@ class Pass:
     """One model looked at in an evaluation phase (at its first root forward there)."""
 
     __slots__ = ("model", "role", "train_modules", "mode_modules", "rerun", "names", "where", "training",
-                 "versus_eval", "sampled")
+                 "versus_eval", "sampled", "rows")
 
     def __init__(self) -> None:
         self.model = ""
@@ -64,6 +64,7 @@ class Pass:
         # to re-run it in eval mode from the same state (does model.eval() change the output?)
         self.versus_eval: dict[str, Any] | None = None
         self.sampled = False  # its forward draws its output from a torch.distributions distribution
+        self.rows = -1  # rows of its first input (1 for one unbatched vector); -1: not a tensor
 
 
 class Phase:
