@@ -702,6 +702,28 @@ def _tabnet_driver(where: Path) -> None:
     root), since a library has no training script of its own."""
     (where / "live_real_tabnet.py").write_text(_TABNET, encoding="utf-8")
 
+_SB3 = """import sys
+
+import torch
+from stable_baselines3 import A2C, DQN, PPO
+
+# A user's driver, as the library's README writes one: an agent for CartPole, learn(), its weights saved.
+algo, steps, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+make = {"ppo": lambda: PPO("MlpPolicy", "CartPole-v1", n_steps=256, batch_size=64, seed=0, device="cpu"),
+        "a2c": lambda: A2C("MlpPolicy", "CartPole-v1", seed=0, device="cpu"),
+        "dqn": lambda: DQN("MlpPolicy", "CartPole-v1", learning_starts=500, seed=0, device="cpu")}
+model = make[algo]()
+model.learn(total_timesteps=steps)
+torch.save(model.policy.state_dict(), out + "/agent.pt")
+"""
+
+
+def _sb3_driver(where: Path) -> None:
+    """live_real_sb3.py, the driver above, beside the library it imports (the repository's
+    root), and the version file the library reads at import (the export writes *.py only)."""
+    (where / "live_real_sb3.py").write_text(_SB3, encoding="utf-8")
+    (where / "stable_baselines3" / "version.txt").write_text("2.9.0a4\n", encoding="utf-8")
+
 _HELLO_DEEPSPEED = '''
 import datasets
 
@@ -745,7 +767,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
-    "ddpm_driver": _ddpm_driver, "tabnet_driver": _tabnet_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
+    "ddpm_driver": _ddpm_driver, "tabnet_driver": _tabnet_driver, "sb3_driver": _sb3_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
     "cuda_as_cpu": _cuda_as_cpu, "carvana": _carvana,
     "hello_deepspeed": _hello_deepspeed, "cifar": _cifar, "har": _har,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)

@@ -431,3 +431,36 @@ def test_regions_without_a_loss_call_let_the_mode_go_and_evaluation_batches_keep
     assert held == [True] * 8 + [False] * 56 + [True] + [False] * 5  # the 65th checks again
     scalars = [e for e in events if isinstance(e, Scalar)]
     assert [v for _, v in values(scalars, "val_acc")] == pytest.approx(expected)
+
+
+def test_eval_mode_windows_without_a_loss_let_the_mode_go_per_line() -> None:
+    """An agent put in eval mode to act each step (Stable-Baselines3's set_training_mode(False)
+    before every rollout), with gradients on, calls no loss: after 8 such windows from that
+    line, its windows run without the op-level mode but every 64th. An evaluation in eval mode
+    from another line, with its losses, is seen every time, between them."""
+    model, opt, x, y = make_task()
+    held: list[bool] = []
+    expected: list[float] = []
+
+    def act() -> None:  # one line switches to eval mode for acting
+        model.eval()
+
+    def run(ops: Any) -> None:
+        for step in range(80):
+            train_step(model, opt, x, y)
+            act()
+            model(x[:1]).argmax(1)  # acting with gradients on: the window of the eval mode
+            held.append(ops.held("eval-mode"))
+            if step % 20 == 19:  # an evaluation with gradients on, from another line
+                model.eval()
+                logits = model(x)
+                F.cross_entropy(logits, y).item()
+                expected.append((logits.argmax(1) == y).float().mean().item())
+
+    events: list[Any] = []
+    with traindoc.watch(announce=False) as doc:
+        doc.session.event_listeners.append(events.append)
+        run(doc._probes.patcher.ops)
+    assert held[:8] == [True] * 8 and sum(held[8:]) == 1  # one recheck in the 72 windows after
+    scalars = [e for e in events if isinstance(e, Scalar)]
+    assert [v for _, v in values(scalars, "val_acc")] == pytest.approx(expected)

@@ -43,16 +43,15 @@ def user_site(depth: int = 2) -> str:
     train.py, not the transformers override it goes through); the innermost installed
     package's frame when no frame is the user's (a training loop run by a library entirely)."""
     frame: FrameType | None = sys._getframe(depth)
-    library = ""
+    library: tuple[str, int] | None = None  # made a file:line only if no frame is the user's
     while frame is not None:
         fn = frame.f_code.co_filename
         if is_user_file(fn):
-            site = file_line(fn, frame.f_lineno)
             if not is_library_file(fn):
-                return site
-            library = library or site
+                return file_line(fn, frame.f_lineno)
+            library = library or (fn, frame.f_lineno)
         frame = frame.f_back
-    return library
+    return file_line(*library) if library else ""
 
 
 def library_caller(depth: int = 2) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import weakref
 from typing import Any, Iterable
 
@@ -40,9 +41,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from traindoc.events import Event
+from traindoc.live.objects import ObjectMap
 from traindoc.live.probes._ops import torch_function
 from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
+from traindoc.live.probes.eval_parts import QuietLines
 from traindoc.live.probes.publisher import Publisher, publisher
 from traindoc.live.probes.printed import Printed
 from traindoc.live.session import Session
@@ -77,6 +80,10 @@ class EvalMetricsProbe(Probe):
         self._pending: tuple[str, torch.Tensor, int, int] | None = None
         self._eval_model: weakref.ref[Any] | None = None  # the trained model, put in eval mode
         self._mode_depth = 0
+        self._judged = ObjectMap()  # module -> (optimizers seen, is it the trained model?)
+        # The lines that put the trained model in eval mode for windows whose ops reach no
+        # listener (an RL agent acting in eval mode every step): their windows go without the mode
+        self._quiet = QuietLines()
         self._drops = 0  # gradient-on calls that turned out to be training
         self.evaluated = False  # an evaluation loss call since the last training backward
         self.printed = Printed(session, self.pub, self.in_evaluation, patcher.guard, self._wake)
@@ -119,12 +126,12 @@ class EvalMetricsProbe(Probe):
                 out = orig(module, mode)
             finally:
                 probe._mode_depth -= 1
-            probe._guard(probe.name, probe._on_mode, module, mode)
+            probe._guard(probe.name, probe._on_mode, module, mode, sys._getframe(1))
             return out
 
         return train
 
-    def _on_mode(self, module: Any, mode: bool) -> None:
+    def _on_mode(self, module: Any, mode: bool, frame: Any) -> None:
         if mode:
             if self._pending is not None:  # back to training: the waiting call was evaluation
                 self._confirm()
@@ -132,16 +139,16 @@ class EvalMetricsProbe(Probe):
             return
         if self._drops >= 2:  # twice trained in eval mode: this run evaluates under no_grad only
             return
-        params = {id(p) for p in module.parameters()}
-        if not params:
-            return
-        # The trained model: at least half of the parameters of the optimizers that hold its
-        # own (not a BatchNorm put in eval mode for fine-tuning).
-        held = [{id(p) for g in opt.param_groups for p in g["params"]} for opt in self.s.optimizers()]
-        mine = set().union(*[h for h in held if h & params])
-        if mine and 2 * len(mine & params) >= len(mine):
+        # Judged once per module and set of optimizers: an RL agent switches modes every step.
+        optimizers = self.s.optimizers()
+        known = self._judged.get(module)
+        if known is None or known[0] != len(optimizers):
+            known = (len(optimizers), _trained_model(module, optimizers))
+            self._judged[module] = known
+        if known[1]:
             self._eval_model = weakref.ref(module)
-            self._patcher.ops.hold("eval-mode")  # its loss calls may be an evaluation
+            if self._quiet.enter(frame, self._patcher.ops.hits):
+                self._patcher.ops.hold("eval-mode")  # its loss calls may be an evaluation
 
     def _in_eval_mode(self) -> bool:
         """Is the trained model in eval mode now (its last switch was ``eval()``)?"""
@@ -149,6 +156,7 @@ class EvalMetricsProbe(Probe):
         model = ref() if ref is not None else None
         if model is None or model.training:
             self._eval_model = None
+            self._quiet.exit(self._patcher.ops.hits)
             self._patcher.ops.release("eval-mode")
             return False
         return True
@@ -340,3 +348,14 @@ def _binary_stats(input: torch.Tensor, target: torch.Tensor, logits: bool) -> tu
         top = torch.sigmoid(top)
     count = torch.full((), float(x.numel()), dtype=dt, device=x.device)
     return torch.stack([above.to(dt), (t >= 0.5).sum().to(dt), count, top]), 0
+
+
+def _trained_model(module: Any, optimizers: list[Any]) -> bool:
+    """Is ``module`` the trained model: at least half of the parameters of the optimizers that
+    hold its own (not a BatchNorm put in eval mode for fine-tuning)?"""
+    params = {id(p) for p in module.parameters()}
+    if not params:
+        return False
+    held = [{id(p) for g in opt.param_groups for p in g["params"]} for opt in optimizers]
+    mine = set().union(*[h for h in held if h & params])
+    return bool(mine) and 2 * len(mine & params) >= len(mine)

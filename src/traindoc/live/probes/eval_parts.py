@@ -241,7 +241,8 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 
 
 class QuietLines:
-    """The lines whose ``no_grad`` regions the op-level mode can skip: once 8 regions in a row
+    """The lines whose ``no_grad`` regions (or eval-mode windows of the trained model: the
+    eval-metrics probe) the op-level mode can skip: once 8 regions in a row
     entered from one line reached no listener (an RL agent acting a step per region, a target
     computed under ``no_grad`` in each step), that line's regions run without it, but every
     64th, which checks again. An evaluation that calls its loss in each region keeps it."""
@@ -274,10 +275,10 @@ class QuietLines:
 
 
 def _site(frame: Any) -> tuple[str, int]:
-    """The line that entered a region: past torch's own frames (``@torch.no_grad()``'s wrapper),
-    the call of the decorated function."""
-    for _ in range(4):
-        if frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIR):
+    """The line that entered a region: past torch's own frames (``@torch.no_grad()``'s wrapper,
+    ``Module.eval``) and traindoc's (its wrappers of ``Module.train``), the user's call."""
+    for _ in range(8):
+        if frame is None or not (frame.f_code.co_filename.startswith(_TORCH_DIR) or ours(frame)):
             break
         frame = frame.f_back
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("", 0)

@@ -47,7 +47,9 @@ class FreezeProbe(Probe):
 
         @functools.wraps(orig)
         def train(module: Any, mode: bool = True) -> Any:
-            if mode and module not in called:
+            # Only a class's own train() can skip a freeze (``_check``): torch's recursion over
+            # the children of every other module is not recorded.
+            if mode and type(module).train is not nn.Module.train and module not in called:
                 called[module] = True
             return orig(module, mode)
 
