@@ -121,7 +121,6 @@ class CrossEntropyOnProbabilities:
             import lightning as L
             import torch
             import torch.nn as nn
-            import torch.nn.functional as F
 
             class Classifier(L.LightningModule):
                 def __init__(self, n_features=32, n_classes=5):
@@ -129,20 +128,22 @@ class CrossEntropyOnProbabilities:
                     self.body = nn.Sequential(nn.Linear(n_features, 64), nn.GELU())
                     self.out = nn.Linear(64, n_classes)
                     self.softmax = nn.Softmax(dim=-1)
+                    self.criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
 
                 def forward(self, x):
                     return self.softmax(self.out(self.body(x)))
 
                 def training_step(self, batch, batch_idx):
-                    x, y = batch
-                    loss = F.cross_entropy(self(x), y)
-                    self.log("train_loss", loss)
-                    return loss
+                    features, labels = batch
+                    probs = self(features)
+                    loss = self.criterion(probs, labels)
+                    self.log_dict({"loss": loss, "acc": (probs.argmax(-1) == labels).float().mean()}, prog_bar=True)
+                    return {"loss": loss}
 
                 def configure_optimizers(self):
                     return torch.optim.AdamW(self.parameters(), lr=3e-4)
             """,
-            18,
+            19,
         ),
         Invalid(
             """
