@@ -143,8 +143,11 @@ class Outputs:
 
 
 def loss_calls(mod: Module, built: ast.Call) -> list[ast.Call]:
-    """The calls of a loss object: ``nn.CrossEntropyLoss()(x, y)`` or through the name (or
-    ``self`` attribute) it is assigned to."""
+    """The calls that compute a loss: ``F.cross_entropy(x, y)`` itself, or the calls of a loss
+    object, ``nn.CrossEntropyLoss()(x, y)`` or through the name (or ``self`` attribute) it is
+    assigned to."""
+    if (mod.callee(built) or "").startswith("torch.nn.functional."):
+        return [built]
     parent = mod.parent.get(built)
     if isinstance(parent, ast.Call) and parent.func is built:
         return [parent]

@@ -261,8 +261,7 @@ class CrossEntropyOnProbabilities:
             kind = _LOSSES.get(mod.callee(built) or "")
             if kind is None:
                 continue
-            uses = [built] if _is_function(mod, built) else loss_calls(mod, built)
-            for use in uses:
+            for use in loss_calls(mod, built):
                 given = arg(use, 0, "input")
                 if given is None or mod.grad_mode(use):
                     continue
@@ -274,15 +273,10 @@ class CrossEntropyOnProbabilities:
                 yield _hit(mod, use, softmax, kind)
 
 
-def _is_function(mod: Module, call: ast.Call) -> bool:
-    return (mod.callee(call) or "").startswith("torch.nn.functional.")
-
-
 def _softmax(mod: Module, outputs: Outputs, made: ast.Call, depth: int) -> ast.Call | None:
     """The softmax (a call, or an ``nn.Softmax`` constructor) whose output ``made`` gives:
     ``made`` itself, an ``nn.Sequential``'s last layer, a class of the file's ``forward``."""
     q = mod.callee(made) or ""
-    last = q.rpartition(".")[2]
     if q in ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"):
         return made if _over_classes(arg(made, 1, "dim")) else None
     if not q.startswith("torch.") and method(made, "softmax") is not None:
@@ -292,7 +286,7 @@ def _softmax(mod: Module, outputs: Outputs, made: ast.Call, depth: int) -> ast.C
     if q == "torch.nn.Sequential":
         layer = made.args[-1] if made.args else None
         return _softmax(mod, outputs, layer, depth - 1) if isinstance(layer, ast.Call) and depth > 0 else None
-    if last == "Sequential" or q.startswith("torch."):
+    if q.startswith("torch."):
         return None
     own = outputs.of_class(made)
     inner = outputs.returned(own, depth) if own is not None else None

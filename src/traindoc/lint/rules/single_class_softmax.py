@@ -203,14 +203,9 @@ class SingleClassSoftmax:
             yield from self._softmax(mod, widths, call)
 
     def _cross_entropy(self, mod: Module, widths: _Widths, call: ast.Call) -> Iterator[Hit]:
-        q = mod.callee(call)
-        if q == "torch.nn.functional.cross_entropy":
-            uses = [call]
-        elif q == "torch.nn.CrossEntropyLoss":
-            uses = loss_calls(mod, call)
-        else:
+        if mod.callee(call) not in ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss"):
             return
-        for use in uses:
+        for use in loss_calls(mod, call):
             given = arg(use, 0, "input")
             found = widths.one_wide(given, use) if given is not None else None
             if found is not None:
