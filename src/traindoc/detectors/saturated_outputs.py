@@ -42,7 +42,8 @@ class SaturatedOutputs(Detector):
     whose class-index loss takes a softmax's output for logits are cross-entropy-on-probabilities'
     to report: through that loss their gradient is the softmax's p(1 - p) times a bounded term,
     so they stay near the even shares of the init for hundreds of steps (jindongwang's HAR CNN:
-    251 steps with every share in [0.16, 0.177]; with ``nll_loss(torch.log(p))`` on the same softmax, not saturated)."""
+    251 steps with every share in [0.16, 0.177]; with ``nll_loss(torch.log(p))`` on the same
+    softmax, not saturated)."""
 
     id = "saturated-outputs"
     needs = frozenset({"activations"})

@@ -112,7 +112,8 @@ class ModelWatch:
 
     def definitions(self) -> Definitions:
         """Where the named parameters and modules are defined, for the findings at the end."""
-        return Definitions([*self._pnames.items(), *self._mnames.items()], [m for m, _ in self._mnames.items()])
+        modules = self._mnames.items()
+        return Definitions([*self._pnames.items(), *modules], [m for m, _ in modules])
 
     def module_name(self, module: Any) -> str:
         name: str = self._mnames.get(module, type(module).__name__)
