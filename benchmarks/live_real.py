@@ -399,6 +399,15 @@ def _exit_state(where: Path) -> None:
     (folder / "sitecustomize.py").write_text(_EXIT_STATE, encoding="utf-8")
 
 
+def _seeded_exit_state(where: Path) -> None:
+    """live_real_exit/sitecustomize.py for a script that neither seeds nor saves weights: torch
+    and numpy seeded at start-up and the weights written at exit (as ``exit_state``)."""
+    folder = where / "live_real_exit"
+    folder.mkdir(exist_ok=True)
+    seed = "import numpy\nimport torch\n\nnumpy.random.seed(0)\ntorch.manual_seed(0)\n"
+    (folder / "sitecustomize.py").write_text(seed + _EXIT_STATE, encoding="utf-8")
+
+
 _VISION = {
     "__init__.py": '''"""A stand-in for torchvision, written by benchmarks/live_real.py: the wheels of the real
 one need a torch build this machine does not have. It holds what the GAN scripts of
@@ -766,7 +775,7 @@ def _hello_deepspeed(where: Path) -> None:
 PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
-    "gym": _gym, "exit_state": _exit_state, "vision": _vision, "image_folder": _image_folder,
+    "gym": _gym, "exit_state": _exit_state, "seeded_exit_state": _seeded_exit_state, "vision": _vision, "image_folder": _image_folder,
     "ddpm_driver": _ddpm_driver, "tabnet_driver": _tabnet_driver, "sb3_driver": _sb3_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
     "cuda_as_cpu": _cuda_as_cpu, "carvana": _carvana,
     "hello_deepspeed": _hello_deepspeed, "cifar": _cifar, "har": _har,

@@ -71,6 +71,12 @@ MUTATIONS = [
      "            loss = criterion(output, target)\n            if loss > cfg.max_loss:\n"
      "                loss = torch.tensor(cfg.max_loss, device=loss.device)\n", "constant-loss"),
     ("swa_cifar.py", "update_bn(train_loader, swa_model, device=device)\n", "\n", "stale-bn-eval"),
+    ("distill_kd.py", "                student.train()\n", "", "trained-in-eval-mode"),
+    ("charlm_microsteps.py",
+     ("    for it in range(args.iters):\n", "        model.train()\n        for _ in range(args.micro):\n"),
+     ("    model.train()\n    for it in range(args.iters):\n", "        for _ in range(args.micro):\n"),
+     "trained-in-eval-mode"),
+
     ("simclr.py", "    model = SimCLR().cuda()\n", "    model = SimCLR().cuda().half()\n", "bf16-master-weights"),
     ("swa_cifar.py", "    for x, y in train_loader:\n", "    scheduler.step()\n    for x, y in train_loader:\n",
      "scheduler-before-optimizer"),

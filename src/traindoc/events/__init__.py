@@ -32,7 +32,7 @@ from traindoc.events.ranks import CollectiveInGraph, RankEnd, RankLoss, RankPara
 from traindoc.events.state import BatchNormState, Checkpoint, SaveFile, StateLoad
 from traindoc.events.steps import (
     LOSS_INPUT, NO_GRADS, OUTCOMES, REPLACED, SKIPPED_BY_SCALER, SKIPPED_BY_SCRIPT, STEPPED, Activation, Backward,
-    Batch, Cast, Classification, Clip, Embeddings, LossOnProbabilities, SingleClass, Forwards, NormInput, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
+    Batch, Cast, Classification, Clip, Embeddings, LossOnProbabilities, SingleClass, Forwards, NormInput, TrainMode, Optimizer, ParamGroup, ParamStats, Phase, RunEnd,
     RunStart, Scalar, Series, StepBegin, StepEnd,
 )
 
@@ -76,6 +76,7 @@ SIGNALS: dict[str, str] = {
     "eval_order": "modules evaluated in eval mode before the training-mode forward their state needs (legacy spectral_norm; live)",
     "collective": "torch.distributed collectives called on tensors inside the autograd graph (live)",
     "inference_forward": "trainable modules run under torch.inference_mode() while a training step was built (live, sampled steps)",
+    "train_mode": "how many of a trained model's Dropout/BatchNorm modules were in eval mode at its training forwards (live, sampled steps)",
     "norms": "the variance normalization layers built with a large eps divide by (live, sampled steps)",
     "embeddings": "how far apart the directions of the embeddings a loss normalizes or compares by cosine are (live, sampled steps)",
     "single_class": "a softmax over a dimension of size 1 on the loss's side of the model: one class (live, sampled steps)",
@@ -90,7 +91,7 @@ Event = Union[
     GradScale, ScaledClip, AutocastCheck, SaveFile, StateLoad,
     SchedulerStep, GradAccumulation, EvalPass, LoaderWait, StepBegin, StepEnd, Phase,
     RankParams, RankTime, RankEnd, RankLoss, CollectiveInGraph, EvalBeforeTrain, BatchShape, ScheduleEnd, InitOverwritten, FreezeSkipped,
-    InferenceForward, UnsteppedModel, NormInput, Embeddings, SingleClass, LossOnProbabilities,
+    InferenceForward, UnsteppedModel, NormInput, TrainMode, Embeddings, SingleClass, LossOnProbabilities,
 ]
 
 EVENT_TYPES: dict[str, type] = {
@@ -103,6 +104,7 @@ EVENT_TYPES: dict[str, type] = {
     "param_stats": ParamStats,
     "activation": Activation,
     "norm_input": NormInput,
+    "train_mode": TrainMode,
     "embeddings": Embeddings,
     "single_class": SingleClass,
     "loss_on_probabilities": LossOnProbabilities,
@@ -225,7 +227,7 @@ def _spoken(hint: Any) -> str:
 
 __all__ = [
     "SIGNALS", "Event", "EVENT_TYPES", "RunStart", "ParamGroup", "Optimizer", "Scalar", "Series",
-    "Backward", "ParamStats", "Activation", "NormInput", "Embeddings", "SingleClass", "LossOnProbabilities", "Clip", "Batch", "Classification", "Cast", "RunEnd",
+    "Backward", "ParamStats", "Activation", "NormInput", "TrainMode", "Embeddings", "SingleClass", "LossOnProbabilities", "Clip", "Batch", "Classification", "Cast", "RunEnd",
     "Checkpoint", "BatchNormState", "LossTerm", "to_dict", "from_dict",
     "GradScale", "ScaledClip", "AutocastCheck", "SaveFile", "StateLoad",
     "SchedulerStep", "GradAccumulation", "EvalPass", "LoaderWait", "StepBegin", "StepEnd", "Phase",

@@ -250,6 +250,24 @@ class NormInput:
     signal: ClassVar[str] = "norms"
 
 @dataclass(frozen=True)
+class TrainMode:
+    """The train/eval mode of a trained model at a training forward of a sampled step (live): a
+    forward with gradients on that a backward followed. ``modules``: its submodules whose
+    output depends on the mode (Dropout with p > 0, BatchNorm that tracks running statistics,
+    stochastic depth); ``in_eval`` of them in eval mode, up to 4 ``names`` of those as ``name
+    (Type)``; ``root_eval``: the model itself is in eval mode (``model.eval()``, not a
+    BatchNorm frozen alone). ``where``: the forward's call site when any is in eval mode."""
+
+    step: int
+    model: str
+    modules: int
+    in_eval: int
+    root_eval: bool = False
+    names: tuple[str, ...] = ()
+    where: str = ""
+    signal: ClassVar[str] = "train_mode"
+
+@dataclass(frozen=True)
 class Embeddings:
     """The embeddings a training loss compares by direction, on a sampled training step (live):
     the ``[N, D]`` batches handed to ``F.normalize`` or ``F.cosine_similarity``. ``spread`` is

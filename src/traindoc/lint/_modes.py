@@ -3,7 +3,8 @@
 ``mode_free(mod, "model")`` is True only when every piece of ``model`` is known: it is built in
 this file (``model = Net(...).to(device)``, ``model = nn.Sequential(nn.Linear(...), ...)``) from
 ``torch.nn`` layers that have no train-mode behaviour (no dropout, no running statistics) and
-classes of this file made of such layers. Anything else (a torchvision or timm network, a class
+classes of this file, or of a sibling module it imports whole (``models.Net()``), made of such
+layers. Anything else (a torchvision or timm network, a class
 from another package, a layer with ``dropout=``, ``F.dropout`` or ``self.training`` in a
 forward) is not known to be mode free, so rules about ``.eval()`` keep judging it.
 """
@@ -81,11 +82,20 @@ def _free(mod: Module, call: ast.expr, seen: set[str]) -> bool:
     classes = {s.cls for s in mod.scopes if s.cls}
     if isinstance(call.func, ast.Name) and call.func.id in classes and call.func.id not in mod.aliases:
         return _class_free(mod, call.func.id, seen)
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.attr in classes and (
+        func.attr in mod.sibling_modules.get(func.value.id, ())
+    ):  # ``models.Net()`` with ``import models``: the sibling's class, appended to this tree
+        return _class_free(mod, func.attr, seen)
     return False
 
 
 def _is_module_call(mod: Module, call: ast.Call) -> bool:
-    """A call that builds a layer (a capitalized name: ``nn.Linear(...)``, ``Block(...)``)."""
+    """A call that builds a layer (a capitalized name: ``nn.Linear(...)``, ``Block(...)``), not
+    one of torch's tensors (``Variable(torch.zeros(...))``, ``torch.Tensor(...)``)."""
+    q = mod.qualname(call.func) or ""
+    if q.startswith("torch.") and not q.startswith("torch.nn."):
+        return False
     return (dotted(call.func) or "").rpartition(".")[2][:1].isupper()
 
 

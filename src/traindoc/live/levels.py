@@ -44,7 +44,7 @@ PROBE_SIGNALS: dict[str, tuple[str, ...]] = {
     "params": ("params", "grad_norm", "optimizer"),
     "backward": ("backward", "loss"),
     "clip": ("clip", "grad_norm"),
-    "forward": ("activations",),
+    "forward": ("activations", "train_mode"),
     "dataloader": ("batch", "batch_shape"),
     "cross_entropy": ("classification",),
     "cast": ("cast",),

@@ -28,6 +28,7 @@ from traindoc.live.probes._ops import is_compiled_module, torch_function
 from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import FirstCalls, Probe
 from traindoc.live.probes.batches import BatchContent
+from traindoc.live.probes.train_mode import TrainModes
 from traindoc.live.session import Session
 
 _is_traced = is_traced
@@ -39,7 +40,7 @@ _COMPILE_HOOK_WARNING = r"Using `torch\.compile\(module\)` when there are global
 
 class CoreProbes(Probe):
     name = "core"
-    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase", "unstepped", "norms")
+    signals = ("loss", "backward", "params", "optimizer", "grad_norm", "clip", "activations", "batch", "batch_shape", "classification", "cast", "lifecycle", "step_skipped", "phase", "unstepped", "norms", "train_mode")
     required = True
 
     def __init__(self, session: Session, patcher: Patcher) -> None:
@@ -53,6 +54,7 @@ class CoreProbes(Probe):
         self._filter: object = None
         self._content = BatchContent(session)  # Batch events (repeated-batch)
         self._registration: list[Any] = []  # parameter/buffer registration hooks, until the first step
+        self._modes = TrainModes(session)  # TrainMode events (trained-in-eval-mode)
 
     # ---- install / uninstall -----------------------------------------------------------------
     def install(self) -> None:
@@ -61,6 +63,7 @@ class CoreProbes(Probe):
         self._patch(torch.optim.Optimizer, "__init__", self._wrap_optimizer_init)
         patcher.on_backward("backward", before=s.on_backward)
         patcher.on_backward("params", after=s.model.note_reached, sampled_only=True)
+        patcher.on_backward("forward", before=self._modes.on_backward, sampled_only=True)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         patcher.ops.listen("cross_entropy", [torch_function(F.cross_entropy)], self._on_cross_entropy)
         patcher.ops.listen("cross_entropy", [torch_function(F.nll_loss)], self._on_nll)
@@ -270,6 +273,7 @@ class CoreProbes(Probe):
                 self.clock.forward_calls += 1
                 self.clock.rows = max(self.clock.rows, _rows(args[0] if args else None))
                 self._guard("forward", self.s.model.adopt_model, module)  # names before inner modules run
+                self._guard("forward", self._modes.on_forward, module)
             else:
                 self._guard("forward", self._count_inferred, module, args)
         if torch.is_grad_enabled() and self._calls.take(module):

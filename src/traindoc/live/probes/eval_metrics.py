@@ -41,11 +41,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from traindoc.events import Event
-from traindoc.live.objects import ObjectMap
 from traindoc.live.probes._ops import torch_function
 from traindoc.live.probes._patch import Patcher, is_traced
 from traindoc.live.probes.base import Probe
-from traindoc.live.probes.eval_parts import QuietLines
+from traindoc.live.probes.eval_parts import QuietLines, TrainedModels
 from traindoc.live.probes.publisher import Publisher, publisher
 from traindoc.live.probes.printed import Printed
 from traindoc.live.session import Session
@@ -80,7 +79,7 @@ class EvalMetricsProbe(Probe):
         self._pending: tuple[str, torch.Tensor, int, int] | None = None
         self._eval_model: weakref.ref[Any] | None = None  # the trained model, put in eval mode
         self._mode_depth = 0
-        self._judged = ObjectMap()  # module -> (optimizers seen, is it the trained model?)
+        self._trained = TrainedModels()
         # The lines that put the trained model in eval mode for windows whose ops reach no
         # listener (an RL agent acting in eval mode every step): their windows go without the mode
         self._quiet = QuietLines()
@@ -140,12 +139,7 @@ class EvalMetricsProbe(Probe):
         if self._drops >= 2:  # twice trained in eval mode: this run evaluates under no_grad only
             return
         # Judged once per module and set of optimizers: an RL agent switches modes every step.
-        optimizers = self.s.optimizers()
-        known = self._judged.get(module)
-        if known is None or known[0] != len(optimizers):
-            known = (len(optimizers), _trained_model(module, optimizers))
-            self._judged[module] = known
-        if known[1]:
+        if self._trained.judge(module, self.s.optimizers()):
             self._eval_model = weakref.ref(module)
             if self._quiet.enter(frame, self._patcher.ops.hits):
                 self._patcher.ops.hold("eval-mode")  # its loss calls may be an evaluation
@@ -348,14 +342,3 @@ def _binary_stats(input: torch.Tensor, target: torch.Tensor, logits: bool) -> tu
         top = torch.sigmoid(top)
     count = torch.full((), float(x.numel()), dtype=dt, device=x.device)
     return torch.stack([above.to(dt), (t >= 0.5).sum().to(dt), count, top]), 0
-
-
-def _trained_model(module: Any, optimizers: list[Any]) -> bool:
-    """Is ``module`` the trained model: at least half of the parameters of the optimizers that
-    hold its own (not a BatchNorm put in eval mode for fine-tuning)?"""
-    params = {id(p) for p in module.parameters()}
-    if not params:
-        return False
-    held = [{id(p) for g in opt.param_groups for p in g["params"]} for opt in optimizers]
-    mine = set().union(*[h for h in held if h & params])
-    return bool(mine) and 2 * len(mine & params) >= len(mine)

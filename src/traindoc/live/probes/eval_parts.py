@@ -15,7 +15,7 @@ import torch.nn as nn
 from torch.nn.modules import module as _module
 from torch.overrides import TorchFunctionMode
 
-from traindoc.live.objects import frame_modules
+from traindoc.live.objects import ObjectMap, frame_modules
 
 if TYPE_CHECKING:
     from traindoc.live.session import Session
@@ -238,6 +238,31 @@ def _in_distribution(frame: Any) -> bool:
 _QUIET_REGIONS = 8
 _RECHECK = 64
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+
+class TrainedModels:
+    """Which modules are the trained model: at least half of the parameters of the optimizers
+    that hold their own (not a BatchNorm put in eval mode for fine-tuning, not a teacher).
+    Judged once per module and set of optimizers: an RL agent switches modes every step."""
+
+    def __init__(self) -> None:
+        self._judged = ObjectMap()  # module -> (optimizers seen, is it the trained model?)
+
+    def judge(self, module: Any, optimizers: list[Any]) -> bool:
+        known = self._judged.get(module)
+        if known is None or known[0] != len(optimizers):
+            known = (len(optimizers), _trained_model(module, optimizers))
+            self._judged[module] = known
+        return bool(known[1])
+
+
+def _trained_model(module: Any, optimizers: list[Any]) -> bool:
+    params = {id(p) for p in module.parameters()}
+    if not params:
+        return False
+    held = [{id(p) for g in opt.param_groups for p in g["params"]} for opt in optimizers]
+    mine = set().union(*[h for h in held if h & params])
+    return bool(mine) and 2 * len(mine & params) >= len(mine)
 
 
 class QuietLines:
