@@ -113,20 +113,23 @@ class Case:
     preflight: list[str] = field(default_factory=list)  # probes benchmarks/preflight_real.py sees fail, rightly
     preflight_why: str = ""  # the reason for each
     preflight_resume: str = ""  # the arguments that make the script resume (preflight's --resume-args)
+    older: bool = False  # another commit of a repository listed at a first one: a folder of its own
 
     @property
     def folder(self) -> str:
-        return self.repo.replace("/", "+")
+        return self.repo.replace("/", "+") + (f"@{self.commit[:12]}" if self.older else "")
 
 
 def load_manifest(path: Path) -> list[Case]:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     cases = []
+    first: dict[str, str] = {}  # repository -> the commit its first case names
     for i, item in enumerate(data.get("case", [])):
         unknown = set(item) - {f.name for f in fields(Case)}
         if unknown or not {"name", "repo", "commit", "script", "args"} <= set(item):
             raise ValueError(f"{path.name} case {i + 1}: unknown fields {sorted(unknown)} or a required one missing")
         case = Case(**item)
+        case.older = first.setdefault(case.repo, case.commit) != case.commit
         if case.prepare and case.prepare not in PREPARE:
             raise ValueError(f"{path.name} case {case.name}: no preparation named {case.prepare!r}")
         if not (case.state or case.lines):
@@ -711,6 +714,89 @@ def _tabnet_driver(where: Path) -> None:
     root), since a library has no training script of its own."""
     (where / "live_real_tabnet.py").write_text(_TABNET, encoding="utf-8")
 
+_PPE = """import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pytorch_pfn_extras as ppe
+
+# A user's driver, as the library's README and mnist_trainer.py write one: a model wrapped with
+# its loss, create_trainer with an evaluator, here run every 30 iterations (mid-epoch).
+epochs, out = int(sys.argv[1]), sys.argv[2]
+torch.manual_seed(0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Dropout(0.3))
+        self.head = nn.Linear(64, 5)
+
+    def forward(self, x):
+        return F.log_softmax(self.head(self.body(x)), dim=1)
+
+
+class ModelWithLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, data, target):
+        output = self.model(data)
+        if self.training:
+            loss = F.nll_loss(output, target)
+            ppe.reporting.report({"train/loss": loss.item()})
+            return {"loss": loss}
+        return {"loss": F.nll_loss(output, target).item(), "output": output.argmax(dim=1, keepdim=True)}
+
+
+centers = 2 * torch.randn(5, 16)
+target = torch.randint(0, 5, (1600,))
+data = centers[target] + torch.randn(1600, 16)
+collate = ppe.dataloaders.utils.CollateAsDict(names=["data", "target"])
+train_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[:1280], target[:1280]),
+                                           batch_size=32, shuffle=True, collate_fn=collate)
+val_loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data[1280:], target[1280:]),
+                                         batch_size=160, collate_fn=collate)
+model = Net()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+model_with_loss = ModelWithLoss(model)
+trainer = ppe.engine.create_trainer(
+    model_with_loss, optimizer, epochs,
+    extensions=[ppe.training.extensions.LogReport(trigger=(30, "iteration")),
+                ppe.training.extensions.PrintReport(["epoch", "iteration", "train/loss", "val/loss", "val/accuracy"])],
+    evaluator=(ppe.engine.create_evaluator(
+        model_with_loss, metrics=[ppe.training.metrics.AccuracyMetric("target", "output")],
+        options={"eval_report_keys": ["loss", "accuracy"]}), (30, "iteration")),
+    options={"train_report_keys": ["loss"]},
+    out_dir=out,
+)
+ppe.to(model_with_loss, "cpu")
+trainer.run(train_loader, val_loader)
+torch.save(model.state_dict(), out + "/ppe.pt")
+"""
+
+_PKG_RESOURCES = '''"""What pytorch-pfn-extras 0.6 uses of pkg_resources (written by live_real.py): setuptools no
+longer ships the module."""
+import importlib.metadata
+import types
+
+
+def get_distribution(name):
+    return types.SimpleNamespace(version=importlib.metadata.version(name))
+'''
+
+
+def _ppe_driver(where: Path) -> None:
+    """live_real_ppe.py, the driver above, beside the library it imports (the repository's
+    root), and live_real_pkg/pkg_resources.py for the library's version check."""
+    (where / "live_real_ppe.py").write_text(_PPE, encoding="utf-8")
+    (where / "live_real_pkg").mkdir(exist_ok=True)
+    (where / "live_real_pkg" / "pkg_resources.py").write_text(_PKG_RESOURCES, encoding="utf-8")
+
+
 _SB3 = """import sys
 
 import torch
@@ -776,7 +862,7 @@ PREPARE: dict[str, Callable[[Path], None]] = {
     "words": _words, "nanogpt_chars": _nanogpt_chars, "sine_waves": _sine_waves,
     "names": _names, "text": _text, "chargpt_text": _chargpt_text, "torch_seed": _torch_seed,
     "gym": _gym, "exit_state": _exit_state, "seeded_exit_state": _seeded_exit_state, "vision": _vision, "image_folder": _image_folder,
-    "ddpm_driver": _ddpm_driver, "tabnet_driver": _tabnet_driver, "sb3_driver": _sb3_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
+    "ddpm_driver": _ddpm_driver, "tabnet_driver": _tabnet_driver, "sb3_driver": _sb3_driver, "ppe_driver": _ppe_driver, "a3c_driver": _a3c_driver, "cpu_accelerator": _cpu_accelerator,
     "cuda_as_cpu": _cuda_as_cpu, "carvana": _carvana,
     "hello_deepspeed": _hello_deepspeed, "cifar": _cifar, "har": _har,
     # pyGAT reads ./data/cora/ from where it runs, pygcn ../data/cora/ (it runs in pygcn/)
@@ -891,7 +977,7 @@ def chosen_cases(names: list[str] | None, mirrors: Path | None, checkouts: Path)
     if names:
         cases = [c for c in cases if c.name in names]
     if mirrors:
-        export([Entry(c.repo, c.commit, c.script) for c in cases], mirrors, checkouts)
+        export([Entry(c.repo, c.commit, c.script, older=c.older) for c in cases], mirrors, checkouts)
     # A library's case runs a driver its preparation writes: its checkout must be there.
     missing = sorted({c.folder for c in cases if not (checkouts / c.folder / c.script).is_file()
                       and not (c.prepare and (checkouts / c.folder).is_dir())})

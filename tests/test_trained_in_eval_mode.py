@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import traindoc
 from traindoc.detectors.trained_in_eval_mode import TrainedInEvalMode
-from traindoc.events import EvalPass, Event, Phase, TrainMode
+from traindoc.events import NO_GRADS, EvalPass, Event, Phase, StepEnd, TrainMode
 
 EVAL = ("bn (BatchNorm1d)", "drop (Dropout)")
 
@@ -51,7 +51,17 @@ def test_mid_epoch_validation_counts_every_epoch_it_comes_back() -> None:
     found = _run(_run_of(modes))
     assert found and found[-1].evidence["eval_steps"] == 3
     assert found[-1].evidence["train_mode_again_at"] == 50
-    assert "step 50 trained in train mode again" in found[-1].message
+    assert "step 50 trained in train mode again, and later sampled steps ran in eval mode again" in found[-1].message
+
+
+def test_steps_in_eval_mode_that_got_no_gradient_are_counted() -> None:
+    # a model that returns its loss as a float in eval mode: those steps have nothing to apply
+    events: list[Event] = _run_of([(0, 0), (25, 2)])
+    events += [StepEnd(step=25, optimizer=0, outcome=NO_GRADS), _mode(50, 2),
+               StepEnd(step=50, optimizer=0, outcome=NO_GRADS), _mode(75, 2)]
+    found = _run(events)
+    assert found[-1].evidence["no_gradient_steps"] == 2
+    assert "2 of those steps got no gradient at all" in found[-1].message
 
 
 def test_confirm_is_a_threshold() -> None:

@@ -7,7 +7,7 @@ from typing import Iterator
 
 from traindoc.detectors._base import Detector
 from traindoc.detectors._common import Example, finding, names, require
-from traindoc.events import EvalPass, Event, Phase, TrainMode
+from traindoc.events import NO_GRADS, EvalPass, Event, Phase, StepEnd, TrainMode
 from traindoc.findings import Finding
 
 
@@ -26,6 +26,7 @@ class _Track:
         self.names: tuple[str, ...] = ()
         self.where = ""
         self.train_steps = 0  # sampled steps trained in train mode
+        self.no_grads = 0  # of the steps trained in eval mode, those whose step had no gradient
 
 
 class TrainedInEvalMode(Detector):
@@ -40,16 +41,16 @@ class TrainedInEvalMode(Detector):
 
     id = "trained-in-eval-mode"
     needs = frozenset({"train_mode"})
-    uses = frozenset({"eval", "phase"})
+    uses = frozenset({"eval", "phase", "step_skipped"})
     examples = (
-        Example("zoo/trained_in_eval_mode_after_validation.py", 16),
-        Example("zoo/trained_in_eval_mode_mid_epoch.py", 16),
+        Example("zoo/trained_in_eval_mode_after_validation.py", 25),
+        Example("zoo/trained_in_eval_mode_mid_epoch.py", 75),
         Example("zoo/healthy_validation_restores_train_mode.py", None),
         Example("zoo/healthy_frozen_bn_finetune.py", None),
     )
 
     # Carried over a resume: each model's track and the evaluations seen; whether it fired.
-    carry = ("_tracks", "_eval_steps", "_eval_sites", "_fired")
+    carry = ("_tracks", "_eval_steps", "_eval_sites", "_no_grads", "_fired")
 
     @dataclass(frozen=True)
     class Config:
@@ -63,6 +64,7 @@ class TrainedInEvalMode(Detector):
         self._tracks: dict[str, _Track] = {}  # by the model's name
         self._eval_steps: list[int] = []  # the latest evaluations: their steps
         self._eval_sites: list[str] = []  # and where their first forward ran
+        self._no_grads: list[int] = []  # the latest steps an optimizer stepped with no gradient
         self._fired = False
 
     def observe(self, event: Event) -> Iterator[Finding]:
@@ -70,6 +72,10 @@ class TrainedInEvalMode(Detector):
             if event.role == "model" and event.index == 0:
                 self._eval_steps = [*self._eval_steps[-15:], event.step]
                 self._eval_sites = [*self._eval_sites[-15:], event.where]
+            return
+        if isinstance(event, StepEnd):
+            if event.outcome == NO_GRADS:
+                self._no_grads = [*self._no_grads[-63:], event.step]
             return
         if isinstance(event, Phase):
             for track in self._tracks.values():
@@ -104,6 +110,7 @@ class TrainedInEvalMode(Detector):
                 track.back = track.step
         elif track.trained:
             track.eval_steps += 1
+            track.no_grads += track.step in self._no_grads
             track.first = track.step if track.first < 0 else track.first
             track.last = track.step
         track.step = -1
@@ -122,8 +129,10 @@ class TrainedInEvalMode(Detector):
         site = self._eval_sites[before[-1]] if before else ""
         after = f" after the evaluation at step {evaluated}" if before else ""
         at = f" ({site})" if site else ""
-        back = (f"; step {t.back} trained in train mode again (something put it back), and later steps "
-                "were lost to eval mode again" if 0 <= t.back < t.last else
+        empty = (f" {t.no_grads} of those steps got no gradient at all: the optimizer stepped with nothing "
+                 "to apply." if t.no_grads else "")
+        back = (f"; step {t.back} trained in train mode again, and later sampled steps ran in eval mode "
+                "again" if 0 <= t.back < t.last else
                 f"; step {t.back} trained in train mode again" if t.back >= 0 else
                 "; no later sampled step trained in train mode")
         return finding(
@@ -133,7 +142,7 @@ class TrainedInEvalMode(Detector):
                 f"{t.last}{after}{at}{back}; {t.train_steps} sampled step(s) trained in train mode. At those "
                 f"training forwards{' (' + t.where + ')' if t.where else ''} the model and all {t.modules} of "
                 f"its mode-dependent modules were in eval mode: {names(list(t.names))}. Dropout was off "
-                "and BatchNorm normalized with running statistics it no longer updated."
+                f"and BatchNorm normalized with running statistics it no longer updated.{empty}"
             ),
             cause=("An evaluation called `.eval()` on the model and nothing called `.train()` before "
                    "training went on: the `.train()` call sits before the epoch loop, at the top of "
@@ -142,9 +151,9 @@ class TrainedInEvalMode(Detector):
                  "of every training iteration, or restore the mode at the end of the evaluation (`was = "
                  "model.training; model.eval(); ...; model.train(was)`)."),
             evidence={"model": name, "eval_steps": t.eval_steps, "first_step": t.first, "last_step": t.last,
-                      "train_steps": t.train_steps, "mode_modules": t.modules, "in_eval": list(t.names),
+                      "train_steps": t.train_steps, "no_gradient_steps": t.no_grads, "mode_modules": t.modules, "in_eval": list(t.names),
                       "train_mode_again_at": t.back if t.back >= 0 else None,
                       "evaluation_step": evaluated, "evaluation_at": site,
                       "models": sorted(bad)},
-            where=[w for w in (t.where, site) if w] or [name],
+            where=list(dict.fromkeys(w for w in (t.where, site) if w)) or [name],
         )

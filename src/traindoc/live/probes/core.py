@@ -64,6 +64,7 @@ class CoreProbes(Probe):
         patcher.on_backward("backward", before=s.on_backward)
         patcher.on_backward("params", after=s.model.note_reached, sampled_only=True)
         patcher.on_backward("forward", before=self._modes.on_backward, sampled_only=True)
+        patcher.on_step("forward", pre=self._modes.on_step)
         self._patch(_dl._BaseDataLoaderIter, "__next__", self._wrap_next)
         patcher.ops.listen("cross_entropy", [torch_function(F.cross_entropy)], self._on_cross_entropy)
         patcher.ops.listen("cross_entropy", [torch_function(F.nll_loss)], self._on_nll)

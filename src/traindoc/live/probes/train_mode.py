@@ -6,9 +6,9 @@ validation runs mid-epoch) leaves the rest of training with dropout off and Batc
 normalizing with running statistics it no longer updates. At a sampled step's root forward
 with gradients on (the core probe's forward pre-hook, up on sampled steps only) the model's
 mode-dependent modules (``eval_parts.mode_dependent``, listed once per model) are counted in
-eval mode. The count waits for a backward, which says the forward trained: a forward with
-gradients on that no backward follows (an evaluation written without ``no_grad``) is replaced
-by the model's next one. Only ``training`` flags are read; no tensor is touched.
+eval mode. The count waits for a backward or an optimizer step, which says the forward
+trained: a forward with gradients on that neither follows (an evaluation written without
+``no_grad``) is replaced by the model's next one. Only ``training`` flags are read; no tensor is touched.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from traindoc.events import TrainMode
 from traindoc.live.objects import ObjectMap, user_site
-from traindoc.live.probes.eval_parts import TrainedModels, mode_dependent
+from traindoc.live.probes.eval_parts import TrainedModels, mode_dependent, unwrap
 from traindoc.live.session import Session
 
 _NAMES = 4  # modules named in an event
@@ -43,13 +43,21 @@ class TrainModes:
         off = [(n, m) for n, m in parts if not m.training]
         self._pending[id(module)] = TrainMode(
             step=self.s.clock.current_step, model=self.s.model.module_name(module), modules=len(parts),
-            in_eval=len(off), root_eval=not module.training,
+            in_eval=len(off), root_eval=not unwrap(module).training,  # DDP's model.module.eval()
             names=tuple(f"{n} ({type(m).__name__})" for n, m in off[:_NAMES]),
             where=user_site() if off else "",
         )
 
     def on_backward(self, loss: Any) -> None:
         """The backward of a sampled step: the forwards waiting were training."""
+        self._flush()
+
+    def on_step(self, opt: Any, closure: bool) -> None:
+        """An optimizer step of a sampled round: so were they, even with no backward (a loss
+        the model returns as a float in eval mode gives the step no gradient)."""
+        self._flush()
+
+    def _flush(self) -> None:
         for event in self._pending.values():
             self.s.emit(event)
         self._pending.clear()
