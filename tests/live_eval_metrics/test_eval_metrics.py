@@ -253,6 +253,29 @@ def test_a_model_trained_in_eval_mode_is_not_an_evaluation() -> None:
     assert values(scalars, "val_acc") == []
 
 
+def test_training_steps_without_a_backward_in_eval_mode_are_not_an_evaluation() -> None:
+    """A model wrapped with its loss that returns the loss as a float in eval mode (as
+    pytorch-pfn-extras' examples write it), left in eval mode by an evaluation: its training
+    steps call the loss, get no backward and step anyway. Those calls are not an evaluation;
+    the real evaluation, after the step, still is."""
+    model, opt, x, y = make_task()
+
+    def run() -> None:
+        train_step(model, opt, x, y)
+        model.eval()
+        with torch.no_grad():
+            F.cross_entropy(model(x), y)  # the evaluation: one val_acc
+        for _ in range(3):
+            loss = F.cross_entropy(model(x), y)
+            if model.training:
+                loss.backward()
+            opt.step()  # no gradient: nothing to apply
+            opt.zero_grad()
+
+    _, scalars = watched(run)
+    assert [step for step, _ in values(scalars, "val_acc")] == [1]
+
+
 def test_training_with_parts_or_all_of_the_model_in_eval_mode_stays_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
     """A BatchNorm frozen with .eval() is not the trained model; a model put in eval mode before
     every training step is measured on two steps, then never again."""

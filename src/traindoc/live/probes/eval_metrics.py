@@ -22,7 +22,8 @@ batched transfer and published at the step the evaluation ran: ``val_classes`` a
 class losses' mean, else the binary ones'; none when a class ``weight`` or ``pos_weight``
 makes the mean another average). A value the script logs or prints itself under the same
 signal stands alone. With gradients on, a call followed by a backward
-before any other evaluation call or ``model.train()`` was training (a model trained in eval
+before any other evaluation call or ``model.train()``, or by an optimizer step (a loss the
+model returns as a float in eval mode gets no backward), was training (a model trained in eval
 mode): it is dropped and the gradient-on path waits for the next ``model.eval()``.
 
 **From stdout**: ``printed.py`` reads the metrics a script prints.
@@ -183,7 +184,9 @@ class EvalMetricsProbe(Probe):
         self.evaluated = True
         self._wake()
         if grad and input.requires_grad:
-            if self._pending is not None:  # a second call without a backward between
+            if self._pending is not None and self._pending[3] != step:  # an optimizer step since it
+                self._trained_in_eval()
+            elif self._pending is not None:  # a second call without a backward between
                 self._confirm()
             self._pending = (kind, vec, classes, step)
             self._patcher.on_backward(self.name, before=self._on_backward)  # until the next backward
@@ -214,10 +217,15 @@ class EvalMetricsProbe(Probe):
     def _on_backward(self, loss: Any) -> None:
         self._patcher.drop_backward(self.name)
         if self._pending is not None:  # it fed this backward: the model trains in eval mode
-            self._pending = None
-            self._eval_model = None
-            self._patcher.ops.release("eval-mode")
-            self._drops += 1
+            self._trained_in_eval()
+
+    def _trained_in_eval(self) -> None:
+        """The waiting call was training, the model in eval mode: it fed a backward, or an
+        optimizer stepped after it (a loss returned as a float in eval mode gets no backward)."""
+        self._pending = None
+        self._eval_model = None
+        self._patcher.ops.release("eval-mode")
+        self._drops += 1
 
     # ---- the end of an evaluation ----------------------------------------------------------------
     def _wake(self) -> None:
@@ -229,6 +237,8 @@ class EvalMetricsProbe(Probe):
         self.s.clock.unlisten_round(self._on_round)
         if self.printed.held:
             self._guard("stdout", self.printed.publish)
+        if self._pending is not None:  # a backward or a second step of its optimizer ends the round
+            self._trained_in_eval()
         if self._phase is not None or self._pending is not None:
             self._guard(self.name, self._end_phase)
         self.evaluated = False
