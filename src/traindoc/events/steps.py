@@ -252,11 +252,12 @@ class NormInput:
 @dataclass(frozen=True)
 class TrainMode:
     """The train/eval mode of a trained model at a training forward of a sampled step (live): a
-    forward with gradients on that a backward followed. ``modules``: its submodules whose
-    output depends on the mode (Dropout with p > 0, BatchNorm that tracks running statistics,
-    stochastic depth); ``in_eval`` of them in eval mode, up to 4 ``names`` of those as ``name
-    (Type)``; ``root_eval``: the model itself is in eval mode (``model.eval()``, not a
-    BatchNorm frozen alone). ``where``: the forward's call site when any is in eval mode."""
+    forward with gradients on that a backward or an optimizer step followed. ``modules``: its
+    submodules whose output depends on the mode (Dropout with p > 0, BatchNorm that tracks
+    running statistics, stochastic depth); ``in_eval`` of them in eval mode, up to 4 ``names``
+    of those as ``name (Type)``; ``root_eval``: the model itself is in eval mode
+    (``model.eval()``, not a BatchNorm frozen alone). ``where``: the forward's call site when
+    any is in eval mode."""
 
     step: int
     model: str

@@ -318,8 +318,7 @@ class TrainedInEvalMode:
                 if found is None or not found.to_eval or id(found.site) in seen:
                     continue
                 seen.add(id(found.site))
-                eval_line = found.call.lineno
-                via = "" if found.call is found.site else f" (it calls `{dotted(found.call.func)}()` at line {eval_line})"
+                via = "" if found.call is found.site else f" (it calls `{mod.text(found.call)}` at line {found.call.lineno})"
                 yield Hit(
                     found.site,
                     f"`{mod.text(found.site)}` puts `{model}` in eval mode{via} and nothing puts it back "
@@ -380,12 +379,7 @@ def _last_switch(mod: Module, scope: Scope, at: ast.AST, model: str) -> _Switch 
 def _passed(call: ast.Call, target: Scope, model: str) -> str:
     """How the caller names what ``target`` calls ``model``: the argument ``call`` binds to that
     parameter, or the same name (a global, ``self.model``)."""
-    node = target.node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return model
-    params = [a.arg for a in node.args.posonlyargs + node.args.args]
-    if target.cls is not None and params[:1] == ["self"]:
-        params = params[1:]
+    params, _ = _params(target)
     for i, arg in enumerate(call.args):
         if i < len(params) and params[i] == model:
             return dotted(arg) or model
@@ -393,6 +387,18 @@ def _passed(call: ast.Call, target: Scope, model: str) -> str:
         if kw.arg == model:
             return dotted(kw.value) or model
     return model
+
+
+def _params(target: Scope) -> tuple[list[str], list[str]]:
+    """The parameters of the function ``target`` that take positional arguments (a method's
+    ``self`` left out), and its keyword-only ones."""
+    node = target.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return [], []
+    params = [a.arg for a in node.args.posonlyargs + node.args.args]
+    if target.cls is not None and params[:1] == ["self"]:
+        params = params[1:]
+    return params, [a.arg for a in node.args.kwonlyargs]
 
 
 def _either(mod: Module, found: _Switch, switches: list[_Switch]) -> _Switch | None:
@@ -449,14 +455,9 @@ def _inner(mod: Module, scope: Scope, names: set[str], depth: int) -> list[_Swit
 def _bound(call: ast.Call, target: Scope, model: str) -> set[str]:
     """How the function ``target`` names ``model`` when ``call`` runs it: the same name (a
     global, ``self.model`` in a method of the same class) and the parameters it is passed to."""
-    node = target.node
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return {model}
-    params = [a.arg for a in node.args.posonlyargs + node.args.args]
-    if target.cls is not None and params[:1] == ["self"]:
-        params = params[1:]
+    params, keywords = _params(target)
     # a parameter of the same name is whatever the call passes it (``evaluate(ema)``)
-    names = set() if model.split(".")[0] in params + [a.arg for a in node.args.kwonlyargs] else {model}
+    names = set() if model.split(".")[0] in params + keywords else {model}
     for i, arg in enumerate(call.args):
         if i < len(params) and dotted(arg) == model:
             names.add(params[i])

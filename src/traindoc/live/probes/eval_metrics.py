@@ -239,7 +239,7 @@ class EvalMetricsProbe(Probe):
             self._guard("stdout", self.printed.publish)
         if self._pending is not None:  # a backward or a second step of its optimizer ends the round
             self._trained_in_eval()
-        if self._phase is not None or self._pending is not None:
+        if self._phase is not None:
             self._guard(self.name, self._end_phase)
         self.evaluated = False
 

@@ -8,7 +8,8 @@ with gradients on (the core probe's forward pre-hook, up on sampled steps only) 
 mode-dependent modules (``eval_parts.mode_dependent``, listed once per model) are counted in
 eval mode. The count waits for a backward or an optimizer step, which says the forward
 trained: a forward with gradients on that neither follows (an evaluation written without
-``no_grad``) is replaced by the model's next one. Only ``training`` flags are read; no tensor is touched.
+``no_grad``) is replaced by the model's next one. Only ``training`` flags are read; no tensor
+is touched.
 """
 
 from __future__ import annotations
