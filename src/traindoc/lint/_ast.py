@@ -24,7 +24,7 @@ Nothing here imports torch; it reads source only.
 from __future__ import annotations
 
 from traindoc.lint._flow import Module
-from traindoc.lint._modes import mode_free, sets_train_mode
+from traindoc.lint._modes import mode_free, mode_switch, sets_train_mode
 from traindoc.lint._loaders import loaders, sampler_of, truth, unpacked_at, unwrapped
 from traindoc.lint._models import Held, Models, construction, frozen
 from traindoc.lint._nodes import (
@@ -54,7 +54,7 @@ from traindoc.lint._values import (
 __all__ = [
     "LOOP_TYPES", "AssignValue", "Backward", "Held", "Models", "Module", "Scope", "arg", "arith_names",
     "construction", "contains_word", "dotted", "drops_optimizer", "fixed_filename", "frozen", "in_temporary_dir",
-    "is_constant_value", "is_detached_value", "kwarg", "loaders", "method", "mode_free", "names_in",
+    "is_constant_value", "is_detached_value", "kwarg", "loaders", "method", "mode_free", "mode_switch", "names_in",
     "nonfinite_checked", "number", "resolve", "sampler_of", "sets_train_mode", "torch_saves", "truth", "unpacked_at",
     "unwrapped",
     "value_of",

@@ -30,6 +30,8 @@ MODE_FREE_LAYERS = frozenset(
 )
 # Calls on the way from a constructor to the name: `Net(...).to(device).float()`.
 _CHAINED = ("to", "cuda", "cpu", "float", "double", "train", "requires_grad_")
+# Calls that return the module they are called on: `model.to(device).train()`.
+_MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16")
 _MODE_WORDS = ("dropout", "training", "batchnorm", "instancenorm", "syncbatchnorm")
 
 
@@ -37,6 +39,29 @@ def mode_free(mod: Module, name: str) -> bool:
     """``name`` is built in this file, only from layers without train-mode behaviour."""
     built = mod.built.get(name, [])
     return len(built) == 1 and _free(mod, _unchained(built[0]), set())
+
+
+def mode_switch(call: ast.Call) -> tuple[str, str] | None:
+    """The module whose mode ``call`` sets, by name ("" when it has none: ``models["g"]``), and
+    to what: "eval" for ``.eval()`` and ``.train(False)``, "train" for ``.train()`` and
+    ``.train(True)``, "either" for ``.train(flag)`` (a mode read from a name). The name is read
+    through calls that return the module itself (``model.to(device).train()``) and DDP's
+    ``.module``. None for any other call."""
+    receiver = method(call, "eval", "train")
+    if receiver is None:
+        return None
+    while isinstance(receiver, ast.Call) and method(receiver, *_MOVES) is not None:
+        receiver = method(receiver, *_MOVES)
+    name = (dotted(receiver) or "").removesuffix(".module")
+    assert isinstance(call.func, ast.Attribute)
+    if call.func.attr == "eval":
+        return (name, "eval") if not call.args else None
+    flag = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    if flag is None:
+        return name, "train"
+    if isinstance(flag, ast.Constant):
+        return name, "train" if flag.value else "eval"
+    return name, "either"
 
 
 def sets_train_mode(body: list[ast.stmt], model: str) -> bool:

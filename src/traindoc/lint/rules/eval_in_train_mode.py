@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._ast import Module, Scope, contains_word, dotted, method, mode_free, sets_train_mode
+from traindoc.lint._ast import Module, Scope, contains_word, dotted, method, mode_free, mode_switch, sets_train_mode
 from traindoc.lint.rules._common import Hit, Invalid
 
 
@@ -333,16 +333,15 @@ def _inline_in_train_mode(mod: Module, scope: Scope, block: ast.stmt) -> bool:
             return False
         if any(_switches_to_eval(mod, c) for _, h in mod.helpers(scope, loop) for c in h.calls):
             return False
-        in_loop_train = any(method(c, "train") is not None and not c.args for c in calls)
+        in_loop_train = any((mode_switch(c) or ("", ""))[1] == "train" for c in calls)
         eval_before = any(_switches_to_eval(mod, c) and c.lineno < loop.lineno for c in scope.calls)
         return in_loop_train or not eval_before
     return False
 
 
 def _switches_to_eval(mod: Module, call: ast.Call) -> bool:
-    if method(call, "eval") is not None and not call.args:
-        return True
-    return method(call, "train") is not None and bool(call.args or call.keywords)
+    """``call`` may put a module in eval mode (``.train(flag)`` too)."""
+    return (mode_switch(call) or ("", "train"))[1] != "train"
 
 
 def _ema_copies(mod: Module, models: set[str]) -> dict[str, tuple[str, ast.Call]]:
@@ -355,9 +354,9 @@ def _ema_copies(mod: Module, models: set[str]) -> dict[str, tuple[str, ast.Call]
             if mod.callee(call) in ("copy.deepcopy", "deepcopy") and source in models:
                 out[name] = (source, call)
     for call in mod.named("eval", "train") if out else ():
-        receiver = dotted(method(call, "eval", "train"))
-        if receiver in out and _switches_to_eval(mod, call):
-            del out[receiver]
+        found = mode_switch(call)
+        if found is not None and found[0] in out and found[1] != "train":
+            del out[found[0]]
     return out
 
 

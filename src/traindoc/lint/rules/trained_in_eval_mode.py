@@ -5,14 +5,10 @@ from __future__ import annotations
 import ast
 from typing import ClassVar, Iterator
 
-from traindoc.lint._flow import Module
-from traindoc.lint._modes import mode_free
-from traindoc.lint._nodes import dotted, method
-from traindoc.lint._scope import Scope
+from traindoc.lint._ast import Module, Scope, dotted, method, mode_free, mode_switch
 from traindoc.lint.rules._common import Hit, Invalid
 
 _DEPTH = 3  # calls followed into this file's functions
-_MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16")  # return the module itself
 
 
 class _Switch:
@@ -468,20 +464,10 @@ def _bound(call: ast.Call, target: Scope, model: str) -> set[str]:
 
 
 def _sets(call: ast.Call, names: set[str]) -> bool | None:
-    """True when ``call`` puts one of ``names`` in eval mode, False when in train mode (any
-    ``.train(...)`` but ``train(False)``), None when it sets no mode of theirs."""
-    receiver = method(call, "eval", "train")
-    while isinstance(receiver, ast.Call) and method(receiver, *_MOVES) is not None:
-        receiver = method(receiver, *_MOVES)  # ``model.to(device).train()``
-    name = dotted(receiver)
-    if name is None:
+    """True when ``call`` puts one of ``names`` in eval mode, False when in train mode (a mode
+    read from a flag counts as train: ``model.train(was)`` puts back what an evaluation found),
+    None when it sets no mode of theirs."""
+    found = mode_switch(call)
+    if found is None or found[0] not in names:
         return None
-    if name.endswith(".module"):  # DDP / DataParallel: the wrapped model
-        name = name[: -len(".module")]
-    if name not in names:
-        return None
-    assert isinstance(call.func, ast.Attribute)
-    if call.func.attr == "eval":
-        return not call.args
-    off = call.args[:1] and isinstance(call.args[0], ast.Constant) and call.args[0].value is False
-    return bool(off)
+    return found[1] == "eval"
