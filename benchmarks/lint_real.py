@@ -46,7 +46,9 @@ not a resume point; a try/except around a backward that a profiler times (yolov5
 torch_utils.profile) trains nothing; TD3's delayed actor step clears its own gradients first,
 so it accumulates nothing; a validation pass under ``no_grad`` without ``.eval()`` on a model
 built from layers with no dropout or running statistics (the Linear and LSTM models of
-pytorch-tutorial) changes nothing and was not marked. The GAN scripts of PyTorch-GAN were judged
+pytorch-tutorial) changes nothing and was not marked, nor a model left in eval mode after a
+test on such a model (coRNN's adding task, TingsongYu's LeNet); joeynmt validates mid-epoch
+but its ``_train_step`` calls ``model.train()`` before each forward. The GAN scripts of PyTorch-GAN were judged
 from their training loops (the order of zero_grad, backward, step and detach per network). Most
 files hold no mistake: they measure precision.
 """
