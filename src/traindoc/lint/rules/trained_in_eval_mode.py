@@ -348,7 +348,7 @@ def _last_switch(mod: Module, scope: Scope, at: ast.AST, model: str) -> _Switch 
         pos: ast.AST = at
         loops = [loop for loop in mod.loops_around(at) if mod.scope(loop) is scope]
         for loop in loops:
-            switches = [s for s in _switches(mod, scope, loop, model) if s.site is not at]
+            switches = [s for s in _switches(mod, scope, loop, {model}) if s.site is not at]
             before = [s for s in switches if _before(s.site, pos)]
             if before:
                 return _either(mod, before[-1], switches)
@@ -358,7 +358,7 @@ def _last_switch(mod: Module, scope: Scope, at: ast.AST, model: str) -> _Switch 
             pos = loop
         if loops:
             return None  # nothing in the loops: the mode set before them holds from the first step
-        switches = [s for s in _switches(mod, scope, scope.node, model) if s.site is not at]
+        switches = [s for s in _switches(mod, scope, None, {model}) if s.site is not at]
         before = [s for s in switches if _before(s.site, at)]
         if before:
             return _either(mod, before[-1], switches)  # the step's own function sets the mode first
@@ -416,35 +416,21 @@ def _before(node: ast.AST, pos: ast.AST) -> bool:
         getattr(pos, "lineno", 0), getattr(pos, "col_offset", 0))
 
 
-def _switches(mod: Module, scope: Scope, node: ast.AST, model: str) -> list[_Switch]:
-    """The calls inside ``node`` of ``scope`` that set ``model``'s mode, in source order, with
-    the switches of the functions of this file they call in their place."""
+def _switches(mod: Module, scope: Scope, node: ast.AST | None, names: set[str],
+              depth: int = _DEPTH) -> list[_Switch]:
+    """The calls inside ``node`` of ``scope`` (all of it when None) that set the mode of
+    ``names`` (the model, as ``scope`` names it), in source order, with the switches of the
+    functions of this file they call in their place, ``depth`` calls deep."""
     out: list[_Switch] = []
-    for call in mod.calls_in(scope, node):
-        to_eval = _sets(call, {model})
-        if to_eval is not None:
-            out.append(_Switch(call, call, to_eval))
-            continue
-        target = mod.callee_scope(call)
-        if target is not None and target is not scope:
-            out += [_Switch(call, s.call, s.to_eval) for s in _inner(mod, target, _bound(call, target, model), _DEPTH)]
-    return out
-
-
-def _inner(mod: Module, scope: Scope, names: set[str], depth: int) -> list[_Switch]:
-    """The switches of ``names`` (the model, as ``scope`` names it) that ``scope`` runs."""
-    out: list[_Switch] = []
-    if not names:
-        return out
-    for call in scope.calls:
+    for call in mod.calls_in(scope, node) if names else ():
         to_eval = _sets(call, names)
         if to_eval is not None:
             out.append(_Switch(call, call, to_eval))
             continue
-        target = mod.callee_scope(call) if depth > 1 else None
+        target = mod.callee_scope(call) if depth > 0 else None
         if target is not None and target is not scope:
-            inner_names = set().union(*(_bound(call, target, n) for n in names))
-            out += [_Switch(call, s.call, s.to_eval) for s in _inner(mod, target, inner_names, depth - 1)]
+            inner = set().union(*(_bound(call, target, n) for n in names))
+            out += [_Switch(call, s.call, s.to_eval) for s in _switches(mod, target, None, inner, depth - 1)]
     return out
 
 
